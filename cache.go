@@ -1,0 +1,97 @@
+package idem
+
+import (
+	"container/list"
+	"sync"
+)
+
+// CacheConfig bounds the engine's local cache of COMPLETED records. A hit
+// replays with no store call. IN_PROGRESS and FAILED records are never
+// cached, and an entry is dropped once its record's ExpiresAt passes.
+type CacheConfig struct {
+	// MaxEntries bounds the number of records. Default 10,000.
+	MaxEntries int
+	// MaxBytes bounds the summed result sizes. Default 64 MiB. A result
+	// larger than a quarter of MaxBytes is not cached.
+	MaxBytes int
+}
+
+func (c CacheConfig) withDefaults() CacheConfig {
+	if c.MaxEntries <= 0 {
+		c.MaxEntries = 10_000
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 64 << 20
+	}
+	return c
+}
+
+// lru is a mutex-guarded LRU of COMPLETED records, bounded by count and
+// bytes.
+type lru struct {
+	mu       sync.Mutex
+	max      int
+	maxBytes int
+	bytes    int
+	ll       *list.List
+	items    map[string]*list.Element
+}
+
+type lruEntry struct {
+	key         string
+	fingerprint string
+	result      []byte
+	expiresAt   int64
+}
+
+func newLRU(c CacheConfig) *lru {
+	return &lru{max: c.MaxEntries, maxBytes: c.MaxBytes, ll: list.New(), items: make(map[string]*list.Element)}
+}
+
+// get returns the entry under key if present and not expired at now.
+func (c *lru) get(key string, now int64) (lruEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[key]
+	if !ok {
+		return lruEntry{}, false
+	}
+	e := el.Value.(*lruEntry)
+	if now >= e.expiresAt {
+		c.removeLocked(el)
+		return lruEntry{}, false
+	}
+	c.ll.MoveToFront(el)
+	return *e, true
+}
+
+// put caches a COMPLETED record; anything else is ignored.
+func (c *lru) put(r *Record) {
+	if r.Status != StatusCompleted || len(r.Result) > c.maxBytes/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[r.Key]; ok {
+		c.removeLocked(el)
+	}
+	e := &lruEntry{key: r.Key, fingerprint: r.Fingerprint, result: r.Result, expiresAt: r.ExpiresAt}
+	c.items[r.Key] = c.ll.PushFront(e)
+	c.bytes += len(e.result)
+	for c.ll.Len() > c.max || c.bytes > c.maxBytes {
+		c.removeLocked(c.ll.Back())
+	}
+}
+
+func (c *lru) removeLocked(el *list.Element) {
+	e := el.Value.(*lruEntry)
+	c.ll.Remove(el)
+	delete(c.items, e.key)
+	c.bytes -= len(e.result)
+}
+
+func (c *lru) len() (entries, bytes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ll.Len(), c.bytes
+}

@@ -1,0 +1,166 @@
+package idem
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+)
+
+// EnvDisabled names the environment variable that turns idempotency off:
+// when it is "1" or "true" at [New], every call runs the operation directly,
+// with no store calls. It exists for tests of code that uses idem; never set
+// it in production. The engine logs a warning when it is on.
+const EnvDisabled = "IDEM_DISABLED"
+
+// Config configures an [Engine]. A nil *Config means all defaults; every
+// field documents its default.
+type Config struct {
+	// Expiry is how long a COMPLETED or FAILED record is replayed, and how
+	// long any claim lives at most. Default 1h.
+	Expiry time.Duration
+
+	// Lease is how long a claim holds the key against takeover when the
+	// call's context has no deadline. With a deadline, the lease runs to
+	// the deadline. Default 30s.
+	Lease time.Duration
+
+	// RenewInterval is how often the lease is renewed while the operation
+	// runs (a fenced Extend to now + lease). Default: a third of the
+	// lease. Negative disables renewal.
+	RenewInterval time.Duration
+
+	// Wait is how long a call waits for another holder of its key to
+	// finish, polling with backoff and jitter, before failing with
+	// [ErrInProgress]. Zero (the default) fails fast.
+	Wait time.Duration
+
+	// WaitBackoff is the first poll interval while waiting; it doubles up
+	// to MaxWaitBackoff, each wait jittered down to half. Defaults 20ms
+	// and 1s.
+	WaitBackoff, MaxWaitBackoff time.Duration
+
+	// MaxResultBytes caps an encoded result. A successful result over the
+	// cap is returned to its caller but not stored: the key is marked
+	// FAILED with code [CodeResultTooLarge], so retries get
+	// [ErrResultTooLarge] and the operation does not run again. Zero (the
+	// default) leaves the limit to the store.
+	MaxResultBytes int
+
+	// WriteTimeout bounds each store write made after the operation
+	// returned (complete, fail, release); those writes are made even when
+	// the caller's context is cancelled. Default 10s.
+	WriteTimeout time.Duration
+
+	// Cache, when non-nil, enables the local cache of COMPLETED records.
+	Cache *CacheConfig
+
+	// Codec encodes results. Default [JSONCodec].
+	Codec Codec
+
+	// Clock is the source of time. Default [SystemClock].
+	Clock Clock
+
+	// Logger receives warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+
+	// Observer is told about every outcome. Default: none.
+	Observer Observer
+
+	// Owner prefixes the owner of every claim, for people reading logs.
+	// Default "<hostname>/<pid>/<random>".
+	Owner string
+
+	// FailOpen runs the operation without protection when the store
+	// fails to answer a claim. Default false: the call fails closed with
+	// [ErrStore] and the operation does not run.
+	FailOpen bool
+
+	// Disabled runs every operation directly, with no store calls. Also
+	// set by the IDEM_DISABLED environment variable. For tests only.
+	Disabled bool
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+// A nil c gives all defaults.
+func (c *Config) WithDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Expiry == 0 {
+		out.Expiry = time.Hour
+	}
+	if out.Lease == 0 {
+		out.Lease = 30 * time.Second
+	}
+	if out.RenewInterval == 0 {
+		out.RenewInterval = out.Lease / 3
+	}
+	if out.WaitBackoff == 0 {
+		out.WaitBackoff = 20 * time.Millisecond
+	}
+	if out.MaxWaitBackoff == 0 {
+		out.MaxWaitBackoff = time.Second
+	}
+	if out.WriteTimeout == 0 {
+		out.WriteTimeout = 10 * time.Second
+	}
+	if out.Codec == nil {
+		out.Codec = JSONCodec{}
+	}
+	if out.Clock == nil {
+		out.Clock = SystemClock{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Observer == nil {
+		out.Observer = nopObserver{}
+	}
+	if out.Owner == "" {
+		out.Owner = defaultOwner()
+	}
+	if v, err := strconv.ParseBool(os.Getenv(EnvDisabled)); err == nil && v {
+		out.Disabled = true
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Expiry < time.Second:
+		return bad("Expiry is %v; it must be at least 1s (records must outlive their claims)", c.Expiry)
+	case c.Lease < 10*time.Millisecond:
+		return bad("Lease is %v; it must be at least 10ms", c.Lease)
+	case c.Lease > c.Expiry:
+		return bad("Lease %v is longer than Expiry %v; raise Expiry or shorten Lease", c.Lease, c.Expiry)
+	case c.RenewInterval >= c.Lease:
+		return bad("RenewInterval %v must be shorter than Lease %v, or the lease runs out between renewals", c.RenewInterval, c.Lease)
+	case c.Wait < 0:
+		return bad("Wait is %v; use 0 to fail fast", c.Wait)
+	case c.WaitBackoff <= 0 || c.MaxWaitBackoff < c.WaitBackoff:
+		return bad("WaitBackoff %v and MaxWaitBackoff %v must be positive and ordered", c.WaitBackoff, c.MaxWaitBackoff)
+	case c.MaxResultBytes < 0:
+		return bad("MaxResultBytes is %d; use 0 for no engine limit", c.MaxResultBytes)
+	case c.WriteTimeout < 0:
+		return bad("WriteTimeout is %v; it must be positive", c.WriteTimeout)
+	}
+	return nil
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,46 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Claim describes the claim under which an operation runs. The engine puts
+// it in the operation's context; read it with [FromContext].
+type Claim struct {
+	// Key is the store key.
+	Key string
+	// Fence is the claim's fence token. It changes on a takeover.
+	Fence uint64
+	// Owner is the claim's owner string.
+	Owner string
+}
+
+// DownstreamKey returns an idempotency key to pass to a downstream service
+// (a payment API, another idem service) for the call named label. It depends
+// only on the store key and label, so it stays the same across retries and
+// takeovers: a re-run after a crash presents the same key downstream, which
+// is what makes the overall effect exactly once when the downstream honours
+// idempotency keys too.
+func (c Claim) DownstreamKey(label string) string {
+	h := sha256.New()
+	h.Write([]byte("idem-downstream\x00"))
+	h.Write([]byte(c.Key))
+	h.Write([]byte{0})
+	h.Write([]byte(label))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+type claimCtxKey struct{}
+
+// NewContext returns a copy of ctx carrying c.
+func NewContext(ctx context.Context, c Claim) context.Context {
+	return context.WithValue(ctx, claimCtxKey{}, c)
+}
+
+// FromContext returns the claim carried by ctx, if any.
+func FromContext(ctx context.Context) (Claim, bool) {
+	c, ok := ctx.Value(claimCtxKey{}).(Claim)
+	return c, ok
+}

@@ -1,0 +1,696 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/clocktest"
+	"github.com/seed-a1b882c0/idem/internal/faultstore"
+	"github.com/seed-a1b882c0/idem/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type env struct {
+	store *faultstore.Store
+	mem   *memstore.Store
+	clock *clocktest.Clock
+	clk   idem.Clock // the clock the engines use
+	obs   *idem.Counters
+	eng   *idem.Engine
+}
+
+// setup builds an engine over a counting memstore with a manual clock.
+func setup(t *testing.T, cfg idem.Config) *env {
+	t.Helper()
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	en := &env{store: faultstore.New(mem), mem: mem, clock: clocktest.New(t0), obs: &idem.Counters{}}
+	if cfg.Clock == nil {
+		cfg.Clock = en.clock
+	}
+	en.clk = cfg.Clock
+	cfg.Observer = en.obs
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var err error
+	if en.eng, err = idem.New(en.store, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return en
+}
+
+// another returns a second engine (another process) over the same store.
+func (en *env) another(t *testing.T, cfg idem.Config) *idem.Engine {
+	t.Helper()
+	cfg.Clock = en.clk
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := idem.New(en.store, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func req(key string) idem.Request {
+	return idem.Request{Scope: "charge", Key: key, Payload: []byte(`{"amount":100,"currency":"EUR"}`)}
+}
+
+func TestReplayIsAFlagNotAnError(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	runs := 0
+	fn := func(ctx context.Context) (string, error) { runs++; return "receipt-1", nil }
+	r1, err := idem.Do(ctx, en.eng, req("k"), fn)
+	if err != nil || r1.Replayed || r1.Value != "receipt-1" || r1.Fence != 1 {
+		t.Fatalf("first: %+v %v", r1, err)
+	}
+	r2, err := idem.Do(ctx, en.eng, req("k"), fn)
+	if err != nil || !r2.Replayed || r2.Value != "receipt-1" || r2.Fence != 0 || r2.Key != r1.Key {
+		t.Fatalf("second: %+v %v", r2, err)
+	}
+	if runs != 1 {
+		t.Fatalf("ran %d times", runs)
+	}
+	if en.obs.Count(idem.OutcomeAcquired) != 1 || en.obs.Count(idem.OutcomeReplayed) != 1 {
+		t.Fatalf("observer: %v", en.obs.Snapshot())
+	}
+}
+
+func TestInProgressFailsFastWithLeaseEnd(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: 20 * time.Second})
+	other := en.another(t, idem.Config{Lease: 20 * time.Second})
+	ctx := context.Background()
+	inside, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) {
+			close(inside)
+			<-finish
+			return 1, nil
+		})
+		done <- err
+	}()
+	<-inside
+	_, err := idem.Do(ctx, other, req("k"), func(context.Context) (int, error) {
+		t.Error("duplicate ran while the first was in progress")
+		return 0, nil
+	})
+	var ipe *idem.InProgressError
+	if !errors.As(err, &ipe) {
+		t.Fatalf("duplicate: %v, want *InProgressError", err)
+	}
+	if !ipe.LeaseUntil.Equal(t0.Add(20*time.Second)) || ipe.RetryAfter(t0) != 20*time.Second {
+		t.Fatalf("lease end %v retry-after %v", ipe.LeaseUntil, ipe.RetryAfter(t0))
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInProcessDuplicatesShareOneClaim(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := idem.Config{}
+				if wait {
+					cfg.Wait = time.Minute
+				}
+				en := setup(t, cfg)
+				ctx := context.Background()
+				const n = 50
+				var runs atomic.Int32
+				inside, finish := make(chan struct{}), make(chan struct{})
+				var wg sync.WaitGroup
+				results := make(chan error, n)
+				values := make(chan int, n)
+				leader := func() {
+					defer wg.Done()
+					r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) {
+						runs.Add(1)
+						close(inside)
+						<-finish
+						return 42, nil
+					})
+					results <- err
+					values <- r.Value
+				}
+				wg.Add(1)
+				go leader()
+				<-inside
+				for range n - 1 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) {
+							runs.Add(1)
+							return -1, nil
+						})
+						results <- err
+						values <- r.Value
+					}()
+				}
+				if !wait {
+					// Fail-fast duplicates return without touching the store.
+					busy := 0
+					for range n - 1 {
+						if err := <-results; errors.Is(err, idem.ErrInProgress) {
+							busy++
+						}
+					}
+					if busy != n-1 {
+						t.Fatalf("%d of %d duplicates got ErrInProgress", busy, n-1)
+					}
+				}
+				synctest.Wait() // every waiting duplicate has joined the flight
+				close(finish)
+				wg.Wait()
+				close(results)
+				close(values)
+				if wait {
+					for err := range results {
+						if err != nil {
+							t.Fatalf("waiting duplicate: %v", err)
+						}
+					}
+					for v := range values {
+						if v != 42 {
+							t.Fatalf("waiting duplicate got %d, want the leader's 42", v)
+						}
+					}
+				}
+				if runs.Load() != 1 {
+					t.Fatalf("ran %d times", runs.Load())
+				}
+				if c := en.store.Calls("claim"); c != 1 {
+					t.Fatalf("%d store claims for %d in-process duplicates, want 1", c, n)
+				}
+			})
+		})
+	}
+}
+
+func TestWaitPollsAnotherProcessUntilItFinishes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+		waiter := en.another(t, idem.Config{Wait: 10 * time.Second, WaitBackoff: 100 * time.Millisecond, MaxWaitBackoff: time.Second})
+		ctx := context.Background()
+		inside, finish := make(chan struct{}), make(chan struct{})
+		go func() {
+			_, _ = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+				close(inside)
+				<-finish
+				return "first", nil
+			})
+		}()
+		<-inside
+		go func() {
+			time.Sleep(2 * time.Second) // fake time: the first call runs for 2s
+			close(finish)
+		}()
+		start := time.Now()
+		r, err := idem.Do(ctx, waiter, req("k"), func(context.Context) (string, error) { return "second", nil })
+		if err != nil || r.Value != "first" || !r.Replayed {
+			t.Fatalf("waiter got %+v %v, want the first call's replayed value", r, err)
+		}
+		if el := time.Since(start); el < 2*time.Second || el > 3*time.Second {
+			t.Fatalf("waiter returned after %v, want shortly after the first call's 2s", el)
+		}
+		if c := en.store.Calls("claim"); c < 4 {
+			t.Fatalf("waiter polled %d times in 2s with 100ms..1s backoff", c-1)
+		}
+	})
+}
+
+func TestWaitGivesUpAfterItsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+		waiter := en.another(t, idem.Config{Wait: time.Second, WaitBackoff: 100 * time.Millisecond, MaxWaitBackoff: 200 * time.Millisecond})
+		ctx := context.Background()
+		inside, finish := make(chan struct{}), make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { close(inside); <-finish; return 1, nil })
+		}()
+		<-inside
+		start := time.Now()
+		_, err := idem.Do(ctx, waiter, req("k"), func(context.Context) (int, error) { return 2, nil })
+		if !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("after the wait budget: %v, want ErrInProgress", err)
+		}
+		if el := time.Since(start); el != time.Second {
+			t.Fatalf("gave up after %v, want exactly the 1s budget", el)
+		}
+		close(finish)
+		wg.Wait()
+	})
+}
+
+func TestErrorPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("plain error releases so a retry runs", func(t *testing.T) {
+		t.Parallel()
+		en := setup(t, idem.Config{})
+		runs := 0
+		boom := errors.New("upstream timeout")
+		fn := func(context.Context) (int, error) {
+			runs++
+			if runs == 1 {
+				return 0, boom
+			}
+			return 5, nil
+		}
+		if _, err := idem.Do(ctx, en.eng, req("k"), fn); !errors.Is(err, boom) {
+			t.Fatalf("first: %v", err)
+		}
+		r, err := idem.Do(ctx, en.eng, req("k"), fn)
+		if err != nil || r.Value != 5 || r.Replayed || runs != 2 {
+			t.Fatalf("retry: %+v %v runs=%d", r, err, runs)
+		}
+		if en.obs.Count(idem.OutcomeReleased) != 1 {
+			t.Fatalf("observer: %v", en.obs.Snapshot())
+		}
+	})
+	t.Run("panic releases and is re-raised", func(t *testing.T) {
+		t.Parallel()
+		en := setup(t, idem.Config{})
+		func() {
+			defer func() {
+				if r := recover(); r != "kaboom" {
+					t.Fatalf("recovered %v, want the operation's panic", r)
+				}
+			}()
+			_, _ = idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { panic("kaboom") })
+		}()
+		r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { return 9, nil })
+		if err != nil || r.Value != 9 {
+			t.Fatalf("retry after panic: %+v %v", r, err)
+		}
+	})
+	t.Run("terminal error is stored and replayed", func(t *testing.T) {
+		t.Parallel()
+		en := setup(t, idem.Config{})
+		declined := errors.New("card declined")
+		_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) {
+			return 0, idem.Terminal(declined, "card_declined")
+		})
+		var te *idem.TerminalError
+		if !errors.As(err, &te) || te.Replayed || !errors.Is(err, declined) {
+			t.Fatalf("first: %v", err)
+		}
+		r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) {
+			t.Error("ran again after a terminal error")
+			return 0, nil
+		})
+		if !errors.As(err, &te) || !te.Replayed || te.Code != "card_declined" || te.Message != "card declined" || !r.Replayed {
+			t.Fatalf("replay: %+v %v", r, err)
+		}
+	})
+	t.Run("failed complete still returns the result", func(t *testing.T) {
+		t.Parallel()
+		en := setup(t, idem.Config{})
+		en.store.FailAlways("complete", fmt.Errorf("network: %w", idem.ErrUnavailable))
+		r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "charged", nil })
+		if err != nil || r.Value != "charged" {
+			t.Fatalf("result hidden by a failed complete: %+v %v", r, err)
+		}
+		if en.obs.Count(idem.OutcomeCompleteFailed) != 1 {
+			t.Fatalf("observer: %v", en.obs.Snapshot())
+		}
+		// The claim stays IN_PROGRESS: a duplicate is held off, not re-run.
+		_, err = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "again", nil })
+		if !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("duplicate after a failed complete: %v", err)
+		}
+	})
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	down := fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", idem.ErrUnavailable)
+	en := setup(t, idem.Config{})
+	en.store.FailAlways("claim", down)
+	ran := false
+	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { ran = true; return 1, nil })
+	var se *idem.StoreError
+	if !errors.As(err, &se) || se.Op != "claim" || !errors.Is(err, idem.ErrUnavailable) || ran {
+		t.Fatalf("store down: %v ran=%v; want a claim *StoreError and no execution", err, ran)
+	}
+	open := setup(t, idem.Config{FailOpen: true})
+	open.store.FailAlways("claim", down)
+	r, err := idem.Do(ctx, open.eng, req("k"), func(context.Context) (int, error) { return 3, nil })
+	if err != nil || r.Value != 3 || open.obs.Count(idem.OutcomeUnprotected) != 1 {
+		t.Fatalf("FailOpen: %+v %v %v", r, err, open.obs.Snapshot())
+	}
+}
+
+func TestTakeoverFencesTheZombie(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: 10 * time.Second, RenewInterval: -1})
+	rescuer := en.another(t, idem.Config{Lease: 10 * time.Second, RenewInterval: -1})
+	ctx := context.Background()
+	inside, finish := make(chan struct{}), make(chan struct{})
+	zombie := make(chan idem.Result[string])
+	var zombieKey string
+	go func() {
+		r, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (string, error) {
+			c, _ := idem.FromContext(ctx)
+			zombieKey = c.DownstreamKey("bank")
+			close(inside)
+			<-finish
+			return "zombie", nil
+		})
+		if err != nil {
+			t.Errorf("zombie: %v", err)
+		}
+		zombie <- r
+	}()
+	<-inside
+	en.clock.Advance(9999 * time.Millisecond)
+	if _, err := idem.Do(ctx, rescuer, req("k"), func(context.Context) (string, error) { return "early", nil }); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("before the lease ended: %v", err)
+	}
+	en.clock.Advance(time.Millisecond)
+	var rescueKey string
+	r, err := idem.Do(ctx, rescuer, req("k"), func(ctx context.Context) (string, error) {
+		c, _ := idem.FromContext(ctx)
+		rescueKey = c.DownstreamKey("bank")
+		if c.Fence != 2 {
+			t.Errorf("takeover fence %d, want 2", c.Fence)
+		}
+		return "rescuer", nil
+	})
+	if err != nil || r.Value != "rescuer" || r.Fence != 2 {
+		t.Fatalf("takeover: %+v %v", r, err)
+	}
+	close(finish)
+	zr := <-zombie
+	if zr.Value != "zombie" {
+		t.Fatalf("zombie's own caller lost its value: %+v", zr)
+	}
+	if en.obs.Count(idem.OutcomeFenced) != 1 {
+		t.Fatalf("zombie's complete was not refused: %v", en.obs.Snapshot())
+	}
+	rec, err := en.mem.Get(ctx, r.Key)
+	if err != nil || string(rec.Result) != `"rescuer"` || rec.Fence != 2 {
+		t.Fatalf("record after zombie write: %+v %v", rec, err)
+	}
+	if zombieKey == "" || zombieKey != rescueKey {
+		t.Fatalf("downstream key changed across the takeover: %q vs %q", zombieKey, rescueKey)
+	}
+}
+
+func TestLeaseRenewalKeepsLongWorkProtected(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: 3 * time.Second, RenewInterval: time.Second})
+	other := en.another(t, idem.Config{Lease: 3 * time.Second})
+	ctx := context.Background()
+	inside, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { close(inside); <-finish; return 1, nil })
+		done <- err
+	}()
+	<-inside
+	for range 10 { // 10s of work with a 3s lease
+		en.clock.Advance(time.Second)
+		if _, err := idem.Do(ctx, other, req("k"), func(context.Context) (int, error) { return 2, nil }); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("at %v: %v, want ErrInProgress (lease renewed)", en.clock.Now().Sub(t0), err)
+		}
+	}
+	if n := en.store.Calls("extend"); n != 10 {
+		t.Fatalf("%d renewals in 10s at 1s intervals", n)
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if en.clock.Waiters() != 0 {
+		t.Fatalf("%d timers left after the call returned", en.clock.Waiters())
+	}
+}
+
+func TestLostLeaseCancelsTheOperation(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: 3 * time.Second, RenewInterval: time.Second})
+	ctx := context.Background()
+	en.store.FailAlways("extend", &idem.FencedError{Key: "k", Fence: 1, Current: 2, Status: idem.StatusInProgress})
+	inside := make(chan struct{})
+	cause := make(chan error)
+	go func() {
+		_, _ = idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
+			close(inside)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return 0, ctx.Err()
+		})
+	}()
+	<-inside
+	en.clock.Advance(time.Second)
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("operation context cause: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestLeaseDefaultsToContextDeadline(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: 30 * time.Second, Clock: idem.SystemClock{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	_, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
+		c, _ := idem.FromContext(ctx)
+		rec, err := en.mem.Get(ctx, c.Key)
+		if err != nil {
+			return 0, err
+		}
+		if got := idem.FromMillis(rec.LeaseUntil); got.Sub(dl).Abs() > 5*time.Millisecond {
+			t.Errorf("lease until %v, want the context deadline %v", got, dl)
+		}
+		return 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLocalCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	en := setup(t, idem.Config{Expiry: time.Hour, Cache: &idem.CacheConfig{MaxEntries: 2}})
+	fn := func(context.Context) (string, error) { return "v", nil }
+	if _, err := idem.Do(ctx, en.eng, req("a"), fn); err != nil {
+		t.Fatal(err)
+	}
+	before := en.store.Total()
+	r, err := idem.Do(ctx, en.eng, req("a"), fn)
+	if err != nil || !r.Replayed || r.Value != "v" {
+		t.Fatalf("cache hit: %+v %v", r, err)
+	}
+	if en.store.Total() != before || en.obs.Count(idem.OutcomeCacheHit) != 1 {
+		t.Fatalf("cache hit made %d store calls", en.store.Total()-before)
+	}
+	// Bounded by entries: a and b, then c evicts a.
+	for _, k := range []string{"b", "c"} {
+		if _, err := idem.Do(ctx, en.eng, req(k), fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = en.store.Total()
+	if _, err := idem.Do(ctx, en.eng, req("a"), fn); err != nil {
+		t.Fatal(err)
+	}
+	if en.store.Total() == before {
+		t.Fatal("evicted entry still served from cache")
+	}
+	// Entries expire with their record.
+	en.clock.Advance(time.Hour)
+	before = en.store.Total()
+	r, err = idem.Do(ctx, en.eng, req("c"), fn)
+	if err != nil || r.Replayed || en.store.Total() == before {
+		t.Fatalf("expired entry: %+v %v", r, err)
+	}
+}
+
+func TestResultOverLimitIsNotReplayedAsGarbage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	en := setup(t, idem.Config{MaxResultBytes: 16})
+	big := strings.Repeat("x", 100)
+	r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return big, nil })
+	if err != nil || r.Value != big {
+		t.Fatalf("first caller: %+v %v", r, err)
+	}
+	_, err = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+		t.Error("re-ran an operation whose result was too large to store")
+		return "", nil
+	})
+	if !errors.Is(err, idem.ErrResultTooLarge) {
+		t.Fatalf("retry: %v, want ErrResultTooLarge", err)
+	}
+}
+
+func TestDisabledByEnvironment(t *testing.T) {
+	t.Setenv(idem.EnvDisabled, "true")
+	en := setup(t, idem.Config{})
+	runs := 0
+	for range 3 {
+		if _, err := idem.Do(context.Background(), en.eng, req("k"), func(context.Context) (int, error) { runs++; return 0, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs != 3 || en.store.Total() != 0 {
+		t.Fatalf("disabled engine: runs=%d store calls=%d", runs, en.store.Total())
+	}
+}
+
+func TestCancelledContextDoesNotClaim(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { return 1, nil })
+	if !errors.Is(err, context.Canceled) || en.store.Total() != 0 {
+		t.Fatalf("cancelled: %v, %d store calls", err, en.store.Total())
+	}
+}
+
+func TestOutcomeWrittenEvenIfCallerCancels(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { cancel(); return 7, nil })
+	if err != nil || r.Value != 7 {
+		t.Fatal(r, err)
+	}
+	rec, err := en.mem.Get(context.Background(), r.Key)
+	if err != nil || rec.Status != idem.StatusCompleted {
+		t.Fatalf("record after the caller cancelled: %+v %v", rec, err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	bad := []idem.Config{
+		{Expiry: time.Millisecond},
+		{Lease: time.Hour, Expiry: time.Minute},
+		{Lease: time.Second, RenewInterval: 2 * time.Second},
+		{Wait: -1},
+		{MaxResultBytes: -1},
+	}
+	for _, c := range bad {
+		if _, err := idem.New(mem, &c); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("New(%+v): %v, want ErrInvalidConfig", c, err)
+		}
+	}
+	if _, err := idem.New(nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil store: %v", err)
+	}
+	if _, err := idem.New(mem, nil); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+type chargeIn struct {
+	OrderID string `json:"order_id"`
+	Amount  int    `json:"amount"`
+	Note    string `json:"note"`
+}
+
+func TestOpKeyFromInputComputedBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	runs := 0
+	op, err := idem.NewOp(en.eng, "charge", func(ctx context.Context, in *chargeIn) (string, error) {
+		runs++
+		in.OrderID = "mutated" // must not change the recorded key
+		return "ok-" + fmt.Sprint(in.Amount), nil
+	}, &idem.OpConfig[*chargeIn, string]{
+		Key: func(in *chargeIn) (string, error) { return in.OrderID, nil },
+		Payload: func(in *chargeIn) ([]byte, error) {
+			return fmt.Appendf(nil, `{"order":%q,"amount":%d}`, in.OrderID, in.Amount), nil
+		},
+		OnReplay: func(_ context.Context, s string) string { return s + " (replayed)" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := op.Do(ctx, &chargeIn{OrderID: "o-1", Amount: 5, Note: "a"})
+	if err != nil || r1.Value != "ok-5" {
+		t.Fatal(r1, err)
+	}
+	// Note is outside the payload selection: same key, same fingerprint.
+	r2, err := op.Do(ctx, &chargeIn{OrderID: "o-1", Amount: 5, Note: "b"})
+	if err != nil || r2.Value != "ok-5 (replayed)" || runs != 1 {
+		t.Fatalf("replay: %+v %v runs=%d", r2, err, runs)
+	}
+	if _, err := op.Do(ctx, &chargeIn{OrderID: "o-1", Amount: 6}); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("same key, other amount: %v", err)
+	}
+	if _, err := idem.NewOp[int, int](en.eng, "bad name!", func(context.Context, int) (int, error) { return 0, nil }, nil); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("bad op name: %v", err)
+	}
+	f := op.Func()
+	if v, err := f(ctx, &chargeIn{OrderID: "o-1", Amount: 5}); err != nil || v != "ok-5 (replayed)" {
+		t.Fatal(v, err)
+	}
+}
+
+func TestOpWholePayloadKey(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	runs := 0
+	op, err := idem.NewOp(en.eng, "notify", func(_ context.Context, in map[string]any) (int, error) { runs++; return len(in), nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []map[string]any{{"a": 1, "b": 2}, {"b": 2, "a": 1}} {
+		if _, err := op.Do(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := op.Do(context.Background(), map[string]any{"a": 2}); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 {
+		t.Fatalf("ran %d times for 2 distinct payloads", runs)
+	}
+}
+
+func TestStoredResultOfWrongTypeIsAnErrorNotGarbage(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	if _, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "text", nil }); err != nil {
+		t.Fatal(err)
+	}
+	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { return 1, nil })
+	if !errors.Is(err, idem.ErrCorrupt) {
+		t.Fatalf("decoding a string result into int: %v, want ErrCorrupt", err)
+	}
+}

@@ -1,0 +1,272 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Errors of a call through the engine ([Do], [Op.Do]).
+var (
+	// ErrInProgress: another caller holds the key and the call did not wait
+	// (or waited its limit). The error is an [*InProgressError].
+	ErrInProgress = errors.New("idem: operation already in progress")
+	// ErrMismatch: the key was used before with a different payload. The
+	// error is a [*MismatchError].
+	ErrMismatch = errors.New("idem: idempotency key reused with a different payload")
+	// ErrTerminal: the operation failed with a terminal error, stored and
+	// replayed. The error is a [*TerminalError].
+	ErrTerminal = errors.New("idem: terminal error")
+	// ErrResultTooLarge: the first execution succeeded but its result was
+	// over the size limit, so it could not be stored; later calls get this
+	// stored error instead of running the operation again.
+	ErrResultTooLarge = errors.New("idem: stored result was too large to replay")
+	// ErrLeaseLost: the lease could not be renewed because another caller
+	// took the key over. The operation's context is cancelled with this
+	// cause.
+	ErrLeaseLost = errors.New("idem: lease lost to another caller")
+	// ErrStore: the store failed; the call failed closed and the operation
+	// did not run. The error is a [*StoreError].
+	ErrStore = errors.New("idem: store error")
+)
+
+// Errors returned by stores.
+var (
+	// ErrNotFound: the key is absent or expired.
+	ErrNotFound = errors.New("idem: record not found")
+	// ErrFenced: a write by a holder whose fence is no longer the record's,
+	// or to a record no longer IN_PROGRESS. Nothing changed. The error is a
+	// [*FencedError].
+	ErrFenced = errors.New("idem: write refused, fence is stale")
+	// ErrTooLarge: the record is over the store's size limit. The error is a
+	// [*TooLargeError].
+	ErrTooLarge = errors.New("idem: record too large for the store")
+	// ErrUnavailable: the backend could not be reached or did not answer in
+	// time. Wrapped by stores with the backend's error.
+	ErrUnavailable = errors.New("idem: store unavailable")
+	// ErrCorrupt: stored bytes could not be decoded. The engine fails
+	// closed: it never replays what it cannot read.
+	ErrCorrupt = errors.New("idem: corrupt record")
+)
+
+// Errors of input validation.
+var (
+	// ErrInvalidKey: a scope, tenant, key or store key is malformed. The
+	// error is a [*KeyError].
+	ErrInvalidKey = errors.New("idem: invalid key")
+	// ErrInvalidPayload: a JSON payload could not be canonicalised. The
+	// error is a [*PayloadError].
+	ErrInvalidPayload = errors.New("idem: invalid payload")
+	// ErrInvalidConfig: a [Config] field is out of range.
+	ErrInvalidConfig = errors.New("idem: invalid config")
+)
+
+// InProgressError is returned when another caller holds the key.
+type InProgressError struct {
+	Key string
+	// LeaseUntil is when the holder's lease ends: the earliest time a retry
+	// could take the key over.
+	LeaseUntil time.Time
+	// Owner is the holder, for logs.
+	Owner string
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("idem: key %s already in progress (held by %s until %s)",
+		e.Key, e.Owner, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrInProgress) true.
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// RetryAfter returns how long after now a retry makes sense (at least one
+// second, for an HTTP Retry-After header).
+func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
+	d := e.LeaseUntil.Sub(now)
+	if d < time.Second {
+		return time.Second
+	}
+	return d
+}
+
+// MismatchError is returned when a key is reused with a different payload.
+type MismatchError struct {
+	Key string
+	// Stored and Got are the two payload fingerprints.
+	Stored, Got string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("idem: key %s was first used with payload %s, now with %s",
+		e.Key, short(e.Stored), short(e.Got))
+}
+
+// Is makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+func short(fp string) string {
+	if fp == "" {
+		return "(none)"
+	}
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+// TerminalError is an operation error that is final for its key: the engine
+// stores it (status FAILED) and replays it to every later call with the same
+// key instead of running the operation again. Mark an error terminal with
+// [Terminal] or by returning a *TerminalError.
+type TerminalError struct {
+	// Code is a short machine-readable code.
+	Code string
+	// Message is the human-readable message.
+	Message string
+	// Body is optional encoded detail, stored and replayed as is.
+	Body []byte
+	// Replayed is true when the error was read from the store rather than
+	// returned by the operation in this call.
+	Replayed bool
+	err      error
+}
+
+// Terminal marks err as terminal with a machine-readable code. A nil err
+// returns nil.
+func Terminal(err error, code string) error {
+	if err == nil {
+		return nil
+	}
+	return &TerminalError{Code: code, Message: err.Error(), err: err}
+}
+
+func (e *TerminalError) Error() string {
+	if e.Code == "" {
+		return "idem: terminal error: " + e.Message
+	}
+	return "idem: terminal error " + strconv.Quote(e.Code) + ": " + e.Message
+}
+
+// Unwrap returns the operation's own error on the first execution, nil on
+// a replay.
+func (e *TerminalError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, ErrTerminal) true, and errors.Is(err,
+// ErrResultTooLarge) true for the stored too-large marker.
+func (e *TerminalError) Is(target error) bool {
+	return target == ErrTerminal || (target == ErrResultTooLarge && e.Code == CodeResultTooLarge)
+}
+
+// CodeResultTooLarge is the code of the terminal error the engine stores
+// when a successful result is over the size limit.
+const CodeResultTooLarge = "idem.result_too_large"
+
+func (e *TerminalError) record() ErrorRecord {
+	return ErrorRecord{Code: e.Code, Message: e.Message, Body: e.Body}
+}
+
+func terminalFromRecord(r *ErrorRecord) *TerminalError {
+	if r == nil {
+		return &TerminalError{Message: "(no error stored)", Replayed: true}
+	}
+	return &TerminalError{Code: r.Code, Message: r.Message, Body: r.Body, Replayed: true}
+}
+
+// FencedError is returned by a store when a write's fence no longer matches
+// the record, or the record is no longer IN_PROGRESS.
+type FencedError struct {
+	Key string
+	// Fence is the writer's fence; Current is the record's.
+	Fence, Current uint64
+	// Status is the record's status.
+	Status Status
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("idem: write to %s with fence %d refused: record has fence %d, status %s",
+		e.Key, e.Fence, e.Current, e.Status)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// TooLargeError is returned by a store when a record is over its limit.
+type TooLargeError struct {
+	Key         string
+	Size, Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("idem: record %s carries %d bytes, over the store's limit of %d", e.Key, e.Size, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) true.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// StoreError wraps a store failure seen by the engine.
+type StoreError struct {
+	// Op is the store operation: claim, complete, fail, release, extend, get.
+	Op  string
+	Key string
+	Err error
+}
+
+func (e *StoreError) Error() string {
+	return fmt.Sprintf("idem: store %s of %s failed: %v", e.Op, e.Key, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrStore) true.
+func (e *StoreError) Is(target error) bool { return target == ErrStore }
+
+// KeyError describes a malformed scope, tenant, key or store key.
+type KeyError struct {
+	// Field names what was wrong: "scope", "tenant", "key", "store key".
+	Field  string
+	Value  string
+	Reason string
+}
+
+func (e *KeyError) Error() string {
+	v := e.Value
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	return fmt.Sprintf("idem: invalid %s %q: %s", e.Field, v, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+
+// PayloadError describes why a JSON payload could not be canonicalised.
+type PayloadError struct {
+	// Offset is the byte offset where the problem was found.
+	Offset int
+	Reason string
+}
+
+func (e *PayloadError) Error() string {
+	return fmt.Sprintf("idem: invalid JSON payload at byte %d: %s", e.Offset, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidPayload) true.
+func (e *PayloadError) Is(target error) bool { return target == ErrInvalidPayload }
+
+// CorruptError describes stored bytes that could not be decoded.
+type CorruptError struct {
+	Key    string
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	if e.Key == "" {
+		return "idem: corrupt record: " + e.Reason
+	}
+	return fmt.Sprintf("idem: corrupt record %s: %s", e.Key, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }

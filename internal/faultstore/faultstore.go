@@ -1,0 +1,120 @@
+// Package faultstore wraps an idem.Store to count its calls and inject
+// failures, for tests: fail the Nth call of a method, or every call while a
+// switch is on.
+package faultstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// Store wraps Inner. Set Fail to make calls fail; read Calls to count them.
+type Store struct {
+	Inner idem.Store
+
+	mu sync.Mutex
+	// fail, keyed by method name, returns the error to inject for call n
+	// (1-based) of that method, or nil to pass the call through.
+	fail  map[string]func(n int64) error
+	calls map[string]*atomic.Int64
+}
+
+// New wraps inner.
+func New(inner idem.Store) *Store {
+	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
+	for _, m := range []string{"claim", "complete", "fail", "release", "extend", "get"} {
+		s.calls[m] = new(atomic.Int64)
+	}
+	return s
+}
+
+// FailWith makes method fail with the error f returns for call n (nil
+// passes). A nil f removes the fault.
+func (s *Store) FailWith(method string, f func(n int64) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f == nil {
+		delete(s.fail, method)
+		return
+	}
+	s.fail[method] = f
+}
+
+// FailAlways makes every call of method fail with err.
+func (s *Store) FailAlways(method string, err error) {
+	s.FailWith(method, func(int64) error { return err })
+}
+
+// Calls returns how many times method was called.
+func (s *Store) Calls(method string) int64 { return s.calls[method].Load() }
+
+// Total returns the number of calls of every method.
+func (s *Store) Total() int64 {
+	var n int64
+	for _, c := range s.calls {
+		n += c.Load()
+	}
+	return n
+}
+
+func (s *Store) inject(method string) error {
+	n := s.calls[method].Add(1)
+	s.mu.Lock()
+	f := s.fail[method]
+	s.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(n)
+}
+
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := s.inject("claim"); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	return s.Inner.Claim(ctx, p)
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if err := s.inject("complete"); err != nil {
+		return err
+	}
+	return s.Inner.Complete(ctx, p)
+}
+
+// Fail implements idem.Store.
+func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+	if err := s.inject("fail"); err != nil {
+		return err
+	}
+	return s.Inner.Fail(ctx, p)
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+	if err := s.inject("release"); err != nil {
+		return err
+	}
+	return s.Inner.Release(ctx, p)
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	if err := s.inject("extend"); err != nil {
+		return err
+	}
+	return s.Inner.Extend(ctx, p)
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+	if err := s.inject("get"); err != nil {
+		return nil, err
+	}
+	return s.Inner.Get(ctx, key)
+}

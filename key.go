@@ -1,0 +1,195 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Limits on the parts of a key.
+const (
+	// MaxScopeLen is the longest operation name accepted as a scope.
+	MaxScopeLen = 128
+	// MaxTenantLen is the longest tenant accepted.
+	MaxTenantLen = 256
+	// MaxKeyLen is the longest explicit key material accepted.
+	MaxKeyLen = 4096
+)
+
+// Key is a parsed store key, "<scope>#<digest>" where scope is the operation
+// name, optionally followed by "/" and a tenant, and digest is the hex SHA-256
+// of the key material.
+type Key struct {
+	// Name is the operation name: 1 to 128 characters of A-Z a-z 0-9 . _ : -
+	Name string
+	// Tenant is optional: up to 256 printable ASCII characters, no '#'.
+	Tenant string
+	// Digest is the lowercase hex SHA-256 of the key material.
+	Digest string
+}
+
+// String returns the store key.
+func (k Key) String() string {
+	if k.Tenant == "" {
+		return k.Name + "#" + k.Digest
+	}
+	return k.Name + "/" + k.Tenant + "#" + k.Digest
+}
+
+// Scope returns the scope part of the key: the name, and the tenant if any.
+func (k Key) Scope() string {
+	if k.Tenant == "" {
+		return k.Name
+	}
+	return k.Name + "/" + k.Tenant
+}
+
+// NewKey derives a key from an operation name, an optional tenant and the
+// key material, which is hashed.
+func NewKey(name, tenant string, material []byte) (Key, error) {
+	if err := validateName(name); err != nil {
+		return Key{}, err
+	}
+	if err := validateTenant(tenant); err != nil {
+		return Key{}, err
+	}
+	return Key{Name: name, Tenant: tenant, Digest: Digest(material)}, nil
+}
+
+// Digest returns the lowercase hex SHA-256 of b.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// ParseKey parses a store key as produced by [Key.String].
+func ParseKey(s string) (Key, error) {
+	i := strings.LastIndexByte(s, '#')
+	if i < 0 {
+		return Key{}, &KeyError{Field: "store key", Value: s, Reason: `missing "#" before the digest`}
+	}
+	scope, digest := s[:i], s[i+1:]
+	if !isHexDigest(digest) {
+		return Key{}, &KeyError{Field: "store key", Value: s, Reason: "digest is not 64 lowercase hex characters"}
+	}
+	name, tenant, _ := strings.Cut(scope, "/")
+	if err := validateName(name); err != nil {
+		return Key{}, err
+	}
+	if strings.Contains(scope, "/") && tenant == "" {
+		return Key{}, &KeyError{Field: "store key", Value: s, Reason: `empty tenant after "/"`}
+	}
+	if err := validateTenant(tenant); err != nil {
+		return Key{}, err
+	}
+	return Key{Name: name, Tenant: tenant, Digest: digest}, nil
+}
+
+func validateName(name string) error {
+	if name == "" {
+		return &KeyError{Field: "scope", Value: name, Reason: "empty; every call needs an operation name"}
+	}
+	if len(name) > MaxScopeLen {
+		return &KeyError{Field: "scope", Value: name, Reason: "longer than 128 characters"}
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return &KeyError{Field: "scope", Value: name, Reason: "only A-Z a-z 0-9 . _ : - are allowed"}
+		}
+	}
+	return nil
+}
+
+func validateTenant(t string) error {
+	if len(t) > MaxTenantLen {
+		return &KeyError{Field: "tenant", Value: t, Reason: "longer than 256 characters"}
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c < 0x21 || c > 0x7e || c == '#' {
+			return &KeyError{Field: "tenant", Value: t, Reason: "only printable ASCII without spaces or '#' is allowed"}
+		}
+	}
+	return nil
+}
+
+func isHexDigest(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Request names one protected call: what operation, for whom, under which
+// key, with which payload. The engine derives the store key and the payload
+// fingerprint from it once, before the operation runs.
+type Request struct {
+	// Scope is the operation name (required), such as "charge".
+	Scope string
+	// Tenant optionally narrows the scope to a tenant or principal, so that
+	// two tenants using the same key never share a record.
+	Tenant string
+	// Key is the explicit idempotency key material (for example a client's
+	// Idempotency-Key). When empty the key is derived from the payload.
+	Key string
+	// Payload is the request payload. It is fingerprinted, and a later call
+	// with the same key and another payload fails with [ErrMismatch]. By
+	// default it must be JSON and is canonicalised first (see [Canonicalize]),
+	// so that key order and white space do not matter.
+	Payload []byte
+	// RawPayload fingerprints Payload as raw bytes instead of canonical JSON.
+	RawPayload bool
+}
+
+// Identity is what the engine derives from a [Request]: the store key and
+// the payload fingerprint.
+type Identity struct {
+	Key         Key
+	Fingerprint string
+}
+
+// Identity derives the store key and fingerprint of r. It fails with a
+// [*KeyError] or a [*PayloadError] naming what is wrong.
+func (r *Request) Identity() (Identity, error) {
+	fp := ""
+	if r.Payload != nil {
+		b := r.Payload
+		if !r.RawPayload {
+			c, err := Canonicalize(r.Payload)
+			if err != nil {
+				return Identity{}, err
+			}
+			b = c
+		}
+		fp = Digest(b)
+	}
+	var k Key
+	if r.Key != "" {
+		if len(r.Key) > MaxKeyLen {
+			return Identity{}, &KeyError{Field: "key", Value: r.Key, Reason: "longer than 4096 bytes"}
+		}
+		var err error
+		if k, err = NewKey(r.Scope, r.Tenant, []byte(r.Key)); err != nil {
+			return Identity{}, err
+		}
+	} else {
+		if r.Payload == nil {
+			return Identity{}, &KeyError{Field: "key", Value: "", Reason: "empty, and there is no payload to derive it from"}
+		}
+		if err := validateName(r.Scope); err != nil {
+			return Identity{}, err
+		}
+		if err := validateTenant(r.Tenant); err != nil {
+			return Identity{}, err
+		}
+		k = Key{Name: r.Scope, Tenant: r.Tenant, Digest: fp}
+	}
+	return Identity{Key: k, Fingerprint: fp}, nil
+}

@@ -1,0 +1,292 @@
+// Package memstore is an in-memory idem store, for tests and for a single
+// process that can afford to forget every record when it exits.
+//
+// It is bounded: when MaxRecords live records are held, a claim of a new
+// key fails closed with an error wrapping idem.ErrUnavailable; live records
+// are never evicted to make room. Expired records are swept by a goroutine
+// that stops on Close.
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// ErrFull is returned (wrapping idem.ErrUnavailable) when a claim of a new
+// key finds the store at MaxRecords live records.
+var ErrFull = fmt.Errorf("memstore: full: %w", idem.ErrUnavailable)
+
+// Config configures a [Store]. A nil *Config means all defaults.
+type Config struct {
+	// MaxRecords bounds the number of records. Default 1,000,000.
+	MaxRecords int
+	// MaxResultBytes bounds a record's payload (result or error). Default
+	// 16 MiB.
+	MaxResultBytes int
+	// SweepInterval is how often expired records are deleted. Default 1m;
+	// negative disables the sweeper.
+	SweepInterval time.Duration
+	// Clock drives the sweeper. Default idem.SystemClock.
+	Clock idem.Clock
+}
+
+// Store is an in-memory [idem.Store]. It also implements [idem.Lister] and
+// [idem.Deleter].
+type Store struct {
+	cfg Config
+
+	mu sync.Mutex
+	m  map[string]*idem.Record
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Lister  = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
+
+// New returns an empty store and starts its sweeper.
+func New(cfg *Config) *Store {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxRecords <= 0 {
+		c.MaxRecords = 1_000_000
+	}
+	if c.MaxResultBytes <= 0 {
+		c.MaxResultBytes = 16 << 20
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+	}
+	if c.Clock == nil {
+		c.Clock = idem.SystemClock{}
+	}
+	s := &Store{cfg: c, m: make(map[string]*idem.Record), stop: make(chan struct{}), done: make(chan struct{})}
+	if c.SweepInterval > 0 {
+		go s.sweepLoop()
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the sweeper and waits for it. The store stays usable.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+func (s *Store) sweepLoop() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
+			s.Sweep(idem.Millis(s.cfg.Clock.Now()))
+		}
+	}
+}
+
+// Sweep deletes every record expired at now (ms) and returns how many.
+func (s *Store) Sweep(now int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sweepLocked(now)
+}
+
+func (s *Store) sweepLocked(now int64) int {
+	n := 0
+	for k, r := range s.m {
+		if r.Expired(now) {
+			delete(s.m, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Len returns the number of records held, expired or not.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// Claim implements [idem.Store].
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, exists := s.m[p.Key]
+	var fence uint64 = 1
+	takeover := false
+	if exists {
+		switch {
+		case old.Expired(p.Now):
+			fence = old.Fence + 1
+		case old.LeaseExpired(p.Now):
+			fence, takeover = old.Fence+1, true
+		case old.Status == idem.StatusInProgress && old.Owner == p.Owner && old.Fingerprint == p.Fingerprint:
+			return idem.ClaimResult{Acquired: true, Record: old.Clone()}, nil
+		default:
+			return idem.ClaimResult{Record: old.Clone()}, nil
+		}
+	} else if len(s.m) >= s.cfg.MaxRecords && s.sweepLocked(p.Now) == 0 {
+		return idem.ClaimResult{}, ErrFull
+	}
+	r := &idem.Record{
+		Key: p.Key, Status: idem.StatusInProgress, Fence: fence, Owner: p.Owner,
+		LeaseUntil: p.LeaseUntil, ExpiresAt: p.ExpiresAt, Fingerprint: p.Fingerprint,
+		CreatedAt: p.Now, Version: idem.RecordVersion,
+	}
+	s.m[p.Key] = r
+	return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: r.Clone()}, nil
+}
+
+// held returns the record that a fenced write may change, or the error the
+// contract names.
+func (s *Store) held(key string, fence uint64, now int64) (*idem.Record, error) {
+	r, ok := s.m[key]
+	if !ok || r.Expired(now) {
+		return nil, idem.ErrNotFound
+	}
+	if r.Fence != fence || r.Status != idem.StatusInProgress {
+		return nil, &idem.FencedError{Key: key, Fence: fence, Current: r.Fence, Status: r.Status}
+	}
+	return r, nil
+}
+
+// Complete implements [idem.Store].
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(p.Result) > s.cfg.MaxResultBytes {
+		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.held(p.Key, p.Fence, p.Now)
+	if err != nil {
+		return err
+	}
+	r.Status, r.Result, r.ExpiresAt, r.CompletedAt = idem.StatusCompleted, append([]byte{}, p.Result...), p.ExpiresAt, p.Now
+	return nil
+}
+
+// Fail implements [idem.Store].
+func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n := len(p.Err.Body) + len(p.Err.Message) + len(p.Err.Code); n > s.cfg.MaxResultBytes {
+		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.held(p.Key, p.Fence, p.Now)
+	if err != nil {
+		return err
+	}
+	er := p.Err
+	er.Body = slices.Clone(er.Body)
+	r.Status, r.Err, r.ExpiresAt, r.CompletedAt = idem.StatusFailed, &er, p.ExpiresAt, p.Now
+	return nil
+}
+
+// Release implements [idem.Store].
+func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.held(p.Key, p.Fence, p.Now); err != nil {
+		return err
+	}
+	delete(s.m, p.Key)
+	return nil
+}
+
+// Extend implements [idem.Store].
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.held(p.Key, p.Fence, p.Now)
+	if err != nil {
+		return err
+	}
+	r.LeaseUntil = p.LeaseUntil
+	return nil
+}
+
+// Get implements [idem.Store].
+func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.m[key]
+	if !ok {
+		return nil, idem.ErrNotFound
+	}
+	return r.Clone(), nil
+}
+
+// List implements [idem.Lister]: records in key order, the cursor being the
+// last key of the previous page.
+func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ListResult{}, err
+	}
+	s.mu.Lock()
+	var recs []*idem.Record
+	for k, r := range s.m {
+		if k > p.Cursor && p.Matches(r) {
+			recs = append(recs, r.Clone())
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(recs, func(a, b *idem.Record) int { return cmp.Compare(a.Key, b.Key) })
+	var out idem.ListResult
+	if n := p.PageSize(); len(recs) > n {
+		recs = recs[:n]
+		out.Next = recs[n-1].Key
+	}
+	out.Records = recs
+	return out, nil
+}
+
+// Delete implements [idem.Deleter].
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[key]; !ok {
+		return idem.ErrNotFound
+	}
+	delete(s.m, key)
+	return nil
+}

@@ -1,0 +1,132 @@
+package idem
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is what happened to one call, or to one of its store writes.
+type Outcome int
+
+// The outcomes an [Observer] is told about.
+const (
+	// OutcomeAcquired: the call claimed the key and ran the operation.
+	OutcomeAcquired Outcome = iota
+	// OutcomeTakeover: the claim took over a record whose lease had passed
+	// (counted in addition to OutcomeAcquired).
+	OutcomeTakeover
+	// OutcomeReplayed: a stored result or terminal error was replayed.
+	OutcomeReplayed
+	// OutcomeCacheHit: a result was replayed from the local cache, with no
+	// store call (counted instead of OutcomeReplayed).
+	OutcomeCacheHit
+	// OutcomeInProgress: the call met a live claim and returned
+	// [ErrInProgress].
+	OutcomeInProgress
+	// OutcomeMismatch: the key was reused with another payload.
+	OutcomeMismatch
+	// OutcomeFenced: a fenced write (complete, fail, release, extend) was
+	// refused because another caller had taken the key over.
+	OutcomeFenced
+	// OutcomeStoreError: a store call failed.
+	OutcomeStoreError
+	// OutcomeCompleteFailed: the operation succeeded but its outcome could
+	// not be recorded; the caller still got the result.
+	OutcomeCompleteFailed
+	// OutcomeFailed: a terminal error was stored.
+	OutcomeFailed
+	// OutcomeReleased: the operation failed with a retryable error or
+	// panicked, and the claim was released.
+	OutcomeReleased
+	// OutcomeUnprotected: the operation ran without a claim, because the
+	// engine is disabled or because the store failed and FailOpen is set.
+	OutcomeUnprotected
+	numOutcomes
+)
+
+var outcomeNames = [...]string{
+	"acquired", "takeover", "replayed", "cache_hit", "in_progress", "mismatch",
+	"fenced", "store_error", "complete_failed", "failed", "released", "unprotected",
+}
+
+// String returns the outcome's metric label, such as "replayed".
+func (o Outcome) String() string {
+	if o < 0 || o >= numOutcomes {
+		return "unknown"
+	}
+	return outcomeNames[o]
+}
+
+// Outcomes lists every outcome, for exporters that pre-register labels.
+func Outcomes() []Outcome {
+	out := make([]Outcome, numOutcomes)
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
+
+// Observer is told about every outcome and every store call's latency. Its
+// methods are called on the call's goroutine and must be fast and safe for
+// concurrent use.
+type Observer interface {
+	// Observe counts one outcome of a call in the named operation.
+	Observe(op string, o Outcome)
+	// StoreCall reports one store call: the method ("claim", "complete",
+	// "fail", "release", "extend", "get"), its duration and its error.
+	StoreCall(method string, d time.Duration, err error)
+}
+
+// Counters is an [Observer] that counts outcomes and store calls in memory.
+// The zero value is ready to use.
+type Counters struct {
+	outcomes   [numOutcomes]atomic.Uint64
+	storeCalls atomic.Uint64
+	storeErrs  atomic.Uint64
+	storeNanos atomic.Int64
+}
+
+// Observe implements [Observer].
+func (c *Counters) Observe(_ string, o Outcome) {
+	if o >= 0 && o < numOutcomes {
+		c.outcomes[o].Add(1)
+	}
+}
+
+// StoreCall implements [Observer].
+func (c *Counters) StoreCall(_ string, d time.Duration, err error) {
+	c.storeCalls.Add(1)
+	c.storeNanos.Add(int64(d))
+	if err != nil {
+		c.storeErrs.Add(1)
+	}
+}
+
+// Count returns how many times o was observed.
+func (c *Counters) Count(o Outcome) uint64 {
+	if o < 0 || o >= numOutcomes {
+		return 0
+	}
+	return c.outcomes[o].Load()
+}
+
+// StoreCalls returns the number of store calls and how many failed.
+func (c *Counters) StoreCalls() (calls, failed uint64) {
+	return c.storeCalls.Load(), c.storeErrs.Load()
+}
+
+// Snapshot returns the outcome counts by label, omitting zeros.
+func (c *Counters) Snapshot() map[string]uint64 {
+	m := make(map[string]uint64)
+	for i := range c.outcomes {
+		if n := c.outcomes[i].Load(); n > 0 {
+			m[Outcome(i).String()] = n
+		}
+	}
+	return m
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(string, Outcome)                {}
+func (nopObserver) StoreCall(string, time.Duration, error) {}

@@ -1,0 +1,182 @@
+package idem
+
+import "context"
+
+// Store is the contract every backend implements: a handful of atomic,
+// single-key operations, each one round trip where the backend allows.
+//
+// Time is never read from the store's own clock: every call carries Now (ms)
+// from the engine's clock, and every operation decides expiry and leases by
+// comparing those timestamps with the record's ([Record.Expired],
+// [Record.LeaseExpired]). A backend's native TTL only reclaims space.
+//
+// Errors: stores translate backend errors at their boundary. A backend that
+// cannot be reached or answered in time yields an error wrapping
+// [ErrUnavailable]; bytes that cannot be decoded yield [ErrCorrupt]; a record
+// over the store's size limit yields a [*TooLargeError]. The conformance
+// suite in package storetest is the contract in executable form.
+type Store interface {
+	// Claim atomically claims p.Key.
+	//
+	//   - absent, or expired at p.Now: a new IN_PROGRESS record is written
+	//     with Fence = 1 (absent) or the old fence + 1 (expired record still
+	//     present); the result has Acquired = true and the new record.
+	//   - IN_PROGRESS with its lease passed at p.Now: taken over, Fence + 1,
+	//     Acquired = true, Takeover = true.
+	//   - IN_PROGRESS held by the same p.Owner with the same fingerprint (a
+	//     retried claim whose first reply was lost): returned as acquired,
+	//     unchanged.
+	//   - any other live record (conflict): nothing is written; Acquired =
+	//     false and Record is the existing record, returned by the same round
+	//     trip. The caller compares fingerprints; the store never does.
+	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
+
+	// Complete stores a result and marks the record COMPLETED, setting
+	// ExpiresAt and CompletedAt from p. It succeeds only when the record
+	// is IN_PROGRESS with Fence == p.Fence and not expired at p.Now.
+	//   - absent or expired: [ErrNotFound]; nothing changes.
+	//   - other fence, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	//   - result over the store's limit: a [*TooLargeError]; nothing changes.
+	Complete(ctx context.Context, p CompleteParams) error
+
+	// Fail stores a terminal error and marks the record FAILED, under the
+	// same conditions and with the same errors as Complete.
+	Fail(ctx context.Context, p FailParams) error
+
+	// Release deletes the record so that a retry can run, only when it is
+	// IN_PROGRESS with Fence == p.Fence.
+	//   - absent or expired: [ErrNotFound].
+	//   - other fence, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	Release(ctx context.Context, p ReleaseParams) error
+
+	// Extend renews the lease (LeaseUntil = p.LeaseUntil) of an IN_PROGRESS
+	// record with Fence == p.Fence, for long-running work.
+	//   - absent or expired: [ErrNotFound].
+	//   - other fence, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	Extend(ctx context.Context, p ExtendParams) error
+
+	// Get returns the record under key, read with strong consistency.
+	//   - absent: [ErrNotFound].
+	//   - expired: the record as stored, if the backend has not yet
+	//     reclaimed it; callers check [Record.Expired].
+	// The returned record is the caller's to keep and modify.
+	Get(ctx context.Context, key string) (*Record, error)
+}
+
+// ClaimParams are the arguments of [Store.Claim].
+type ClaimParams struct {
+	Key         string
+	Fingerprint string
+	// Owner identifies this claim attempt; unique per call.
+	Owner string
+	// Now is the caller's current time (ms).
+	Now int64
+	// LeaseUntil is the lease end of the new claim (ms).
+	LeaseUntil int64
+	// ExpiresAt is the expiry of the new claim (ms).
+	ExpiresAt int64
+}
+
+// ClaimResult is the answer of [Store.Claim].
+type ClaimResult struct {
+	// Acquired is true when the caller now holds the claim.
+	Acquired bool
+	// Takeover is true when the claim replaced an IN_PROGRESS record whose
+	// lease had passed.
+	Takeover bool
+	// Record is the new claim when Acquired, else the existing live record.
+	Record *Record
+}
+
+// CompleteParams are the arguments of [Store.Complete].
+type CompleteParams struct {
+	Key   string
+	Fence uint64
+	Now   int64
+	// ExpiresAt is the expiry of the completed record (ms).
+	ExpiresAt int64
+	Result    []byte
+}
+
+// FailParams are the arguments of [Store.Fail].
+type FailParams struct {
+	Key       string
+	Fence     uint64
+	Now       int64
+	ExpiresAt int64
+	Err       ErrorRecord
+}
+
+// ReleaseParams are the arguments of [Store.Release].
+type ReleaseParams struct {
+	Key   string
+	Fence uint64
+	Now   int64
+}
+
+// ExtendParams are the arguments of [Store.Extend].
+type ExtendParams struct {
+	Key        string
+	Fence      uint64
+	Now        int64
+	LeaseUntil int64
+}
+
+// Lister is an optional power of a store: listing records for operators.
+// Find it by type assertion.
+type Lister interface {
+	// List returns records matching p, at most p.Limit of them, and a cursor
+	// for the next page ("" when there is none). Expired records are never
+	// listed.
+	List(ctx context.Context, p ListParams) (ListResult, error)
+}
+
+// ListParams select records for [Lister.List].
+type ListParams struct {
+	// Status, when valid, keeps only records with that status.
+	Status Status
+	// Stuck keeps only IN_PROGRESS records whose lease has passed at Now.
+	Stuck bool
+	// Now is the caller's current time (ms), for expiry and Stuck.
+	Now int64
+	// Limit caps the page size; 0 means 100.
+	Limit int
+	// Cursor continues a previous listing.
+	Cursor string
+}
+
+// ListResult is one page of [Lister.List].
+type ListResult struct {
+	Records []*Record
+	Next    string
+}
+
+// Deleter is an optional power of a store: deleting one record whatever its
+// state, for operators resolving a stuck or failed key. Deleting an absent
+// key returns [ErrNotFound].
+type Deleter interface {
+	Delete(ctx context.Context, key string) error
+}
+
+// Matches reports whether a ListParams selects r at p.Now. Stores may use
+// it to filter; it is the one definition of the listing rules.
+func (p ListParams) Matches(r *Record) bool {
+	if r.Expired(p.Now) {
+		return false
+	}
+	if p.Status.Valid() && r.Status != p.Status {
+		return false
+	}
+	if p.Stuck && !r.LeaseExpired(p.Now) {
+		return false
+	}
+	return true
+}
+
+// PageSize returns p.Limit, or 100 when it is not positive.
+func (p ListParams) PageSize() int {
+	if p.Limit <= 0 {
+		return 100
+	}
+	return p.Limit
+}

@@ -1,0 +1,879 @@
+// Package storetest is the idem store contract in executable form: one
+// conformance suite that every store, ours or a user's, runs with a
+// constructor.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 20},
+//			func(t *testing.T) idem.Store { return newIsolatedStore(t) })
+//	}
+//
+// Every case is also exported on its own (TestClaim, TestFencing, ...), so a
+// store can run a subset while it is being built. The constructor must give
+// each call an isolated store (a fresh table, key prefix, schema or file)
+// and register its own cleanup with t.Cleanup.
+//
+// Times passed to the store are milliseconds a day ahead of the wall clock,
+// moved by the suite, never by sleeping: a store must decide expiry and
+// leases from the Now it is given. Backend TTLs set from those times lie in
+// the future, so they never fire during a run.
+//
+// Goroutine leak checks belong in the store package's TestMain
+// (goleak.VerifyTestMain), where every test has ended. The suite imports
+// porcupine for its linearizability check; production code never imports
+// this package, so neither reaches a production binary.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/clocktest"
+)
+
+// Features tells the suite what the store can do and how hard to push it.
+// Zero fields take the defaults given.
+type Features struct {
+	// MaxResultBytes is the largest result the store accepts. The suite
+	// stores exactly that many bytes, then one more, which must fail with
+	// idem.ErrTooLarge. Zero means the store has no limit of its own: the
+	// suite stores 1 MiB and skips the one-over case.
+	MaxResultBytes int
+	// StormGoroutines is how many goroutines race for one key. Default 64.
+	StormGoroutines int
+	// StormRounds is how many keys they race for, one after another.
+	// Default 5.
+	StormRounds int
+	// ManyKeys is how many distinct keys the repeats case uses. Default 200.
+	ManyKeys int
+	// LinClients and LinOps size the linearizability check. Defaults 16
+	// clients and 5,000 operations.
+	LinClients, LinOps int
+	// LinTimeout bounds the linearizability search. Default 2m.
+	LinTimeout time.Duration
+}
+
+func (f Features) withDefaults() Features {
+	if f.StormGoroutines <= 0 {
+		f.StormGoroutines = 64
+	}
+	if f.StormRounds <= 0 {
+		f.StormRounds = 5
+	}
+	if f.ManyKeys <= 0 {
+		f.ManyKeys = 200
+	}
+	if f.LinClients <= 0 {
+		f.LinClients = 16
+	}
+	if f.LinOps <= 0 {
+		f.LinOps = 5000
+	}
+	if f.LinTimeout <= 0 {
+		f.LinTimeout = 2 * time.Minute
+	}
+	return f
+}
+
+// NewStore returns an isolated store for one test, with its cleanup
+// registered on t.
+type NewStore func(t *testing.T) idem.Store
+
+// Case is one exported conformance case.
+type Case func(t *testing.T, f Features, newStore NewStore)
+
+// Cases lists every case by name, in the order Run runs them.
+var Cases = []struct {
+	Name string
+	Run  Case
+}{
+	{"Claim", TestClaim},
+	{"ClaimConflict", TestClaimConflict},
+	{"ClaimRetryBySameOwner", TestClaimRetryBySameOwner},
+	{"CompleteAndReplay", TestCompleteAndReplay},
+	{"FailAndReplay", TestFailAndReplay},
+	{"Release", TestRelease},
+	{"NotFound", TestNotFound},
+	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
+	{"Fencing", TestFencing},
+	{"Extend", TestExtend},
+	{"ExpiryBoundary", TestExpiryBoundary},
+	{"ResultSizeLimit", TestResultSizeLimit},
+	{"EngineMismatchEveryPath", TestEngineMismatchEveryPath},
+	{"EngineReplay", TestEngineReplay},
+	{"Storm", TestStorm},
+	{"ManyKeysWithRepeats", TestManyKeysWithRepeats},
+	{"Linearizability", TestLinearizability},
+	{"Admin", TestAdmin},
+}
+
+// Run runs every case against stores made by newStore.
+func Run(t *testing.T, f Features, newStore NewStore) {
+	t.Helper()
+	for _, c := range Cases {
+		t.Run(c.Name, func(t *testing.T) { c.Run(t, f, newStore) })
+	}
+}
+
+// base is the suite's "now": a day ahead of the wall clock, whole seconds.
+func base() int64 {
+	return time.Now().Add(24 * time.Hour).Truncate(time.Second).UnixMilli()
+}
+
+var keySeq atomic.Uint64
+
+// newKey returns a fresh, well-formed store key unique to this process run.
+func newKey(t *testing.T) string {
+	n := keySeq.Add(1)
+	k, err := idem.NewKey("storetest", fmt.Sprintf("r%x", rand.Uint32()), fmt.Appendf(nil, "%s/%d", t.Name(), n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.String()
+}
+
+func fp(s string) string { return idem.Digest([]byte(s)) }
+
+const (
+	lease  = 10_000    // ms
+	expiry = 3_600_000 // ms
+)
+
+func claimAt(t *testing.T, s idem.Store, key, owner, fingerprint string, now int64) idem.ClaimResult {
+	t.Helper()
+	res, err := s.Claim(context.Background(), idem.ClaimParams{
+		Key: key, Fingerprint: fingerprint, Owner: owner, Now: now,
+		LeaseUntil: now + lease, ExpiresAt: now + expiry,
+	})
+	if err != nil {
+		t.Fatalf("Claim(%s, owner %s, now %d): %v", key, owner, now, err)
+	}
+	if res.Record == nil {
+		t.Fatalf("Claim(%s) returned no record", key)
+	}
+	return res
+}
+
+func mustGet(t *testing.T, s idem.Store, key string) *idem.Record {
+	t.Helper()
+	r, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", key, err)
+	}
+	return r
+}
+
+// sameRecord compares the fields every store must keep exactly.
+func sameRecord(t *testing.T, what string, got, want *idem.Record) {
+	t.Helper()
+	g, w := *got, *want
+	// Stores may return nil or empty for an absent result; compare bytes.
+	if !bytes.Equal(g.Result, w.Result) {
+		t.Errorf("%s: Result = %q, want %q", what, trunc(g.Result), trunc(w.Result))
+	}
+	g.Result, w.Result = nil, nil
+	if !reflect.DeepEqual(g.Err, w.Err) {
+		if g.Err == nil || w.Err == nil || g.Err.Code != w.Err.Code || g.Err.Message != w.Err.Message || !bytes.Equal(g.Err.Body, w.Err.Body) {
+			t.Errorf("%s: Err = %+v, want %+v", what, g.Err, w.Err)
+		}
+	}
+	g.Err, w.Err = nil, nil
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s:\n got %+v\nwant %+v", what, g, w)
+	}
+}
+
+func trunc(b []byte) []byte {
+	if len(b) > 40 {
+		return append(b[:40:40], "..."...)
+	}
+	return b
+}
+
+// TestClaim: a claim of an absent key acquires it with fence 1 and stores
+// every field given.
+func TestClaim(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	res := claimAt(t, s, key, "owner-a", fp("a"), now)
+	if !res.Acquired || res.Takeover {
+		t.Fatalf("claim of an absent key: Acquired=%v Takeover=%v, want true false", res.Acquired, res.Takeover)
+	}
+	want := &idem.Record{Key: key, Status: idem.StatusInProgress, Fence: 1, Owner: "owner-a",
+		LeaseUntil: now + lease, ExpiresAt: now + expiry, Fingerprint: fp("a"), CreatedAt: now, Version: idem.RecordVersion}
+	sameRecord(t, "claim result", res.Record, want)
+	sameRecord(t, "Get after claim", mustGet(t, s, key), want)
+}
+
+// TestClaimConflict: a claim of a live key by another owner acquires
+// nothing, changes nothing, and returns the existing record — fingerprint
+// included — in the same call, whatever fingerprint it carried.
+func TestClaimConflict(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	for _, f := range []string{fp("a"), fp("b"), ""} {
+		res := claimAt(t, s, key, "owner-b", f, now+lease-1)
+		if res.Acquired {
+			t.Fatalf("claim with fingerprint %q of a live key acquired it", f)
+		}
+		sameRecord(t, "conflict record", res.Record, first)
+	}
+	sameRecord(t, "Get after conflicts", mustGet(t, s, key), first)
+}
+
+// TestClaimRetryBySameOwner: a retried claim whose first attempt was
+// applied (reply lost) is recognised as the owner's own: acquired, same
+// fence.
+func TestClaimRetryBySameOwner(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	again := claimAt(t, s, key, "owner-a", fp("a"), now+5)
+	if !again.Acquired || again.Takeover || again.Record.Fence != first.Fence {
+		t.Fatalf("retry by the same owner: Acquired=%v Takeover=%v fence %d, want true false %d",
+			again.Acquired, again.Takeover, again.Record.Fence, first.Fence)
+	}
+	// The same owner with another payload is a conflict, not its claim.
+	other := claimAt(t, s, key, "owner-a", fp("z"), now+6)
+	if other.Acquired {
+		t.Fatal("same owner with a different fingerprint acquired the key")
+	}
+}
+
+// TestCompleteAndReplay: Complete stores the result; a later claim gets the
+// COMPLETED record with its result in the same call.
+func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	result := []byte{0, 1, 2, 0xff, '"', '\\', 0xc3, 0x28} // binary, invalid UTF-8
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now + 7, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	want := *rec
+	want.Status, want.Result, want.CompletedAt, want.ExpiresAt = idem.StatusCompleted, result, now+7, now+7+expiry
+	sameRecord(t, "Get after Complete", mustGet(t, s, key), &want)
+	for _, f := range []string{fp("a"), fp("b")} {
+		res := claimAt(t, s, key, "owner-b", f, now+lease+100) // lease passed: irrelevant once COMPLETED
+		if res.Acquired {
+			t.Fatalf("claim of a COMPLETED key (fingerprint %s) acquired it", f[:8])
+		}
+		sameRecord(t, "replay record", res.Record, &want)
+	}
+	// An empty result is a result.
+	key2 := newKey(t)
+	rec2 := claimAt(t, s, key2, "owner-a", "", now).Record
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: rec2.Fence, Now: now, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
+		t.Fatalf("Complete with an empty result: %v", err)
+	}
+	if got := mustGet(t, s, key2); got.Status != idem.StatusCompleted || len(got.Result) != 0 {
+		t.Fatalf("empty result stored as status %v, %d bytes", got.Status, len(got.Result))
+	}
+}
+
+// TestFailAndReplay: Fail stores the terminal error; a later claim gets it.
+func TestFailAndReplay(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	er := idem.ErrorRecord{Code: "card_declined", Message: "card declined: insufficient funds ✓", Body: []byte(`{"decline":"funds"}`)}
+	if err := s.Fail(context.Background(), idem.FailParams{Key: key, Fence: rec.Fence, Now: now + 3, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	want := *rec
+	want.Status, want.Err, want.CompletedAt, want.ExpiresAt = idem.StatusFailed, &er, now+3, now+3+expiry
+	sameRecord(t, "Get after Fail", mustGet(t, s, key), &want)
+	res := claimAt(t, s, key, "owner-b", fp("a"), now+lease+1)
+	if res.Acquired {
+		t.Fatal("claim of a FAILED key acquired it")
+	}
+	sameRecord(t, "replayed failure", res.Record, &want)
+}
+
+// TestRelease: Release deletes the claim so that a retry acquires at once.
+func TestRelease(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	if err := s.Release(context.Background(), idem.ReleaseParams{Key: key, Fence: rec.Fence, Now: now + 1}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := s.Get(context.Background(), key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get after Release: %v, want ErrNotFound", err)
+	}
+	res := claimAt(t, s, key, "owner-b", fp("b"), now+2)
+	if !res.Acquired || res.Record.Owner != "owner-b" {
+		t.Fatalf("claim after Release: Acquired=%v owner %s", res.Acquired, res.Record.Owner)
+	}
+}
+
+// TestNotFound: every fenced write and Get of an absent key says
+// ErrNotFound.
+func TestNotFound(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	checks := map[string]error{
+		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key, Fence: 1, Now: now, ExpiresAt: now + expiry, Result: []byte("x")}),
+		"Fail":     s.Fail(ctx, idem.FailParams{Key: key, Fence: 1, Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}}),
+		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key, Fence: 1, Now: now}),
+		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key, Fence: 1, Now: now, LeaseUntil: now + lease}),
+	}
+	_, checks["Get"] = s.Get(ctx, key)
+	for name, err := range checks {
+		if !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("%s of an absent key: %v, want ErrNotFound", name, err)
+		}
+	}
+	if _, err := s.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a write to an absent key created it: Get = %v", err)
+	}
+}
+
+// TestTakeoverOnlyAfterLease: an IN_PROGRESS record is taken over at
+// LeaseUntil exactly, never a millisecond before, and the fence grows by
+// one.
+func TestTakeoverOnlyAfterLease(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	if res := claimAt(t, s, key, "owner-b", fp("a"), first.LeaseUntil-1); res.Acquired {
+		t.Fatal("claim one millisecond before the lease ended took the key over")
+	}
+	res := claimAt(t, s, key, "owner-b", fp("a"), first.LeaseUntil)
+	if !res.Acquired || !res.Takeover {
+		t.Fatalf("claim at LeaseUntil: Acquired=%v Takeover=%v, want true true", res.Acquired, res.Takeover)
+	}
+	if res.Record.Fence != first.Fence+1 || res.Record.Owner != "owner-b" || res.Record.CreatedAt != first.LeaseUntil {
+		t.Fatalf("takeover record: fence %d owner %s created %d; want fence %d owner owner-b created %d",
+			res.Record.Fence, res.Record.Owner, res.Record.CreatedAt, first.Fence+1, first.LeaseUntil)
+	}
+}
+
+// TestFencing: after a takeover, every write of the old holder —
+// Complete, Fail, Release, Extend — is refused with ErrFenced and changes
+// nothing; so are writes to a record no longer IN_PROGRESS.
+func TestFencing(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	old := claimAt(t, s, key, "zombie", fp("a"), now).Record
+	cur := claimAt(t, s, key, "owner-b", fp("a"), old.LeaseUntil).Record
+	at := old.LeaseUntil + 1
+	before := mustGet(t, s, key)
+	sameRecord(t, "record after takeover", before, cur)
+	writes := map[string]func(fence uint64) error{
+		"Complete": func(f uint64) error {
+			return s.Complete(ctx, idem.CompleteParams{Key: key, Fence: f, Now: at, ExpiresAt: at + expiry, Result: []byte("zombie")})
+		},
+		"Fail": func(f uint64) error {
+			return s.Fail(ctx, idem.FailParams{Key: key, Fence: f, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "zombie"}})
+		},
+		"Release": func(f uint64) error { return s.Release(ctx, idem.ReleaseParams{Key: key, Fence: f, Now: at}) },
+		"Extend": func(f uint64) error {
+			return s.Extend(ctx, idem.ExtendParams{Key: key, Fence: f, Now: at, LeaseUntil: at + 10*lease})
+		},
+	}
+	for name, w := range writes {
+		for _, f := range []uint64{old.Fence, cur.Fence + 1} {
+			err := w(f)
+			var fe *idem.FencedError
+			if !errors.Is(err, idem.ErrFenced) || !errors.As(err, &fe) {
+				t.Errorf("%s with stale fence %d: %v, want a *FencedError", name, f, err)
+			} else if fe.Current != cur.Fence {
+				t.Errorf("%s: FencedError.Current = %d, want %d", name, fe.Current, cur.Fence)
+			}
+		}
+		sameRecord(t, name+" by a zombie changed the record", mustGet(t, s, key), before)
+	}
+	// Completed records refuse every fenced write, even with their fence.
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: cur.Fence, Now: at, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
+		t.Fatalf("Complete by the holder: %v", err)
+	}
+	done := mustGet(t, s, key)
+	for name, w := range writes {
+		if err := w(cur.Fence); !errors.Is(err, idem.ErrFenced) {
+			t.Errorf("%s of a COMPLETED record: %v, want ErrFenced", name, err)
+		}
+		sameRecord(t, name+" changed a COMPLETED record", mustGet(t, s, key), done)
+	}
+}
+
+// TestExtend: Extend moves the lease, so a takeover must wait for the new
+// LeaseUntil.
+func TestExtend(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	newLease := rec.LeaseUntil + 5*lease
+	if err := s.Extend(context.Background(), idem.ExtendParams{Key: key, Fence: rec.Fence, Now: now + 100, LeaseUntil: newLease}); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if got := mustGet(t, s, key).LeaseUntil; got != newLease {
+		t.Fatalf("LeaseUntil after Extend = %d, want %d", got, newLease)
+	}
+	if res := claimAt(t, s, key, "owner-b", fp("a"), rec.LeaseUntil); res.Acquired {
+		t.Fatal("claim at the old lease end took over an extended claim")
+	}
+	if res := claimAt(t, s, key, "owner-b", fp("a"), newLease); !res.Acquired || !res.Takeover {
+		t.Fatalf("claim at the new lease end: Acquired=%v Takeover=%v", res.Acquired, res.Takeover)
+	}
+}
+
+// TestExpiryBoundary: the one rule every store shares — a record counts as
+// absent when now >= ExpiresAt, decided from the timestamps on every
+// operation, never from the backend's TTL.
+func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	now := base()
+
+	// A COMPLETED record replays until ExpiresAt-1 and is re-claimable at
+	// ExpiresAt.
+	key := newKey(t)
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	exp := now + 50_000
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: exp, Result: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	if res := claimAt(t, s, key, "owner-b", fp("a"), exp-1); res.Acquired {
+		t.Fatal("claim one millisecond before expiry acquired a COMPLETED key")
+	}
+	res := claimAt(t, s, key, "owner-b", fp("b"), exp)
+	if !res.Acquired || res.Takeover {
+		t.Fatalf("claim at ExpiresAt: Acquired=%v Takeover=%v, want true false", res.Acquired, res.Takeover)
+	}
+	if f := res.Record.Fence; f != rec.Fence+1 && f != 1 {
+		t.Fatalf("fence after re-claim of an expired record = %d, want %d (or 1 if the backend reclaimed it)", f, rec.Fence+1)
+	}
+	if res.Record.Status != idem.StatusInProgress || res.Record.Fingerprint != fp("b") || len(res.Record.Result) != 0 {
+		t.Fatalf("re-claimed record kept old state: %+v", res.Record)
+	}
+
+	// Fenced writes to an expired claim say ErrNotFound, even with the
+	// right fence, and Get shows it expired (or gone).
+	key2 := newKey(t)
+	c := claimAt(t, s, key2, "owner-a", fp("a"), now).Record
+	at := c.ExpiresAt
+	errs := map[string]error{
+		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: c.Fence, Now: at, ExpiresAt: at + expiry, Result: []byte("late")}),
+		"Fail":     s.Fail(ctx, idem.FailParams{Key: key2, Fence: c.Fence, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "late"}}),
+		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key2, Fence: c.Fence, Now: at, LeaseUntil: at + lease}),
+		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key2, Fence: c.Fence, Now: at}),
+	}
+	for name, err := range errs {
+		if !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("%s of an expired claim: %v, want ErrNotFound", name, err)
+		}
+	}
+	if r, err := s.Get(ctx, key2); err == nil {
+		if !r.Expired(at) || r.Status != idem.StatusInProgress || len(r.Result) != 0 {
+			t.Errorf("expired record changed by refused writes: %+v", r)
+		}
+	} else if !errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("Get of an expired record: %v", err)
+	}
+}
+
+// TestResultSizeLimit: a result of exactly the store's limit round-trips
+// byte for byte; one byte more fails with a *TooLargeError and leaves the
+// claim untouched.
+func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	limit := f.MaxResultBytes
+	if limit == 0 {
+		limit = 1 << 20
+	}
+	big := make([]byte, limit)
+	for i := range big {
+		big[i] = byte(i*7 + i>>8)
+	}
+	now := base()
+	if f.MaxResultBytes > 0 {
+		key := newKey(t)
+		rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+		err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + expiry, Result: append(big, 'x')})
+		var tl *idem.TooLargeError
+		if !errors.Is(err, idem.ErrTooLarge) || !errors.As(err, &tl) {
+			t.Fatalf("Complete one byte over the limit: %v, want *TooLargeError", err)
+		}
+		sameRecord(t, "record after a refused large Complete", mustGet(t, s, key), rec)
+		err = s.Fail(ctx, idem.FailParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c", Body: append(big, 'x')}})
+		if !errors.Is(err, idem.ErrTooLarge) {
+			t.Fatalf("Fail with a body over the limit: %v, want ErrTooLarge", err)
+		}
+		sameRecord(t, "record after a refused large Fail", mustGet(t, s, key), rec)
+	}
+	key := newKey(t)
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + expiry, Result: big}); err != nil {
+		t.Fatalf("Complete with %d bytes (the limit): %v", len(big), err)
+	}
+	if got := mustGet(t, s, key).Result; !bytes.Equal(got, big) {
+		t.Fatalf("result at the limit came back as %d bytes, not the %d stored", len(got), len(big))
+	}
+	res := claimAt(t, s, key, "owner-b", fp("a"), now+1)
+	if res.Acquired || !bytes.Equal(res.Record.Result, big) {
+		t.Fatalf("conflict path did not return the full result (%d bytes)", len(res.Record.Result))
+	}
+}
+
+// engineFor builds an engine over s with a manual clock at base().
+func engineFor(t *testing.T, s idem.Store, cfg idem.Config) (*idem.Engine, *clocktest.Clock) {
+	t.Helper()
+	clk := clocktest.New(idem.FromMillis(base()))
+	if cfg.Clock == nil {
+		cfg.Clock = clk
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = -1
+	}
+	e, err := idem.New(s, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, clk
+}
+
+// TestEngineMismatchEveryPath: a reused key with another payload is a
+// mismatch on every path — against a COMPLETED, FAILED and IN_PROGRESS
+// record returned by the one-round-trip claim, and from the local cache.
+func TestEngineMismatchEveryPath(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	e, _ := engineFor(t, s, idem.Config{Cache: &idem.CacheConfig{}})
+	plain, _ := engineFor(t, s, idem.Config{})
+	scope := fmt.Sprintf("mismatch%x", rand.Uint32())
+	reqA := func(key string) idem.Request {
+		return idem.Request{Scope: scope, Key: key, Payload: []byte(`{"amount":100}`)}
+	}
+	reqB := func(key string) idem.Request {
+		return idem.Request{Scope: scope, Key: key, Payload: []byte(`{"amount":101}`)}
+	}
+	ok := func(context.Context) (string, error) { return "done", nil }
+
+	// COMPLETED, via the store (plain engine) and via the cache.
+	if _, err := idem.Do(ctx, e, reqA("completed"), ok); err != nil {
+		t.Fatal(err)
+	}
+	for name, eng := range map[string]*idem.Engine{"store": plain, "cache": e} {
+		_, err := idem.Do(ctx, eng, reqB("completed"), ok)
+		if !errors.Is(err, idem.ErrMismatch) {
+			t.Errorf("COMPLETED key, other payload (%s path): %v, want ErrMismatch", name, err)
+		}
+	}
+	// FAILED.
+	_, err := idem.Do(ctx, e, reqA("failed"), func(context.Context) (string, error) {
+		return "", idem.Terminal(errors.New("declined"), "declined")
+	})
+	if !errors.Is(err, idem.ErrTerminal) {
+		t.Fatalf("terminal error: %v", err)
+	}
+	if _, err := idem.Do(ctx, plain, reqB("failed"), ok); !errors.Is(err, idem.ErrMismatch) {
+		t.Errorf("FAILED key, other payload: %v, want ErrMismatch", err)
+	}
+	// IN_PROGRESS: the check comes before the in-progress answer.
+	started, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = idem.Do(ctx, e, reqA("running"), func(context.Context) (string, error) {
+			close(started)
+			<-release
+			return "done", nil
+		})
+	}()
+	<-started
+	_, err = idem.Do(ctx, plain, reqB("running"), ok)
+	if !errors.Is(err, idem.ErrMismatch) {
+		t.Errorf("IN_PROGRESS key, other payload (store path): %v, want ErrMismatch", err)
+	}
+	_, err = idem.Do(ctx, e, reqB("running"), ok)
+	if !errors.Is(err, idem.ErrMismatch) {
+		t.Errorf("IN_PROGRESS key, other payload (in-process path): %v, want ErrMismatch", err)
+	}
+	if _, err := idem.Do(ctx, plain, reqA("running"), ok); !errors.Is(err, idem.ErrInProgress) {
+		t.Errorf("IN_PROGRESS key, same payload: %v, want ErrInProgress", err)
+	}
+	close(release)
+	wg.Wait()
+}
+
+// TestEngineReplay: through the engine, a second call replays the value
+// and a terminal error without running the operation, and a retryable
+// error lets the next call run.
+func TestEngineReplay(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	e, _ := engineFor(t, s, idem.Config{})
+	scope := fmt.Sprintf("replay%x", rand.Uint32())
+	var runs atomic.Int32
+	charge := func(ctx context.Context) (map[string]int, error) {
+		runs.Add(1)
+		if _, ok := idem.FromContext(ctx); !ok {
+			return nil, errors.New("no claim in the operation's context")
+		}
+		return map[string]int{"charged": 100}, nil
+	}
+	req := idem.Request{Scope: scope, Key: "k1", Payload: []byte(`{"a":1}`)}
+	r1, err := idem.Do(ctx, e, req, charge)
+	if err != nil || r1.Replayed || r1.Value["charged"] != 100 {
+		t.Fatalf("first call: %+v, %v", r1, err)
+	}
+	r2, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k1", Payload: []byte(` { "a" : 1 } `)}, charge)
+	if err != nil || !r2.Replayed || r2.Value["charged"] != 100 {
+		t.Fatalf("second call: %+v, %v", r2, err)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("operation ran %d times, want 1", runs.Load())
+	}
+
+	var tries atomic.Int32
+	flaky := func(context.Context) (int, error) {
+		if tries.Add(1) == 1 {
+			return 0, errors.New("timeout talking to the bank")
+		}
+		return 7, nil
+	}
+	if _, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k2"}, flaky); err == nil {
+		t.Fatal("want the retryable error from the first try")
+	}
+	r, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k2"}, flaky)
+	if err != nil || r.Value != 7 || r.Replayed {
+		t.Fatalf("retry after a retryable error: %+v %v", r, err)
+	}
+
+	declined := func(context.Context) (int, error) {
+		return 0, &idem.TerminalError{Code: "declined", Message: "card declined", Body: []byte(`{"x":1}`)}
+	}
+	_, err = idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k3"}, declined)
+	var te *idem.TerminalError
+	if !errors.As(err, &te) || te.Replayed {
+		t.Fatalf("first terminal error: %v", err)
+	}
+	res, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k3"}, func(context.Context) (int, error) {
+		t.Error("operation ran after a terminal error was stored")
+		return 0, nil
+	})
+	if !errors.As(err, &te) || !te.Replayed || te.Code != "declined" || string(te.Body) != `{"x":1}` || !res.Replayed {
+		t.Fatalf("replayed terminal error: %+v, %v", res, err)
+	}
+}
+
+// TestStorm: StormGoroutines callers, each with its own engine (no
+// in-process sharing), race for one key, StormRounds times: exactly one
+// execution per round, and every caller either ran it, replayed it or was
+// told it was in progress.
+func TestStorm(t *testing.T, f Features, newStore NewStore) {
+	f = f.withDefaults()
+	s := newStore(t)
+	ctx := context.Background()
+	engines := make([]*idem.Engine, f.StormGoroutines)
+	for i := range engines {
+		engines[i], _ = engineFor(t, s, idem.Config{})
+	}
+	scope := fmt.Sprintf("storm%x", rand.Uint32())
+	for round := range f.StormRounds {
+		var runs, replays, busy atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		key := fmt.Sprintf("round-%d", round)
+		for i := range engines {
+			wg.Add(1)
+			go func(e *idem.Engine) {
+				defer wg.Done()
+				<-start
+				res, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: key}, func(context.Context) (int, error) {
+					runs.Add(1)
+					return round, nil
+				})
+				switch {
+				case errors.Is(err, idem.ErrInProgress):
+					busy.Add(1)
+				case err != nil:
+					t.Errorf("round %d: %v", round, err)
+				case res.Value != round:
+					t.Errorf("round %d: got value %d", round, res.Value)
+				case res.Replayed:
+					replays.Add(1)
+				}
+			}(engines[i])
+		}
+		close(start)
+		wg.Wait()
+		if runs.Load() != 1 {
+			t.Fatalf("round %d: %d executions for one key, want exactly 1 (replays %d, in progress %d)",
+				round, runs.Load(), replays.Load(), busy.Load())
+		}
+		if got := 1 + replays.Load() + busy.Load(); got != int64(f.StormGoroutines) {
+			t.Fatalf("round %d: %d callers accounted for, want %d", round, got, f.StormGoroutines)
+		}
+	}
+}
+
+// TestManyKeysWithRepeats: callers spread over ManyKeys keys, each key
+// requested several times concurrently, retrying while in progress: the
+// number of executions equals the number of distinct keys.
+func TestManyKeysWithRepeats(t *testing.T, f Features, newStore NewStore) {
+	f = f.withDefaults()
+	s := newStore(t)
+	ctx := context.Background()
+	const repeats, workers = 4, 16
+	scope := fmt.Sprintf("many%x", rand.Uint32())
+	var calls []int
+	for k := range f.ManyKeys {
+		for range repeats {
+			calls = append(calls, k)
+		}
+	}
+	rand.Shuffle(len(calls), func(i, j int) { calls[i], calls[j] = calls[j], calls[i] })
+	var runs sync.Map
+	var total atomic.Int64
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		e, _ := engineFor(t, s, idem.Config{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				for {
+					res, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: fmt.Sprint(k)}, func(context.Context) (int, error) {
+						total.Add(1)
+						n, _ := runs.LoadOrStore(k, new(atomic.Int32))
+						n.(*atomic.Int32).Add(1)
+						return k * 10, nil
+					})
+					if errors.Is(err, idem.ErrInProgress) {
+						continue // the holder is about to finish
+					}
+					if err != nil || res.Value != k*10 {
+						t.Errorf("key %d: %+v %v", k, res, err)
+					}
+					break
+				}
+			}
+		}()
+	}
+	for _, k := range calls {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	if total.Load() != int64(f.ManyKeys) {
+		t.Fatalf("%d executions for %d distinct keys", total.Load(), f.ManyKeys)
+	}
+	runs.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int32).Load(); n != 1 {
+			t.Errorf("key %v ran %d times", k, n)
+		}
+		return true
+	})
+}
+
+// TestAdmin: a store with the optional Lister and Deleter powers lists by
+// status and stuck-past-lease, pages through everything, and deletes one
+// record. Skipped for stores without them.
+func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	lister, okL := s.(idem.Lister)
+	deleter, okD := s.(idem.Deleter)
+	if !okL && !okD {
+		t.Skip("store implements neither idem.Lister nor idem.Deleter")
+	}
+	ctx := context.Background()
+	now := base()
+	mk := func(status idem.Status, leaseLeft int64) string {
+		key := newKey(t)
+		res, err := s.Claim(ctx, idem.ClaimParams{Key: key, Owner: "o", Now: now - 1000, LeaseUntil: now + leaseLeft, ExpiresAt: now + expiry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch status {
+		case idem.StatusCompleted:
+			err = s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Now: now - 1000, ExpiresAt: now + expiry, Result: []byte("r")})
+		case idem.StatusFailed:
+			err = s.Fail(ctx, idem.FailParams{Key: key, Fence: res.Record.Fence, Now: now - 1000, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	stuck := map[string]bool{mk(idem.StatusInProgress, -1): true, mk(idem.StatusInProgress, -500): true}
+	live := mk(idem.StatusInProgress, lease)
+	done := mk(idem.StatusCompleted, lease)
+	failed := mk(idem.StatusFailed, lease)
+	mine := map[string]bool{live: true, done: true, failed: true}
+	for k := range stuck {
+		mine[k] = true
+	}
+	if okL {
+		collect := func(p idem.ListParams) map[string]idem.Status {
+			got := map[string]idem.Status{}
+			p.Now, p.Limit = now, 2
+			for range 10_000 {
+				page, err := lister.List(ctx, p)
+				if err != nil {
+					t.Fatalf("List(%+v): %v", p, err)
+				}
+				if len(page.Records) > 2 {
+					t.Fatalf("List returned %d records with Limit 2", len(page.Records))
+				}
+				for _, r := range page.Records {
+					if mine[r.Key] {
+						got[r.Key] = r.Status
+					}
+				}
+				if page.Next == "" {
+					return got
+				}
+				p.Cursor = page.Next
+			}
+			t.Fatal("List never ended")
+			return nil
+		}
+		all := collect(idem.ListParams{})
+		if len(all) != len(mine) {
+			t.Errorf("List of everything found %d of this test's %d records", len(all), len(mine))
+		}
+		if got := collect(idem.ListParams{Status: idem.StatusFailed}); len(got) != 1 || got[failed] != idem.StatusFailed {
+			t.Errorf("List(FAILED) = %v, want only %s", got, failed)
+		}
+		if got := collect(idem.ListParams{Status: idem.StatusCompleted}); len(got) != 1 || got[done] != idem.StatusCompleted {
+			t.Errorf("List(COMPLETED) = %v", got)
+		}
+		got := collect(idem.ListParams{Stuck: true})
+		if len(got) != len(stuck) {
+			t.Errorf("List(stuck) = %v, want the %d stuck records", got, len(stuck))
+		}
+		for k := range got {
+			if !stuck[k] {
+				t.Errorf("List(stuck) listed %s, which is not stuck", k)
+			}
+		}
+	}
+	if okD {
+		if err := deleter.Delete(ctx, failed); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if _, err := s.Get(ctx, failed); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("Get after Delete: %v", err)
+		}
+		if err := deleter.Delete(ctx, failed); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("Delete of an absent key: %v, want ErrNotFound", err)
+		}
+	}
+}
