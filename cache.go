@@ -2,8 +2,44 @@ package idem
 
 import (
 	"container/list"
+	"reflect"
 	"sync"
 )
+
+// cacheable reports whether values of T may be handed to several callers
+// from the local cache without decoding: T holds no pointers, slices, maps,
+// interfaces, channels or functions, so a copy shares no memory with the
+// cached one. Other types are decoded from the cached bytes on every hit.
+func cacheable[T any]() bool {
+	t := reflect.TypeFor[T]()
+	if v, ok := cacheableTypes.Load(t); ok {
+		return v.(bool)
+	}
+	ok := aliasFree(t)
+	cacheableTypes.Store(t, ok)
+	return ok
+}
+
+var cacheableTypes sync.Map // reflect.Type -> bool
+
+func aliasFree(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128, reflect.String:
+		return true
+	case reflect.Array:
+		return aliasFree(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if !aliasFree(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
 
 // CacheConfig bounds the engine's local cache of COMPLETED records. A hit
 // replays with no store call. IN_PROGRESS and FAILED records are never
@@ -41,6 +77,7 @@ type lruEntry struct {
 	key         string
 	fingerprint string
 	result      []byte
+	value       any // the decoded value, for cacheable types; else nil
 	expiresAt   int64
 }
 
@@ -65,8 +102,9 @@ func (c *lru) get(key string, now int64) (lruEntry, bool) {
 	return *e, true
 }
 
-// put caches a COMPLETED record; anything else is ignored.
-func (c *lru) put(r *Record) {
+// put caches a COMPLETED record, with its decoded value when the caller
+// has it and the type is cacheable; anything else is ignored.
+func (c *lru) put(r *Record, value any) {
 	if r.Status != StatusCompleted || len(r.Result) > c.maxBytes/4 {
 		return
 	}
@@ -75,7 +113,7 @@ func (c *lru) put(r *Record) {
 	if el, ok := c.items[r.Key]; ok {
 		c.removeLocked(el)
 	}
-	e := &lruEntry{key: r.Key, fingerprint: r.Fingerprint, result: r.Result, expiresAt: r.ExpiresAt}
+	e := &lruEntry{key: r.Key, fingerprint: r.Fingerprint, result: r.Result, value: value, expiresAt: r.ExpiresAt}
 	c.items[r.Key] = c.ll.PushFront(e)
 	c.bytes += len(e.result)
 	for c.ll.Len() > c.max || c.bytes > c.maxBytes {
@@ -88,10 +126,4 @@ func (c *lru) removeLocked(el *list.Element) {
 	c.ll.Remove(el)
 	delete(c.items, e.key)
 	c.bytes -= len(e.result)
-}
-
-func (c *lru) len() (entries, bytes int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ll.Len(), c.bytes
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,17 +108,21 @@ func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(cont
 		res.Value = v
 		return res, err
 	}
-	op := func(ctx context.Context) ([]byte, error) {
+	keep := e.cache != nil && cacheable[T]()
+	op := func(ctx context.Context) ([]byte, any, error) {
 		v, err := fn(ctx)
 		res.Value, ran = v, true
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b, err := e.cfg.Codec.Marshal(v)
 		if err != nil {
-			return nil, &encodeError{err}
+			return nil, nil, &encodeError{err}
 		}
-		return b, nil
+		if keep {
+			return b, v, nil
+		}
+		return b, nil, nil
 	}
 	key := id.Key.String()
 	res.Key = key
@@ -131,13 +136,19 @@ func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(cont
 		return res, ferr
 	}
 	res.Replayed, res.Fence = out.replayed, out.fence
-	if !ran && out.result != nil {
+	if v, ok := out.value.(T); ok && !ran {
+		res.Value = v
+	} else if !ran && out.result != nil {
 		if uerr := e.cfg.Codec.Unmarshal(out.result, &res.Value); uerr != nil {
 			return res, &CorruptError{Key: key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
 		}
 	}
 	return res, err
 }
+
+// opFunc runs the operation and returns its encoded result, and the value
+// itself when the local cache may keep it (see cacheable).
+type opFunc func(context.Context) (result []byte, value any, err error)
 
 type encodeError struct{ err error }
 
@@ -153,6 +164,7 @@ func isClaimFailure(err error) bool {
 type outcome struct {
 	replayed bool
 	result   []byte // encoded value to decode, on a replay
+	value    any    // the value itself, from the local cache
 	fence    uint64 // fence held while running, when this call ran fn
 }
 
@@ -189,7 +201,7 @@ func (e *Engine) land(key string, f *flight, final *Record) {
 	close(f.done)
 }
 
-func (e *Engine) run(ctx context.Context, key string, id Identity, op func(context.Context) ([]byte, error)) (outcome, error) {
+func (e *Engine) run(ctx context.Context, key string, id Identity, op opFunc) (outcome, error) {
 	scope := id.Key.Name
 	if e.cache != nil {
 		if ent, ok := e.cache.get(key, Millis(e.cfg.Clock.Now())); ok {
@@ -198,7 +210,7 @@ func (e *Engine) run(ctx context.Context, key string, id Identity, op func(conte
 				return outcome{}, &MismatchError{Key: key, Stored: ent.fingerprint, Got: id.Fingerprint}
 			}
 			e.cfg.Observer.Observe(scope, OutcomeCacheHit)
-			return outcome{replayed: true, result: ent.result}, nil
+			return outcome{replayed: true, result: ent.result, value: ent.value}, nil
 		}
 	}
 	var deadline time.Time
@@ -307,7 +319,7 @@ func (e *Engine) existing(key string, id Identity, rec *Record) (outcome, error)
 	case StatusCompleted, StatusFailed:
 		e.cfg.Observer.Observe(id.Key.Name, OutcomeReplayed)
 		if e.cache != nil {
-			e.cache.put(rec)
+			e.cache.put(rec, nil)
 		}
 		return e.replay(key, rec)
 	case StatusInProgress:
@@ -326,8 +338,21 @@ func (e *Engine) replay(key string, rec *Record) (outcome, error) {
 	return outcome{}, &CorruptError{Key: key, Reason: "replay of a record in status " + rec.Status.String()}
 }
 
+// owner returns a claim owner unique to this call: the configured owner
+// and a sequence number.
+func (e *Engine) owner() string {
+	var b [24]byte
+	seq := strconv.AppendUint(b[:0], e.seq.Add(1), 10)
+	var sb strings.Builder
+	sb.Grow(len(e.cfg.Owner) + 1 + len(seq))
+	sb.WriteString(e.cfg.Owner)
+	sb.WriteByte('/')
+	sb.Write(seq)
+	return sb.String()
+}
+
 // lead claims the key for this call and, when acquired, runs the operation.
-func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, op func(context.Context) ([]byte, error)) (outcome, error) {
+func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, op opFunc) (outcome, error) {
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
 	if dl, ok := ctx.Deadline(); ok {
@@ -347,7 +372,7 @@ func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, o
 	p := ClaimParams{
 		Key:         key,
 		Fingerprint: id.Fingerprint,
-		Owner:       e.cfg.Owner + "/" + strconv.FormatUint(e.seq.Add(1), 10),
+		Owner:       e.owner(),
 		Now:         nowMs,
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
@@ -380,7 +405,7 @@ func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, o
 }
 
 // execute runs op under the claim rec and records its outcome.
-func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity, rec *Record, lease time.Duration, op func(context.Context) ([]byte, error)) (outcome, error) {
+func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity, rec *Record, lease time.Duration, op opFunc) (outcome, error) {
 	fence := rec.Fence
 	opCtx, cancel := context.WithCancelCause(ctx)
 	opCtx = NewContext(opCtx, Claim{Key: key, Fence: fence, Owner: rec.Owner})
@@ -401,7 +426,7 @@ func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity
 		e.release(ctx, key, id, fence)
 		e.land(key, f, nil)
 	}()
-	result, opErr := op(opCtx)
+	result, value, opErr := op(opCtx)
 	finished = true
 	rn.stop()
 	cancel(nil)
@@ -423,7 +448,7 @@ func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity
 				fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes))
 		} else if e.complete(ctx, key, id, rec, done) {
 			if e.cache != nil {
-				e.cache.put(done)
+				e.cache.put(done, value)
 			}
 		}
 		e.land(key, f, done)

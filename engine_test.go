@@ -694,3 +694,19 @@ func TestStoredResultOfWrongTypeIsAnErrorNotGarbage(t *testing.T) {
 		t.Fatalf("decoding a string result into int: %v, want ErrCorrupt", err)
 	}
 }
+
+func TestCacheNeverSharesMutableValues(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Cache: &idem.CacheConfig{}})
+	ctx := context.Background()
+	fn := func(context.Context) (map[string]int, error) { return map[string]int{"n": 1}, nil }
+	if _, err := idem.Do(ctx, en.eng, req("k"), fn); err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := idem.Do(ctx, en.eng, req("k"), fn)
+	r1.Value["n"] = 99 // a caller scribbling on its copy
+	r2, _ := idem.Do(ctx, en.eng, req("k"), fn)
+	if r2.Value["n"] != 1 || !r2.Replayed {
+		t.Fatalf("cache hit returned a value another caller mutated: %v", r2.Value)
+	}
+}

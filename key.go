@@ -26,10 +26,15 @@ type Key struct {
 	Tenant string
 	// Digest is the lowercase hex SHA-256 of the key material.
 	Digest string
+
+	s string // the store key, when already built
 }
 
 // String returns the store key.
 func (k Key) String() string {
+	if k.s != "" {
+		return k.s
+	}
 	if k.Tenant == "" {
 		return k.Name + "#" + k.Digest
 	}
@@ -53,7 +58,24 @@ func NewKey(name, tenant string, material []byte) (Key, error) {
 	if err := validateTenant(tenant); err != nil {
 		return Key{}, err
 	}
-	return Key{Name: name, Tenant: tenant, Digest: Digest(material)}, nil
+	return makeKey(name, tenant, sha256.Sum256(material)), nil
+}
+
+// makeKey builds the store key in one allocation; Digest is a slice of it.
+func makeKey(name, tenant string, sum [sha256.Size]byte) Key {
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	var b strings.Builder
+	b.Grow(len(name) + 1 + len(tenant) + 1 + len(hx))
+	b.WriteString(name)
+	if tenant != "" {
+		b.WriteByte('/')
+		b.WriteString(tenant)
+	}
+	b.WriteByte('#')
+	b.Write(hx[:])
+	s := b.String()
+	return Key{Name: name, Tenant: tenant, Digest: s[len(s)-len(hx):], s: s}
 }
 
 // Digest returns the lowercase hex SHA-256 of b.
@@ -82,7 +104,7 @@ func ParseKey(s string) (Key, error) {
 	if err := validateTenant(tenant); err != nil {
 		return Key{}, err
 	}
-	return Key{Name: name, Tenant: tenant, Digest: digest}, nil
+	return Key{Name: name, Tenant: tenant, Digest: digest, s: s}, nil
 }
 
 func validateName(name string) error {
@@ -159,6 +181,7 @@ type Identity struct {
 // [*KeyError] or a [*PayloadError] naming what is wrong.
 func (r *Request) Identity() (Identity, error) {
 	fp := ""
+	var fpSum [sha256.Size]byte
 	if r.Payload != nil {
 		b := r.Payload
 		if !r.RawPayload {
@@ -168,7 +191,8 @@ func (r *Request) Identity() (Identity, error) {
 			}
 			b = c
 		}
-		fp = Digest(b)
+		fpSum = sha256.Sum256(b)
+		fp = hex.EncodeToString(fpSum[:])
 	}
 	var k Key
 	if r.Key != "" {
@@ -189,7 +213,7 @@ func (r *Request) Identity() (Identity, error) {
 		if err := validateTenant(r.Tenant); err != nil {
 			return Identity{}, err
 		}
-		k = Key{Name: r.Scope, Tenant: r.Tenant, Digest: fp}
+		k = makeKey(r.Scope, r.Tenant, fpSum)
 	}
 	return Identity{Key: k, Fingerprint: fp}, nil
 }

@@ -1,0 +1,109 @@
+package idem_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+func TestKeyFormat(t *testing.T) {
+	t.Parallel()
+	k, err := idem.NewKey("charge", "acme", []byte("order-42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := k.String()
+	if !strings.HasPrefix(s, "charge/acme#") || len(s) != len("charge/acme#")+64 {
+		t.Fatalf("key %q", s)
+	}
+	back, err := idem.ParseKey(s)
+	if err != nil || back != k {
+		t.Fatalf("ParseKey(%q) = %+v %v", s, back, err)
+	}
+	other, _ := idem.NewKey("charge", "globex", []byte("order-42"))
+	if other.String() == s {
+		t.Fatal("two tenants share a key")
+	}
+}
+
+func TestKeyValidation(t *testing.T) {
+	t.Parallel()
+	bad := []struct{ name, tenant string }{
+		{"", ""},
+		{"has space", ""},
+		{"has#hash", ""},
+		{strings.Repeat("a", 129), ""},
+		{"ok", "ten ant"},
+		{"ok", "ten#ant"},
+		{"ok", strings.Repeat("t", 257)},
+	}
+	for _, b := range bad {
+		_, err := idem.NewKey(b.name, b.tenant, []byte("x"))
+		var ke *idem.KeyError
+		if !errors.Is(err, idem.ErrInvalidKey) || !errors.As(err, &ke) {
+			t.Errorf("NewKey(%q, %q): %v, want *KeyError", b.name, b.tenant, err)
+		}
+	}
+	for _, s := range []string{"", "charge", "charge#abc", "charge/#" + strings.Repeat("a", 64), "charge#" + strings.Repeat("A", 64)} {
+		if _, err := idem.ParseKey(s); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("ParseKey(%q): %v, want ErrInvalidKey", s, err)
+		}
+	}
+	r := idem.Request{Scope: "s", Key: strings.Repeat("k", idem.MaxKeyLen+1)}
+	if _, err := r.Identity(); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("oversized key: %v", err)
+	}
+	r = idem.Request{Scope: "s"}
+	if _, err := r.Identity(); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("no key and no payload: %v", err)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	t.Parallel()
+	a := idem.Request{Scope: "s", Key: "k", Payload: []byte(`{"x":1,"y":2}`)}
+	b := idem.Request{Scope: "s", Key: "k", Payload: []byte(`{ "y":2, "x":1 }`)}
+	c := idem.Request{Scope: "s", Key: "k", Payload: []byte(`{ "y":2, "x":1 }`), RawPayload: true}
+	ia, _ := a.Identity()
+	ib, _ := b.Identity()
+	ic, _ := c.Identity()
+	if ia != ib {
+		t.Fatalf("key order changed the identity: %+v %+v", ia, ib)
+	}
+	if ic.Key != ia.Key || ic.Fingerprint == ia.Fingerprint {
+		t.Fatalf("raw mode: %+v vs %+v", ic, ia)
+	}
+	d := idem.Request{Scope: "s", Payload: []byte(`{"x":1,"y":2}`)}
+	id, err := d.Identity()
+	if err != nil || id.Key.Digest != id.Fingerprint {
+		t.Fatalf("payload-derived key: %+v %v", id, err)
+	}
+	if _, err := (&idem.Request{Scope: "s", Key: "k", Payload: []byte(`{"x":1,"x":2}`)}).Identity(); !errors.Is(err, idem.ErrInvalidPayload) {
+		t.Fatalf("duplicate-key payload: %v", err)
+	}
+}
+
+func FuzzParseKey(f *testing.F) {
+	k, _ := idem.NewKey("charge", "acme", []byte("x"))
+	f.Add(k.String())
+	f.Add("a#" + strings.Repeat("0", 64))
+	f.Add("a/b/c#" + strings.Repeat("f", 64))
+	f.Add("#")
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := idem.ParseKey(s)
+		if err != nil {
+			if !errors.Is(err, idem.ErrInvalidKey) {
+				t.Fatalf("ParseKey(%q) error %v is not ErrInvalidKey", s, err)
+			}
+			return
+		}
+		if k.String() != s {
+			t.Fatalf("ParseKey(%q).String() = %q", s, k.String())
+		}
+		if again, err := idem.NewKey(k.Name, k.Tenant, []byte("m")); err != nil || again.Scope() != k.Scope() {
+			t.Fatalf("parsed scope %q does not validate: %v", k.Scope(), err)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package storetest_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/storetest"
+)
+
+// broken stores: each breaks one rule of the contract, and the suite must
+// catch it in the named case. This is the suite's own test: a conformance
+// suite that passes a broken store proves nothing.
+var broken = map[string]struct {
+	wrap  func(*memstore.Store) idem.Store
+	fails string // a case that must fail
+}{
+	"ignores-fence":              {func(m *memstore.Store) idem.Store { return &noFence{Store: m} }, "Fencing"},
+	"conflict-drops-fingerprint": {func(m *memstore.Store) idem.Store { return &dropFingerprint{Store: m} }, "EngineMismatchEveryPath"},
+	"trusts-ttl-only":            {func(m *memstore.Store) idem.Store { return &noExpiry{Store: m} }, "ExpiryBoundary"},
+	"early-takeover":             {func(m *memstore.Store) idem.Store { return &earlyTakeover{Store: m} }, "TakeoverOnlyAfterLease"},
+	"racy-claim":                 {func(m *memstore.Store) idem.Store { return &racyClaim{Store: m} }, "Storm"},
+	"truncates-results":          {func(m *memstore.Store) idem.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
+}
+
+// TestBrokenStoreHelper runs the suite against the store named by
+// IDEM_BROKEN_STORE; it is only run as a child of TestSuiteCatchesBrokenStores.
+func TestBrokenStoreHelper(t *testing.T) {
+	name := os.Getenv("IDEM_BROKEN_STORE")
+	if name == "" {
+		t.Skip("helper for TestSuiteCatchesBrokenStores")
+	}
+	b := broken[name]
+	storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 16, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) idem.Store {
+		m := memstore.New(&memstore.Config{MaxResultBytes: 1 << 16, SweepInterval: -1})
+		t.Cleanup(func() { _ = m.Close() })
+		return b.wrap(m)
+	})
+}
+
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	t.Parallel()
+	for name, b := range broken {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStoreHelper$", "-test.v")
+			cmd.Env = append(os.Environ(), "IDEM_BROKEN_STORE="+name)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a store that %s", name)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestBrokenStoreHelper/"+b.fails) {
+				t.Fatalf("store that %s: case %s did not fail; output:\n%s", name, b.fails, tail(string(out)))
+			}
+		})
+	}
+}
+
+func TestSuitePassesMemstore(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 16}, func(t *testing.T) idem.Store {
+		m := memstore.New(&memstore.Config{MaxResultBytes: 1 << 16})
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	})
+}
+
+func tail(s string) string {
+	if len(s) > 3000 {
+		return s[len(s)-3000:]
+	}
+	return s
+}
+
+type noFence struct{ *memstore.Store }
+
+func (s *noFence) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil {
+		p.Fence = r.Fence
+		if r.Status != idem.StatusInProgress {
+			return nil
+		}
+	}
+	return s.Store.Complete(ctx, p)
+}
+
+type dropFingerprint struct{ *memstore.Store }
+
+func (s *dropFingerprint) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if err == nil && !res.Acquired {
+		res.Record.Fingerprint = p.Fingerprint // echoes the caller's instead of the stored one
+	}
+	return res, err
+}
+
+type noExpiry struct{ *memstore.Store }
+
+func (s *noExpiry) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status != idem.StatusInProgress && r.Expired(p.Now) {
+		p.Now = r.ExpiresAt - 1 // pretends the record is still live
+	}
+	return s.Store.Claim(ctx, p)
+}
+
+type earlyTakeover struct{ *memstore.Store }
+
+func (s *earlyTakeover) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	p.Now++
+	return s.Store.Claim(ctx, p)
+}
+
+type racyClaim struct{ *memstore.Store }
+
+// Claim checks and writes in two steps, like a read-then-put without a
+// condition.
+func (s *racyClaim) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	r, err := s.Store.Get(ctx, p.Key)
+	if err == nil && !r.Claimable(p.Now) {
+		return idem.ClaimResult{Record: r}, nil
+	}
+	runtime.Gosched()
+	_ = s.Store.Delete(ctx, p.Key) // a blind put: overwrites whoever got here first
+	return s.Store.Claim(ctx, p)
+}
+
+type truncating struct{ *memstore.Store }
+
+func (s *truncating) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if len(p.Result) > 1024 {
+		p.Result = p.Result[:1024]
+	}
+	return s.Store.Complete(ctx, p)
+}
