@@ -3,6 +3,6 @@ module github.com/seed-a1b882c0/idem
 go 1.25.0
 
 require (
-	github.com/anishathalye/porcupine v1.3.1 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
+	github.com/anishathalye/porcupine v1.3.1
+	go.uber.org/goleak v1.3.0
 )

@@ -1,0 +1,29 @@
+# Every target loops over the modules of go.work.
+MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
+GO ?= go
+FUZZTIME ?= 30s
+STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck)
+
+.PHONY: help test race bench fuzz lint tools
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+test: ## run every module's tests with the race detector (the CI command)
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
+
+race: test ## alias of test: tests always run with -race
+
+bench: ## run the benchmarks of every module (-benchmem)
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
+
+fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+	@set -e; for f in FuzzCanonicalize FuzzParseKey FuzzUnmarshalRecord; do \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) . ; done
+
+tools: ## install staticcheck
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0
+
+lint: ## gofmt, go vet and staticcheck over every module
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt needed"; exit 1)
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done

@@ -1,0 +1,81 @@
+// Package idem makes operations take effect once: an API call, a Lambda
+// invocation, a queue message or a workflow step, however often it is
+// retried, duplicated concurrently or cut off half way.
+//
+// The first execution's result is stored under an idempotency key and
+// replayed to every later call with that key; a duplicate that arrives while
+// the first is running is held off; a caller that died is taken over once
+// its lease runs out, and fencing tokens make sure the dead caller can never
+// overwrite the record afterwards.
+//
+// # The engine
+//
+// An [Engine] runs over a [Store]. [Do] runs a func(ctx) (T, error) under the
+// key a [Request] names; [NewOp] wraps a func(ctx, In) (Out, error) and takes
+// the key from the input. The [Result] says whether the value was replayed:
+// a replay is a flag, not an error.
+//
+//	eng, _ := idem.New(store, nil)
+//	res, err := idem.Do(ctx, eng, idem.Request{
+//		Scope:   "charge",       // the operation
+//		Key:     idemKey,        // e.g. the client's Idempotency-Key
+//		Payload: body,           // fingerprinted: same key + other payload = ErrMismatch
+//	}, func(ctx context.Context) (Receipt, error) { return bank.Charge(ctx, req) })
+//
+// # One call
+//
+//  1. The store key ("<scope>#<sha256>") and the payload fingerprint are
+//     derived once, before the operation runs. JSON payloads are
+//     canonicalised first ([Canonicalize]), so key order and white space
+//     do not matter, while different values never collapse.
+//  2. The local cache, if enabled, answers a COMPLETED key with no store
+//     call.
+//  3. The key is claimed in one store round trip. An existing record comes
+//     back in the same trip: another payload → [ErrMismatch]; COMPLETED →
+//     replay; FAILED → the stored [*TerminalError]; IN_PROGRESS →
+//     [*InProgressError], or a bounded wait (Config.Wait). Duplicates inside
+//     one process share one claim.
+//  4. The operation runs with a context carrying the [Claim] ([FromContext]);
+//     [Claim.DownstreamKey] gives a key for downstream services that stays
+//     the same across retries and takeovers. The lease (the context
+//     deadline, else Config.Lease) is renewed while it runs; if another
+//     caller took the key over, the context is cancelled with
+//     [ErrLeaseLost].
+//  5. Success → COMPLETED. A [*TerminalError] (see [Terminal]) → FAILED,
+//     replayed later. Any other error, or a panic → the claim is released so
+//     a retry can run. A success whose outcome cannot be recorded is still
+//     returned to its caller, logged and counted.
+//
+// # Guarantees, plainly
+//
+// The operation runs at most once per key per expiry window while claims
+// are honoured, and the outcome is durable once the store acknowledged it.
+// After a crash mid-operation, a retry after the lease runs the operation
+// again: exactly-once effects need the downstream call to be idempotent too,
+// which is what [Claim.DownstreamKey] is for. A store that cannot be reached
+// fails the call closed ([ErrStore]); the operation never runs unprotected
+// unless Config.FailOpen says so. Every caller's clock must be within the
+// lease of the others: leases and expiry are decided from the engine's
+// clock.
+//
+// # Stores
+//
+// The [Store] contract is six single-key atomic operations, each documented
+// with what it returns for absent, expired, conflicting and fenced-out
+// records; [Lister] and [Deleter] are optional powers for operators. Package
+// memstore is the in-memory store; package storetest is the conformance
+// suite every store must pass.
+//
+// # Errors
+//
+// Sentinel errors are grouped by operation; the typed errors that carry data
+// ([*InProgressError], [*MismatchError], [*TerminalError], [*FencedError],
+// [*TooLargeError], [*StoreError], [*KeyError], [*PayloadError],
+// [*CorruptError]) match their sentinel with errors.Is.
+//
+// # Testing code that uses idem
+//
+// Set IDEM_DISABLED=true (or Config.Disabled) to run every operation
+// directly with no store calls; never in production. Config.Clock takes a
+// test clock; the engine also runs under testing/synctest.
+package idem
