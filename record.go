@@ -138,7 +138,7 @@ func (r *Record) Clone() *Record {
 func (r *Record) Size() int {
 	n := len(r.Result)
 	if r.Err != nil {
-		n += len(r.Err.Body) + len(r.Err.Message) + len(r.Err.Code)
+		n += r.Err.Size()
 	}
 	return n
 }

@@ -180,3 +180,62 @@ func (p ListParams) PageSize() int {
 	}
 	return p.Limit
 }
+
+// ApplyClaim decides a claim against the current record old (nil when the
+// key is absent), for stores that read and write a key atomically (under a
+// lock or in a transaction). It returns the answer, and the record to write
+// when the claim acquired a new fence (nil when nothing is to be written).
+// The returned records are fresh copies.
+func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
+	var fence uint64 = 1
+	takeover := false
+	if old != nil {
+		switch {
+		case old.Expired(p.Now):
+			fence = old.Fence + 1
+		case old.LeaseExpired(p.Now):
+			fence, takeover = old.Fence+1, true
+		case old.Status == StatusInProgress && old.Owner == p.Owner && old.Fingerprint == p.Fingerprint:
+			return ClaimResult{Acquired: true, Record: old.Clone()}, nil
+		default:
+			return ClaimResult{Record: old.Clone()}, nil
+		}
+	}
+	w := &Record{
+		Key: p.Key, Status: StatusInProgress, Fence: fence, Owner: p.Owner,
+		LeaseUntil: p.LeaseUntil, ExpiresAt: p.ExpiresAt, Fingerprint: p.Fingerprint,
+		CreatedAt: p.Now, Version: RecordVersion,
+	}
+	return ClaimResult{Acquired: true, Takeover: takeover, Record: w.Clone()}, w
+}
+
+// CheckFence returns nil when a fenced write (Complete, Fail, Release,
+// Extend) with fence at now may change r (nil when absent); else
+// [ErrNotFound] or a [*FencedError], as the contract says.
+func CheckFence(r *Record, key string, fence uint64, now int64) error {
+	if r == nil || r.Expired(now) {
+		return ErrNotFound
+	}
+	if r.Fence != fence || r.Status != StatusInProgress {
+		return &FencedError{Key: key, Fence: fence, Current: r.Fence, Status: r.Status}
+	}
+	return nil
+}
+
+// ApplyComplete marks r COMPLETED as p says. Call it after [CheckFence].
+func ApplyComplete(r *Record, p CompleteParams) {
+	r.Status, r.Result, r.ExpiresAt, r.CompletedAt = StatusCompleted, append([]byte{}, p.Result...), p.ExpiresAt, p.Now
+}
+
+// ApplyFail marks r FAILED as p says. Call it after [CheckFence].
+func ApplyFail(r *Record, p FailParams) {
+	er := p.Err
+	if er.Body != nil {
+		er.Body = append([]byte{}, er.Body...)
+	}
+	r.Status, r.Err, r.ExpiresAt, r.CompletedAt = StatusFailed, &er, p.ExpiresAt, p.Now
+}
+
+// Size is the number of bytes a stored error carries, the figure
+// stores compare with their size limit (as [Record.Size] does).
+func (e ErrorRecord) Size() int { return len(e.Code) + len(e.Message) + len(e.Body) }

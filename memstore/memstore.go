@@ -133,41 +133,23 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, exists := s.m[p.Key]
-	var fence uint64 = 1
-	takeover := false
-	if exists {
-		switch {
-		case old.Expired(p.Now):
-			fence = old.Fence + 1
-		case old.LeaseExpired(p.Now):
-			fence, takeover = old.Fence+1, true
-		case old.Status == idem.StatusInProgress && old.Owner == p.Owner && old.Fingerprint == p.Fingerprint:
-			return idem.ClaimResult{Acquired: true, Record: old.Clone()}, nil
-		default:
-			return idem.ClaimResult{Record: old.Clone()}, nil
-		}
-	} else if len(s.m) >= s.cfg.MaxRecords && s.sweepLocked(p.Now) == 0 {
+	old := s.m[p.Key]
+	if old == nil && len(s.m) >= s.cfg.MaxRecords && s.sweepLocked(p.Now) == 0 {
 		return idem.ClaimResult{}, ErrFull
 	}
-	r := &idem.Record{
-		Key: p.Key, Status: idem.StatusInProgress, Fence: fence, Owner: p.Owner,
-		LeaseUntil: p.LeaseUntil, ExpiresAt: p.ExpiresAt, Fingerprint: p.Fingerprint,
-		CreatedAt: p.Now, Version: idem.RecordVersion,
+	res, write := idem.ApplyClaim(old, p)
+	if write != nil {
+		s.m[p.Key] = write
 	}
-	s.m[p.Key] = r
-	return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: r.Clone()}, nil
+	return res, nil
 }
 
 // held returns the record that a fenced write may change, or the error the
 // contract names.
 func (s *Store) held(key string, fence uint64, now int64) (*idem.Record, error) {
-	r, ok := s.m[key]
-	if !ok || r.Expired(now) {
-		return nil, idem.ErrNotFound
-	}
-	if r.Fence != fence || r.Status != idem.StatusInProgress {
-		return nil, &idem.FencedError{Key: key, Fence: fence, Current: r.Fence, Status: r.Status}
+	r := s.m[key]
+	if err := idem.CheckFence(r, key, fence, now); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -186,7 +168,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if err != nil {
 		return err
 	}
-	r.Status, r.Result, r.ExpiresAt, r.CompletedAt = idem.StatusCompleted, append([]byte{}, p.Result...), p.ExpiresAt, p.Now
+	idem.ApplyComplete(r, p)
 	return nil
 }
 
@@ -195,7 +177,7 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if n := len(p.Err.Body) + len(p.Err.Message) + len(p.Err.Code); n > s.cfg.MaxResultBytes {
+	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
 	s.mu.Lock()
@@ -204,9 +186,7 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if err != nil {
 		return err
 	}
-	er := p.Err
-	er.Body = slices.Clone(er.Body)
-	r.Status, r.Err, r.ExpiresAt, r.CompletedAt = idem.StatusFailed, &er, p.ExpiresAt, p.Now
+	idem.ApplyFail(r, p)
 	return nil
 }
 

@@ -1,9 +1,10 @@
 // Command charge shows one payment executed once: a client that times out
 // and retries, and a burst of concurrent duplicates of the same request,
-// all against one idempotency key. The bank is charged exactly once and
-// every caller gets the same receipt.
+// all against one idempotency key, on the embedded file store. The bank is
+// charged exactly once and every caller gets the same receipt.
 //
-//	go run ./examples/charge
+//	go run ./examples/charge                  # a fresh store file each run
+//	go run ./examples/charge -db ./idem.db    # run twice: the second run replays from disk
 package main
 
 import (
@@ -18,7 +19,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/boltstore"
 )
 
 type chargeRequest struct {
@@ -47,16 +48,32 @@ func (b *bank) charge(ctx context.Context, r chargeRequest) (receipt, error) {
 
 func main() {
 	dupes := flag.Int("duplicates", 8, "concurrent duplicates of the request")
+	db := flag.String("db", "", "store file (default: a new file in a temporary directory)")
 	flag.Parse()
-	if err := run(*dupes); err != nil {
+	if *db == "" {
+		dir, err := os.MkdirTemp("", "idem-charge")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "charge:", err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(dir)
+		*db = dir + "/idem.db"
+	}
+	if err := run(*dupes, *db); err != nil {
 		fmt.Fprintln(os.Stderr, "charge:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dupes int) error {
-	store := memstore.New(nil)
+func run(dupes int, path string) error {
+	_, statErr := os.Stat(path)
+	fresh := os.IsNotExist(statErr)
+	store, err := boltstore.Open(path, nil)
+	if err != nil {
+		return err
+	}
 	defer store.Close()
+	fmt.Printf("store: %s (fresh=%v)\n", path, fresh)
 	eng, err := idem.New(store, &idem.Config{
 		Wait:   5 * time.Second, // duplicates wait for the first call's result
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -105,8 +122,12 @@ func run(dupes int) error {
 	_, err = charge.Do(context.Background(), chargeRequest{OrderID: "order-42", Amount: 5, Currency: "EUR"})
 	fmt.Printf("same key, other amount: mismatch=%v\n", errors.Is(err, idem.ErrMismatch))
 
-	fmt.Printf("bank charges: %d\n", b.charges.Load())
-	if b.charges.Load() != 1 {
+	fmt.Printf("bank charges this run: %d\n", b.charges.Load())
+	want := int64(1)
+	if !fresh {
+		want = 0 // an earlier run's charge is replayed from the file
+	}
+	if b.charges.Load() > want {
 		return fmt.Errorf("the bank was charged %d times", b.charges.Load())
 	}
 	return nil
