@@ -81,7 +81,10 @@ func BenchmarkDuplicateCall(b *testing.B) {
 func BenchmarkRaw(b *testing.B) {
 	// Keys and values the size the library writes: "charge#<sha256 hex>" and
 	// a full record.
-	key := func(i int) []byte { k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i))); return []byte(k.String()) }
+	key := func(i int) []byte {
+		k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i)))
+		return []byte(k.String())
+	}
 	rec := idem.MarshalRecord(&idem.Record{Key: string(key(0)), Status: idem.StatusCompleted, Fence: 1, Owner: "host/12345/0a1b2c3d/123456",
 		Result: []byte(`{"id":"r-1","amount":1000}`), LeaseUntil: 1 << 41, ExpiresAt: 1 << 41, CreatedAt: 1 << 41, CompletedAt: 1 << 41, Version: 1})
 	for _, c := range []int{1, 16, 64} {

@@ -22,8 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/storetest"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
+	"github.com/seed-a1b882c0/idem/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -190,7 +190,7 @@ func crashChild() {
 	}
 }
 
-func crashKey(i int) string     { return fmt.Sprintf("crash#%08d", i) }
+func crashKey(i int) string    { return fmt.Sprintf("crash#%08d", i) }
 func crashResult(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 1+i%50)) }
 
 // TestCrashConsistency kills a writer with SIGKILL at random points, 200
