@@ -4,22 +4,30 @@ GO ?= go
 FUZZTIME ?= 30s
 STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck)
 
-.PHONY: help test race bench fuzz lint tools
+.PHONY: help test test-modules race bench bench-modules fuzz lint tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-test: ## run every module's tests with the race detector (the CI command)
+test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local
+	@scripts/dynamodb-local run $(MAKE) --no-print-directory test-modules
+
+test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
 
 race: test ## alias of test: tests always run with -race
 
-bench: ## run the benchmarks of every module (-benchmem)
+bench: ## run the benchmarks of every module (-benchmem); starts DynamoDB Local
+	@scripts/dynamodb-local run $(MAKE) --no-print-directory bench-modules
+
+bench-modules:
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
 
+FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseKey .:FuzzUnmarshalRecord store/dynamostore:FuzzDecodeCursor
+
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
-	@set -e; for f in FuzzCanonicalize FuzzParseKey FuzzUnmarshalRecord; do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) . ; done
+	@set -e; for t in $(FUZZ_TARGETS); do d=$${t%%:*}; f=$${t##*:}; echo "== $$d $$f"; \
+		(cd $$d && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) .); done
 
 tools: ## install staticcheck
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0

@@ -1,0 +1,465 @@
+// Package dynamostore is the idem store on Amazon DynamoDB.
+//
+// # One request per decision
+//
+// Claim is one conditional PutItem: a new key is written with fence 1, and
+// on conflict DynamoDB returns the existing item with the failure
+// (ReturnValuesOnConditionCheckFailure=ALL_OLD), so a duplicate costs one
+// request and no read. An item that is expired, or IN_PROGRESS past its
+// lease, is replaced by a second PutItem conditional on the fence just seen
+// and still claimable, which writes fence + 1: a takeover costs two
+// requests, and of two racing claimers exactly one wins. Complete, Fail,
+// Release and Extend are single writes conditional on the fence; Get is a
+// strongly consistent GetItem. A new call therefore costs two requests
+// (claim + complete) and a duplicate one.
+//
+// A claim whose write was applied but whose reply was lost (and which the
+// SDK's retryer sends again) meets its own item: the store recognises its
+// owner and fingerprint in the returned item and answers "acquired",
+// instead of reporting a conflict with itself.
+//
+// # Table layout
+//
+// Attribute names default to those of the Powertools idempotency table
+// (id, expiration in epoch seconds for DynamoDB TTL, in_progress_expiration
+// in epoch milliseconds, status, data, validation), so idem can share an
+// existing Powertools table; composite keys (a sort key holding the
+// idempotency key under a static partition value) are supported. idem adds
+// its own attributes for what Powertools does not have (fence, owner,
+// expiration_ms, created_ms, completed_ms, error_code, error_message,
+// error_body, ref, data_ref, v). Status values are idem's (IN_PROGRESS,
+// COMPLETED, FAILED); items idem did not write (no "v" attribute) are
+// skipped by listings and never replayed.
+//
+// Results are stored as one binary attribute, never as a map of
+// attributes. DynamoDB items are limited to 400 KB: a result over
+// Config.MaxResultBytes fails before any write with an [*idem.TooLargeError]
+// (the engine then stores a terminal "result too large" error, so retries
+// never re-run), unless a [Spiller] is configured to keep large results
+// elsewhere.
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// MaxItemBytes is DynamoDB's item size limit (400 KB).
+const MaxItemBytes = 400 * 1024
+
+// API is the part of *dynamodb.Client the store uses.
+type API interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+// Spiller keeps results too large for a DynamoDB item somewhere else (an
+// S3 bucket, a blob store). The item then holds only the reference Spill
+// returns. Spilled objects are the spiller's to expire (for S3, a lifecycle
+// rule of at least the idem expiry); a result whose object is gone fails
+// closed with idem.ErrCorrupt, never a replay of something else.
+type Spiller interface {
+	// Spill stores data for key's claim with the given fence, kept at least
+	// until expiresAt (ms), and returns a reference to it.
+	Spill(ctx context.Context, key string, fence uint64, expiresAt int64, data []byte) (ref string, err error)
+	// Load returns the data stored under ref.
+	Load(ctx context.Context, ref string) ([]byte, error)
+}
+
+// Config configures a [Store]. Table is required; every other field has a
+// default.
+type Config struct {
+	// Table is the DynamoDB table name.
+	Table string
+	// KeyAttr is the partition key attribute. Default "id".
+	KeyAttr string
+	// SortKeyAttr, when set, makes the key composite: the idempotency key
+	// goes in this attribute and the partition key holds PartitionValue.
+	SortKeyAttr string
+	// PartitionValue is the static partition key value of a composite key.
+	// Default "idem".
+	PartitionValue string
+	// ExpiryAttr holds the expiry in epoch seconds, for DynamoDB TTL.
+	// Default "expiration".
+	ExpiryAttr string
+	// LeaseAttr holds the lease end in epoch ms. Default
+	// "in_progress_expiration".
+	LeaseAttr string
+	// StatusAttr default "status"; DataAttr (the result) default "data";
+	// ValidationAttr (the payload fingerprint) default "validation".
+	StatusAttr, DataAttr, ValidationAttr string
+	// StatusIndex names an optional global secondary index with partition
+	// key StatusAttr (S) and sort key LeaseAttr (N), which makes listing by
+	// status and stuck records a Query instead of a Scan. See [CreateTable].
+	StatusIndex string
+	// MaxResultBytes bounds a stored result or error. Default 384 KiB,
+	// which leaves room in the 400 KB item for the key and the other
+	// attributes; at most MaxItemBytes.
+	MaxResultBytes int
+	// Spiller, when set, receives results over MaxResultBytes.
+	Spiller Spiller
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Table == "" {
+		return c, fmt.Errorf("dynamostore: Config.Table is required: %w", idem.ErrInvalidConfig)
+	}
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&c.KeyAttr, "id")
+	def(&c.PartitionValue, "idem")
+	def(&c.ExpiryAttr, "expiration")
+	def(&c.LeaseAttr, "in_progress_expiration")
+	def(&c.StatusAttr, "status")
+	def(&c.DataAttr, "data")
+	def(&c.ValidationAttr, "validation")
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = 384 << 10
+	}
+	if c.MaxResultBytes < 0 || c.MaxResultBytes > MaxItemBytes {
+		return c, fmt.Errorf("dynamostore: Config.MaxResultBytes %d outside 1..%d: %w", c.MaxResultBytes, MaxItemBytes, idem.ErrInvalidConfig)
+	}
+	names := map[string]bool{}
+	for _, n := range []string{c.KeyAttr, c.SortKeyAttr, c.ExpiryAttr, c.LeaseAttr, c.StatusAttr, c.DataAttr, c.ValidationAttr,
+		attrFence, attrOwner, attrExpMs, attrCreated, attrCompleted, attrErrCode, attrErrMsg, attrErrBody, attrRef, attrDataRef, attrVersion} {
+		if n == "" {
+			continue
+		}
+		if names[n] {
+			return c, fmt.Errorf("dynamostore: attribute name %q used twice: %w", n, idem.ErrInvalidConfig)
+		}
+		names[n] = true
+	}
+	return c, nil
+}
+
+// idem's own attributes.
+const (
+	attrFence     = "fence"
+	attrOwner     = "owner"
+	attrExpMs     = "expiration_ms"
+	attrCreated   = "created_ms"
+	attrCompleted = "completed_ms"
+	attrErrCode   = "error_code"
+	attrErrMsg    = "error_message"
+	attrErrBody   = "error_body"
+	attrRef       = "ref"
+	attrDataRef   = "data_ref"
+	attrVersion   = "v"
+)
+
+// Store is an [idem.Store] on one DynamoDB table. It also implements
+// [idem.Lister] and [idem.Deleter]. It holds no goroutines: expired items
+// are removed by the table's TTL.
+type Store struct {
+	api API
+	cfg Config
+	// names maps the expression placeholders to attribute names, shared by
+	// every request.
+	names map[string]string
+}
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Lister  = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
+
+// New returns a store on cfg.Table through api (usually a *dynamodb.Client).
+func New(api API, cfg Config) (*Store, error) {
+	if api == nil {
+		return nil, fmt.Errorf("dynamostore: nil client: %w", idem.ErrInvalidConfig)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{api: api, cfg: c, names: map[string]string{
+		"#pk": c.KeyAttr, "#st": c.StatusAttr, "#lease": c.LeaseAttr, "#exp": c.ExpiryAttr,
+		"#data": c.DataAttr, "#val": c.ValidationAttr, "#fence": attrFence, "#owner": attrOwner,
+		"#expms": attrExpMs, "#created": attrCreated, "#completed": attrCompleted,
+		"#ecode": attrErrCode, "#emsg": attrErrMsg, "#ebody": attrErrBody, "#ref": attrRef,
+		"#dref": attrDataRef, "#v": attrVersion,
+	}}
+	return s, nil
+}
+
+// Config returns the store's configuration with defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// itemKey is the primary key of the item for key.
+func (s *Store) itemKey(key string) map[string]types.AttributeValue {
+	if s.cfg.SortKeyAttr == "" {
+		return map[string]types.AttributeValue{s.cfg.KeyAttr: str(key)}
+	}
+	return map[string]types.AttributeValue{s.cfg.KeyAttr: str(s.cfg.PartitionValue), s.cfg.SortKeyAttr: str(key)}
+}
+
+func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+func num(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+func unum(v uint64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatUint(v, 10)}
+}
+
+func bin(v []byte) types.AttributeValue {
+	if v == nil {
+		v = []byte{}
+	}
+	return &types.AttributeValueMemberB{Value: v}
+}
+
+// seconds is ms rounded up to whole seconds, for the TTL attribute: DynamoDB
+// may then delete the item only after idem already counts it as expired.
+func seconds(ms int64) int64 { return (ms + 999) / 1000 }
+
+// names returns the placeholders used by an expression, so DynamoDB does
+// not reject unused ones.
+func (s *Store) pick(ph ...string) map[string]string {
+	m := make(map[string]string, len(ph))
+	for _, p := range ph {
+		m[p] = s.names[p]
+	}
+	return m
+}
+
+// claimCond is the condition of a claim over an item the claimer has seen
+// with fence :old: it is still that item and still claimable.
+const claimCond = "#fence = :old AND (#expms <= :now OR (#st = :ip AND #lease <= :now))"
+
+// claimAttempts bounds the claim loop. Each failed round means another
+// claimer wrote the item in between; its claim is normally live, which ends
+// the loop with a conflict. Only claimers whose clocks put each other's
+// fresh leases in the past can keep it going.
+const claimAttempts = 32
+
+// Claim implements [idem.Store]. The common cases are one PutItem: a new
+// key (condition attribute_not_exists) and a duplicate (the condition fails
+// and DynamoDB returns the live item with the failure). An expired item or
+// one past its lease costs a second PutItem, conditional on the fence just
+// seen, which writes fence + 1.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	var seen *idem.Record // the item as last returned; nil: absent
+	var ref string        // its spill reference
+	for range claimAttempts {
+		res, write := idem.ApplyClaim(seen, p)
+		if write == nil {
+			if err := s.loadSpilled(ctx, res.Record, ref); err != nil {
+				return idem.ClaimResult{}, err
+			}
+			return res, nil
+		}
+		in := &dynamodb.PutItemInput{
+			TableName:                           aws.String(s.cfg.Table),
+			Item:                                s.claimItem(write),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		if seen == nil {
+			in.ConditionExpression = aws.String("attribute_not_exists(#pk)")
+			in.ExpressionAttributeNames = s.pick("#pk")
+		} else {
+			in.ConditionExpression = aws.String(claimCond)
+			in.ExpressionAttributeNames = s.pick("#fence", "#expms", "#st", "#lease")
+			in.ExpressionAttributeValues = map[string]types.AttributeValue{
+				":old": unum(seen.Fence), ":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()),
+			}
+		}
+		_, err := s.api.PutItem(ctx, in)
+		if err == nil {
+			return res, nil
+		}
+		old, failed := conditionFailed(err)
+		if !failed {
+			return idem.ClaimResult{}, s.translate("claim", p.Key, err)
+		}
+		if seen, ref, err = s.decodeMeta(p.Key, old); err != nil {
+			return idem.ClaimResult{}, err
+		}
+	}
+	return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim %s: the item changed under %d claim attempts: %w", p.Key, claimAttempts, idem.ErrUnavailable)
+}
+
+// claimItem is the whole item of a new claim.
+func (s *Store) claimItem(r *idem.Record) map[string]types.AttributeValue {
+	it := s.itemKey(r.Key)
+	it[s.cfg.StatusAttr] = str(r.Status.String())
+	it[attrFence] = unum(r.Fence)
+	it[attrOwner] = str(r.Owner)
+	it[s.cfg.LeaseAttr] = num(r.LeaseUntil)
+	it[s.cfg.ExpiryAttr] = num(seconds(r.ExpiresAt))
+	it[attrExpMs] = num(r.ExpiresAt)
+	it[s.cfg.ValidationAttr] = str(r.Fingerprint)
+	it[attrCreated] = num(r.CreatedAt)
+	it[attrVersion] = num(int64(r.Version))
+	return it
+}
+
+// fenced is the condition of the four fenced writes.
+const fencedCond = "#fence = :fence AND #st = :ip AND #expms > :now"
+
+// Complete implements [idem.Store].
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now"
+	vals := map[string]types.AttributeValue{":done": str(idem.StatusCompleted.String()), ":data": bin(p.Result)}
+	ph := []string{"#data"}
+	if len(p.Result) > s.cfg.MaxResultBytes {
+		if s.cfg.Spiller == nil {
+			return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+		}
+		ref, err := s.cfg.Spiller.Spill(ctx, p.Key, p.Fence, p.ExpiresAt, p.Result)
+		if err != nil {
+			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, idem.ErrUnavailable, err)
+		}
+		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data"
+		vals = map[string]types.AttributeValue{":done": str(idem.StatusCompleted.String()), ":dref": str(ref)}
+		ph = []string{"#dref", "#data"}
+	}
+	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
+	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Now, set, vals, append(ph, "#exp", "#expms", "#completed"))
+}
+
+// Fail implements [idem.Store].
+func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
+		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+	}
+	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now"
+	vals := map[string]types.AttributeValue{
+		":failed": str(idem.StatusFailed.String()), ":code": str(p.Err.Code), ":msg": str(p.Err.Message),
+		":body": bin(p.Err.Body), ":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt),
+	}
+	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed"})
+}
+
+// Extend implements [idem.Store].
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Now, "SET #lease = :lease",
+		map[string]types.AttributeValue{":lease": num(p.LeaseUntil)}, []string{"#lease"})
+}
+
+func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
+	vals[":now"], vals[":ip"], vals[":fence"] = num(now), str(idem.StatusInProgress.String()), unum(fence)
+	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.cfg.Table),
+		Key:                                 s.itemKey(key),
+		UpdateExpression:                    aws.String(set),
+		ConditionExpression:                 aws.String(fencedCond),
+		ExpressionAttributeNames:            s.pick(append(ph, "#st", "#fence", "#expms")...),
+		ExpressionAttributeValues:           vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return s.fencedError(ctx, op, key, fence, now, err)
+}
+
+// fencedError turns a failed fenced write into ErrNotFound or a
+// *FencedError from the item returned with the failure.
+func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, now int64, err error) error {
+	if err == nil {
+		return nil
+	}
+	old, failed := conditionFailed(err)
+	if !failed {
+		return s.translate(op, key, err)
+	}
+	rec, _, derr := s.decodeMeta(key, old)
+	if derr != nil {
+		return derr
+	}
+	if ferr := idem.CheckFence(rec, key, fence, now); ferr != nil {
+		return ferr
+	}
+	return &idem.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
+}
+
+// Release implements [idem.Store] with a conditional DeleteItem.
+func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                aws.String(s.cfg.Table),
+		Key:                      s.itemKey(p.Key),
+		ConditionExpression:      aws.String(fencedCond),
+		ExpressionAttributeNames: s.pick("#st", "#fence", "#expms"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()), ":fence": unum(p.Fence),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Now, err)
+}
+
+// Get implements [idem.Store] with a strongly consistent GetItem.
+func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.cfg.Table),
+		Key:            s.itemKey(key),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, s.translate("get", key, err)
+	}
+	r, err := s.decode(ctx, key, out.Item)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, idem.ErrNotFound
+	}
+	return r, nil
+}
+
+// Delete implements [idem.Deleter].
+func (s *Store) Delete(ctx context.Context, key string) error {
+	out, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:    aws.String(s.cfg.Table),
+		Key:          s.itemKey(key),
+		ReturnValues: types.ReturnValueAllOld,
+	})
+	if err != nil {
+		return s.translate("delete", key, err)
+	}
+	if len(out.Attributes) == 0 {
+		return idem.ErrNotFound
+	}
+	return nil
+}
+
+// conditionFailed reports whether err is a failed condition, with the item
+// DynamoDB returned with it (nil when the key was absent).
+func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return cf.Item, true
+	}
+	return nil, false
+}
+
+// translate maps SDK errors to idem's at the store boundary: everything
+// that is not a decision of the store is "unavailable" (the call fails
+// closed), an item over DynamoDB's limit is a *TooLargeError.
+func (s *Store) translate(op, key string, err error) error {
+	var ve *types.ResourceNotFoundException
+	if errors.As(err, &ve) {
+		return fmt.Errorf("dynamostore: %s %s: table %q not found: %w: %w", op, key, s.cfg.Table, idem.ErrUnavailable, err)
+	}
+	if isItemTooLarge(err) {
+		return &idem.TooLargeError{Key: key, Size: MaxItemBytes + 1, Limit: MaxItemBytes}
+	}
+	return fmt.Errorf("dynamostore: %s %s: %w: %w", op, key, idem.ErrUnavailable, err)
+}

@@ -1,0 +1,557 @@
+package dynamostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+	"go.uber.org/goleak"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/storetest"
+)
+
+// transport is shared by every test client, so TestMain can close its idle
+// connections before checking for leaked goroutines.
+var transport = &http.Transport{MaxIdleConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	transport.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// endpoint is DynamoDB Local's address. Outside CI a missing server skips
+// the test; in CI it fails it.
+func endpoint(t testing.TB) string {
+	t.Helper()
+	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
+	if ep != "" {
+		return ep
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("IDEM_DYNAMODB_ENDPOINT is not set in CI: run the tests through scripts/dynamodb-local run (make test does)")
+	}
+	t.Skip("no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
+	return ""
+}
+
+// newClient returns a client for ep with static local credentials.
+func newClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(ep),
+		HTTPClient:   &http.Client{Transport: transport},
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idem tests"}, nil
+		}),
+	}, opts...)
+}
+
+var tableSeq atomic.Uint64
+
+// newTable creates a fresh table for cfg (its Table name is filled in)
+// and deletes it when the test ends.
+func newTable(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) dynamostore.Config {
+	t.Helper()
+	cfg.Table = fmt.Sprintf("idem_test_%d_%x", tableSeq.Add(1), rand.Uint32())
+	ctx := context.Background()
+	if err := dynamostore.CreateTable(ctx, c, cfg, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.Table)}); err != nil {
+			t.Errorf("delete table %s: %v", cfg.Table, err)
+		}
+	})
+	return cfg
+}
+
+func newStore(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) *dynamostore.Store {
+	t.Helper()
+	s, err := dynamostore.New(c, newTable(t, c, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const limit = 384 << 10
+
+func TestConformance(t *testing.T) {
+	c := newClient(endpoint(t))
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+		return newStore(t, c, dynamostore.Config{})
+	})
+}
+
+// The composite-key layout with the status index: every listing path but
+// the Scan goes through it.
+func TestConformanceCompositeKeyWithStatusIndex(t *testing.T) {
+	c := newClient(endpoint(t))
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) idem.Store {
+		return newStore(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", StatusIndex: "status-lease"})
+	})
+}
+
+// counter counts HTTP requests (every attempt, after the retryer) made by
+// a client.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+		return st.Finalize.Add(middleware.FinalizeMiddlewareFunc("idem-count", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			c.n.Add(1)
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
+	})
+}
+
+func TestRequestsPerCall(t *testing.T) {
+	ep := endpoint(t)
+	var cnt counter
+	c := newClient(ep, cnt.option)
+	s := newStore(t, newClient(ep), dynamostore.Config{})
+	s, _ = dynamostore.New(c, s.Config())
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	runs := 0
+	call := func() idem.Result[string] {
+		res, err := idem.Do(ctx, e, idem.Request{Scope: "charge", Key: "k1", Payload: []byte(`{"amount":5}`)},
+			func(context.Context) (string, error) { runs++; return "ch_1", nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	before := cnt.n.Load()
+	call()
+	if got := cnt.n.Load() - before; got != 2 {
+		t.Errorf("new call made %d requests, want 2 (claim + complete)", got)
+	}
+	before = cnt.n.Load()
+	res := call()
+	if got := cnt.n.Load() - before; got != 1 {
+		t.Errorf("duplicate call made %d requests, want 1 (the failed claim returns the item)", got)
+	}
+	if !res.Replayed || res.Value != "ch_1" || runs != 1 {
+		t.Errorf("duplicate: %+v, runs %d; want replayed ch_1 and one run", res, runs)
+	}
+}
+
+// dropProxy forwards TCP connections to target; for the first `drop`
+// requests it lets the request reach the server, waits for the reply to
+// start, then resets the client's connection instead of passing the reply
+// on: the write happened, the caller never heard.
+type dropProxy struct {
+	ln      net.Listener
+	target  string
+	drop    atomic.Int64
+	dropped atomic.Int64
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// track remembers c so that close can cut it.
+func (p *dropProxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+}
+
+// close stops the proxy and cuts its connections (clients keep theirs
+// alive), then waits for its goroutines.
+func (p *dropProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func newDropProxy(t *testing.T, target string, drop int64) *dropProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target}
+	p.drop.Store(drop)
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *dropProxy) serve() {
+	defer p.wg.Done()
+	for {
+		cc, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.track(cc)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(cc.(*net.TCPConn))
+		}()
+	}
+}
+
+func (p *dropProxy) handle(cc *net.TCPConn) {
+	defer cc.Close()
+	sc, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer sc.Close()
+	p.track(sc)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		_, _ = io.Copy(sc, cc)
+		_ = sc.(*net.TCPConn).CloseWrite()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := sc.Read(buf)
+		if n > 0 && p.drop.Add(-1) >= 0 {
+			// The server answered: drop the reply and reset the connection.
+			p.dropped.Add(1)
+			_ = cc.SetLinger(0)
+			return
+		}
+		if n > 0 {
+			if _, werr := cc.Write(buf[:n]); werr != nil {
+				return
+			}
+			// Later reads of the same reply must pass too.
+			p.drop.Store(0)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
+	ep := endpoint(t)
+	direct := newClient(ep)
+	cfg := newTable(t, direct, dynamostore.Config{})
+	p := newDropProxy(t, ep[len("http://"):], 1)
+	var cnt counter
+	// The SDK's standard retryer resends the claim after the reset.
+	s, err := dynamostore.New(newClient("http://"+p.ln.Addr().String(), cnt.option), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour).UnixMilli()
+	key := "lost#" + strconv.Itoa(rand.Int())
+	res, err := s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "fp", Owner: "owner-1", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000})
+	if err != nil {
+		t.Fatalf("claim through a lost reply: %v", err)
+	}
+	if p.dropped.Load() != 1 || cnt.n.Load() != 2 {
+		t.Fatalf("proxy dropped %d replies, client sent %d requests; want 1 dropped and a retry", p.dropped.Load(), cnt.n.Load())
+	}
+	if !res.Acquired || res.Takeover || res.Record.Fence != 1 || res.Record.Owner != "owner-1" {
+		t.Fatalf("retried claim = %+v (record %+v); want acquired with fence 1, its own", res, res.Record)
+	}
+	// The recognised claim is usable: complete it under fence 1.
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Now: now + 1, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	// Another owner with the same fingerprint is still a conflict.
+	res, err = s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "fp", Owner: "owner-2", Now: now + 2, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000})
+	if err != nil || res.Acquired || string(res.Record.Result) != "ok" {
+		t.Fatalf("claim by another owner = %+v, %v; want the completed record", res, err)
+	}
+}
+
+// Without the SDK's retries, a lost reply is a typed unavailable error and
+// the caller's own retry (same owner) still recognises the claim.
+func TestLostClaimReplyWithoutRetries(t *testing.T) {
+	ep := endpoint(t)
+	direct := newClient(ep)
+	cfg := newTable(t, direct, dynamostore.Config{})
+	p := newDropProxy(t, ep[len("http://"):], 1)
+	s, err := dynamostore.New(newClient("http://"+p.ln.Addr().String(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour).UnixMilli()
+	cp := idem.ClaimParams{Key: "lost2#k", Fingerprint: "fp", Owner: "owner-1", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
+	_, err = s.Claim(context.Background(), cp)
+	if !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("claim with its reply lost: %v, want ErrUnavailable", err)
+	}
+	res, err := s.Claim(context.Background(), cp)
+	if err != nil || !res.Acquired || res.Record.Fence != 1 {
+		t.Fatalf("same owner's retry = %+v, %v; want its own claim, fence 1", res, err)
+	}
+}
+
+// memSpiller is a test Spiller keeping spilled results in memory.
+type memSpiller struct {
+	mu   sync.Mutex
+	objs map[string][]byte
+}
+
+func (m *memSpiller) Spill(_ context.Context, key string, fence uint64, _ int64, data []byte) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref := fmt.Sprintf("mem://%s/%d", key, fence)
+	m.objs[ref] = append([]byte(nil), data...)
+	return ref, nil
+}
+
+func (m *memSpiller) Load(_ context.Context, ref string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objs[ref]
+	if !ok {
+		return nil, fmt.Errorf("no object %s", ref)
+	}
+	return append([]byte(nil), b...), nil
+}
+
+func TestSpillLargeResults(t *testing.T) {
+	c := newClient(endpoint(t))
+	sp := &memSpiller{objs: map[string][]byte{}}
+	s := newStore(t, c, dynamostore.Config{Spiller: sp, MaxResultBytes: 1000})
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20) // 1 MiB: far over the 400 KB item limit
+	for i := range big {
+		big[i] = byte(i % 251)
+	}
+	runs := 0
+	for i := range 2 {
+		res, err := idem.Do(context.Background(), e, idem.Request{Scope: "report", Key: "r1"}, func(context.Context) ([]byte, error) {
+			runs++
+			return big, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Value) != len(big) || res.Value[12345] != big[12345] || res.Replayed != (i == 1) {
+			t.Fatalf("call %d: %d bytes, replayed %v", i, len(res.Value), res.Replayed)
+		}
+	}
+	if runs != 1 || len(sp.objs) != 1 {
+		t.Fatalf("runs %d, spilled objects %d; want 1 and 1", runs, len(sp.objs))
+	}
+	// A spilled object that has gone fails closed.
+	sp.mu.Lock()
+	clear(sp.objs)
+	sp.mu.Unlock()
+	_, err = idem.Do(context.Background(), e, idem.Request{Scope: "report", Key: "r1"}, func(context.Context) ([]byte, error) {
+		runs++
+		return nil, nil
+	})
+	if err == nil || runs != 1 {
+		t.Fatalf("replay of a lost spilled object: err %v, runs %d; want an error and no run", err, runs)
+	}
+}
+
+// The item layout is the Powertools table's: a team can point idem at an
+// existing Powertools table and its TTL setting.
+func TestPowertoolsCompatibleItem(t *testing.T) {
+	c := newClient(endpoint(t))
+	s := newStore(t, c, dynamostore.Config{})
+	now := time.Now().UnixMilli() + 1234
+	key := "pt#k"
+	if _, err := s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "abc", Owner: "o", Now: now, LeaseUntil: now + 5000, ExpiresAt: now + 3_600_500}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Now: now, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := out.Item
+	wantN := map[string]int64{"expiration": (now + 7_200_500 + 999) / 1000, "in_progress_expiration": now + 5000, "fence": 1}
+	for name, want := range wantN {
+		n, ok := it[name].(*types.AttributeValueMemberN)
+		if !ok || n.Value != strconv.FormatInt(want, 10) {
+			t.Errorf("attribute %s = %#v, want N %d", name, it[name], want)
+		}
+	}
+	if st, ok := it["status"].(*types.AttributeValueMemberS); !ok || st.Value != "COMPLETED" {
+		t.Errorf("status = %#v", it["status"])
+	}
+	if v, ok := it["validation"].(*types.AttributeValueMemberS); !ok || v.Value != "abc" {
+		t.Errorf("validation = %#v", it["validation"])
+	}
+	if d, ok := it["data"].(*types.AttributeValueMemberB); !ok || string(d.Value) != `{"id":1}` {
+		t.Errorf("data = %#v, want binary result", it["data"])
+	}
+	ttl, err := c.DescribeTimeToLive(context.Background(), &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(s.Config().Table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl.TimeToLiveDescription; d == nil || aws.ToString(d.AttributeName) != "expiration" || d.TimeToLiveStatus != types.TimeToLiveStatusEnabled {
+		t.Errorf("TTL = %+v, want enabled on expiration", d)
+	}
+}
+
+// Items idem cannot read fail closed: the engine neither replays them nor
+// runs the operation.
+func TestDamagedItemFailsClosed(t *testing.T) {
+	c := newClient(endpoint(t))
+	s := newStore(t, c, dynamostore.Config{})
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := idem.Request{Scope: "charge", Key: "bad"}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	for name, item := range map[string]map[string]types.AttributeValue{
+		"fence not a number": {"fence": &types.AttributeValueMemberS{Value: "x"}, "status": &types.AttributeValueMemberS{Value: "COMPLETED"}},
+		"unknown status":     {"fence": &types.AttributeValueMemberN{Value: "1"}, "status": &types.AttributeValueMemberS{Value: "INPROGRESS"}},
+		"result not binary":  {"fence": &types.AttributeValueMemberN{Value: "1"}, "status": &types.AttributeValueMemberS{Value: "COMPLETED"}, "data": &types.AttributeValueMemberS{Value: "{}"}},
+		"record version 9":   {"fence": &types.AttributeValueMemberN{Value: "1"}, "status": &types.AttributeValueMemberS{Value: "COMPLETED"}, "v": &types.AttributeValueMemberN{Value: "9"}},
+	} {
+		item["id"] = &types.AttributeValueMemberS{Value: id.Key.String()}
+		for _, a := range []string{"in_progress_expiration", "expiration_ms", "created_ms"} {
+			item[a] = &types.AttributeValueMemberN{Value: far}
+		}
+		if _, ok := item["v"]; !ok {
+			item["v"] = &types.AttributeValueMemberN{Value: "1"}
+		}
+		if _, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(s.Config().Table), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		_, err := idem.Do(context.Background(), e, req, func(context.Context) (string, error) { ran = true; return "", nil })
+		if !errors.Is(err, idem.ErrCorrupt) || ran {
+			t.Errorf("%s: err %v, ran %v; want ErrCorrupt and no run", name, err, ran)
+		}
+		if _, err := s.Get(context.Background(), id.Key.String()); !errors.Is(err, idem.ErrCorrupt) {
+			t.Errorf("%s: Get: %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func TestUnreachableFailsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	s, err := dynamostore.New(newClient("http://"+addr, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), dynamostore.Config{Table: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	_, err = idem.Do(context.Background(), e, idem.Request{Scope: "s", Key: "k"}, func(context.Context) (int, error) { ran = true; return 1, nil })
+	if !errors.Is(err, idem.ErrUnavailable) || !errors.Is(err, idem.ErrStore) || ran {
+		t.Fatalf("unreachable store: err %v, ran %v; want ErrUnavailable and no run", err, ran)
+	}
+}
+
+func TestMissingTableIsUnavailable(t *testing.T) {
+	s, err := dynamostore.New(newClient(endpoint(t)), dynamostore.Config{Table: "idem_no_such_table"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Get(context.Background(), "k")
+	if !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("Get on a missing table: %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	c := newClient("http://127.0.0.1:1")
+	for name, cfg := range map[string]dynamostore.Config{
+		"no table":        {},
+		"same name twice": {Table: "t", DataAttr: "status"},
+		"clash with idem": {Table: "t", ValidationAttr: "fence"},
+		"limit too big":   {Table: "t", MaxResultBytes: dynamostore.MaxItemBytes + 1},
+	} {
+		if _, err := dynamostore.New(c, cfg); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := dynamostore.New(nil, dynamostore.Config{Table: "t"}); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil client: %v", err)
+	}
+}
+
+func TestListStuckThroughStatusIndex(t *testing.T) {
+	c := newClient(endpoint(t))
+	s := newStore(t, c, dynamostore.Config{StatusIndex: "by-status"})
+	now := time.Now().Add(time.Hour).UnixMilli()
+	for i := range 25 {
+		leaseLeft := int64(10_000)
+		if i%5 == 0 {
+			leaseLeft = -1 // stuck
+		}
+		_, err := s.Claim(context.Background(), idem.ClaimParams{Key: fmt.Sprintf("k%02d", i), Owner: "o", Now: now - 100, LeaseUntil: now + leaseLeft, ExpiresAt: now + 60_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	p := idem.ListParams{Stuck: true, Now: now, Limit: 2}
+	for {
+		page, err := s.List(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Records {
+			got = append(got, r.Key)
+		}
+		if page.Next == "" {
+			break
+		}
+		p.Cursor = page.Next
+	}
+	if len(got) != 5 {
+		t.Fatalf("stuck records listed: %v, want the 5 stuck ones", got)
+	}
+	if _, err := s.List(context.Background(), idem.ListParams{Cursor: "!!"}); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("bad cursor: %v", err)
+	}
+}
