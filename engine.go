@@ -486,6 +486,13 @@ func (e *Engine) complete(ctx context.Context, key string, id Identity, rec *Rec
 		e.storeUnreplayable(ctx, key, id, rec, done.CompletedAt, CodeResultTooLarge, err.Error())
 		return false
 	}
+	var fe *FencedError
+	if errors.As(err, &fe) && fe.Current == rec.Fence && fe.Status == StatusCompleted {
+		// Only this claim's holder can complete under its fence: the
+		// operation completed the record itself, inside its own transaction
+		// (see pgstore.DoTx).
+		return true
+	}
 	if err != nil {
 		e.writeFailed(key, id, rec.Fence, "complete", err)
 		return false

@@ -710,3 +710,26 @@ func TestCacheNeverSharesMutableValues(t *testing.T) {
 		t.Fatalf("cache hit returned a value another caller mutated: %v", r2.Value)
 	}
 }
+
+// An operation may complete its own record (in its own transaction, as
+// pgstore.DoTx does); the engine's Complete then meets its own fence
+// COMPLETED and takes it as done, not as a failed write.
+func TestOperationCompletedItsOwnRecord(t *testing.T) {
+	en := setup(t, idem.Config{RenewInterval: -1})
+	ctx := context.Background()
+	res, err := idem.Do(ctx, en.eng, req("self"), func(ctx context.Context) (string, error) {
+		c, _ := idem.FromContext(ctx)
+		now := idem.Millis(en.clock.Now())
+		return "v", en.mem.Complete(ctx, idem.CompleteParams{Key: c.Key, Fence: c.Fence, Now: now, ExpiresAt: now + 60_000, Result: []byte(`"v"`)})
+	})
+	if err != nil || res.Value != "v" {
+		t.Fatalf("Do: %+v, %v", res, err)
+	}
+	if n := en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeFenced); n != 0 {
+		t.Fatalf("self-completed record counted %d failed/fenced writes", n)
+	}
+	again, err := idem.Do(ctx, en.eng, req("self"), func(context.Context) (string, error) { return "second", nil })
+	if err != nil || !again.Replayed || again.Value != "v" {
+		t.Fatalf("replay: %+v, %v", again, err)
+	}
+}

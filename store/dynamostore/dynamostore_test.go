@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/faultproxy"
+	"github.com/seed-a1b882c0/idem/internal/storefaults"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 	"github.com/seed-a1b882c0/idem/storetest"
 )
@@ -163,113 +165,27 @@ func TestRequestsPerCall(t *testing.T) {
 	}
 }
 
-// dropProxy forwards TCP connections to target; for the first `drop`
-// requests it lets the request reach the server, waits for the reply to
-// start, then resets the client's connection instead of passing the reply
-// on: the write happened, the caller never heard.
-type dropProxy struct {
-	ln      net.Listener
-	target  string
-	drop    atomic.Int64
-	dropped atomic.Int64
-	wg      sync.WaitGroup
-
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-// track remembers c so that close can cut it.
-func (p *dropProxy) track(c net.Conn) {
-	p.mu.Lock()
-	p.conns = append(p.conns, c)
-	p.mu.Unlock()
-}
-
-// close stops the proxy and cuts its connections (clients keep theirs
-// alive), then waits for its goroutines.
-func (p *dropProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func newDropProxy(t *testing.T, target string, drop int64) *dropProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// lossyProxy is a fault proxy to ep whose next reply is lost: the request
+// reaches DynamoDB Local and the client's connection is reset instead of
+// answered.
+func lossyProxy(t *testing.T, ep string) *faultproxy.Proxy {
+	p, err := faultproxy.New(strings.TrimPrefix(ep, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &dropProxy{ln: ln, target: target}
-	p.drop.Store(drop)
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
+	p.DropReplies(1)
 	return p
-}
-
-func (p *dropProxy) serve() {
-	defer p.wg.Done()
-	for {
-		cc, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.track(cc)
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.handle(cc.(*net.TCPConn))
-		}()
-	}
-}
-
-func (p *dropProxy) handle(cc *net.TCPConn) {
-	defer cc.Close()
-	sc, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer sc.Close()
-	p.track(sc)
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		_, _ = io.Copy(sc, cc)
-		_ = sc.(*net.TCPConn).CloseWrite()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := sc.Read(buf)
-		if n > 0 && p.drop.Add(-1) >= 0 {
-			// The server answered: drop the reply and reset the connection.
-			p.dropped.Add(1)
-			_ = cc.SetLinger(0)
-			return
-		}
-		if n > 0 {
-			if _, werr := cc.Write(buf[:n]); werr != nil {
-				return
-			}
-			// Later reads of the same reply must pass too.
-			p.drop.Store(0)
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 	ep := endpoint(t)
 	direct := newClient(ep)
 	cfg := newTable(t, direct, dynamostore.Config{})
-	p := newDropProxy(t, ep[len("http://"):], 1)
+	p := lossyProxy(t, ep)
 	var cnt counter
 	// The SDK's standard retryer resends the claim after the reset.
-	s, err := dynamostore.New(newClient("http://"+p.ln.Addr().String(), cnt.option), cfg)
+	s, err := dynamostore.New(newClient("http://"+p.Addr(), cnt.option), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +195,8 @@ func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim through a lost reply: %v", err)
 	}
-	if p.dropped.Load() != 1 || cnt.n.Load() != 2 {
-		t.Fatalf("proxy dropped %d replies, client sent %d requests; want 1 dropped and a retry", p.dropped.Load(), cnt.n.Load())
+	if p.Dropped.Load() != 1 || cnt.n.Load() != 2 {
+		t.Fatalf("proxy dropped %d replies, client sent %d requests; want 1 dropped and a retry", p.Dropped.Load(), cnt.n.Load())
 	}
 	if !res.Acquired || res.Takeover || res.Record.Fence != 1 || res.Record.Owner != "owner-1" {
 		t.Fatalf("retried claim = %+v (record %+v); want acquired with fence 1, its own", res, res.Record)
@@ -302,8 +218,8 @@ func TestLostClaimReplyWithoutRetries(t *testing.T) {
 	ep := endpoint(t)
 	direct := newClient(ep)
 	cfg := newTable(t, direct, dynamostore.Config{})
-	p := newDropProxy(t, ep[len("http://"):], 1)
-	s, err := dynamostore.New(newClient("http://"+p.ln.Addr().String(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), cfg)
+	p := lossyProxy(t, ep)
+	s, err := dynamostore.New(newClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,4 +470,25 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 	if _, err := s.List(context.Background(), idem.ListParams{Cursor: "!!"}); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("bad cursor: %v", err)
 	}
+}
+
+func TestFaults(t *testing.T) {
+	ep := endpoint(t)
+	tables := map[string]dynamostore.Config{}
+	storefaults.Run(t, strings.TrimPrefix(ep, "http://"), func(t *testing.T, addr string) idem.Store {
+		c := newClient("http://"+addr, func(o *dynamodb.Options) {
+			o.RetryMaxAttempts = 1
+			o.HTTPClient = &http.Client{Transport: transport, Timeout: storefaults.Timeout}
+		})
+		cfg, ok := tables[t.Name()]
+		if !ok {
+			cfg = newTable(t, newClient(ep), dynamostore.Config{})
+			tables[t.Name()] = cfg
+		}
+		s, err := dynamostore.New(c, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
 }

@@ -1,0 +1,202 @@
+// Package storefaults is the network-fault suite shared by the stores that
+// talk to a server (Redis, PostgreSQL, DynamoDB): each case puts a
+// faultproxy between the store and the real server and checks that the
+// call fails closed with idem.ErrUnavailable and that nothing runs twice.
+// Test-only.
+package storefaults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/faultproxy"
+)
+
+// Open returns an isolated store that reaches the server at addr
+// (host:port), with its cleanup registered on t. Calls through it must time
+// out within Timeout when the server does not answer. Every call to Open in
+// one case must see the same records.
+type Open func(t *testing.T, addr string) idem.Store
+
+// Timeout is the client timeout Open must configure (or honour from the
+// context); the latency case delays replies by four times as much.
+const Timeout = 300 * time.Millisecond
+
+// Run runs every fault case against the server at target.
+func Run(t *testing.T, target string, open Open) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, target string, open Open)
+	}{
+		{"Unreachable", unreachable},
+		{"ResetDuringClaim", resetDuringClaim},
+		{"LatencyAboveTimeout", latencyAboveTimeout},
+		{"ResetDuringComplete", resetDuringComplete},
+		{"LostClaimReply", lostClaimReply},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, target, open) })
+	}
+}
+
+type fixture struct {
+	proxy  *faultproxy.Proxy
+	via    idem.Store // through the proxy
+	direct idem.Store // straight to the server, same records
+	eng    *idem.Engine
+	runs   atomic.Int64
+}
+
+func setup(t *testing.T, target string, open Open) *fixture {
+	t.Helper()
+	p, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	f := &fixture{proxy: p}
+	f.direct = open(t, target)
+	f.via = open(t, p.Addr())
+	if f.eng, err = idem.New(f.via, &idem.Config{RenewInterval: -1, WriteTimeout: Timeout}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+var seq atomic.Int64
+
+func req() idem.Request {
+	return idem.Request{Scope: "fault", Key: fmt.Sprintf("k%d-%d", time.Now().UnixNano(), seq.Add(1))}
+}
+
+func (f *fixture) do(ctx context.Context, r idem.Request, during func()) (idem.Result[int], error) {
+	return idem.Do(ctx, f.eng, r, func(context.Context) (int, error) {
+		f.runs.Add(1)
+		if during != nil {
+			during()
+		}
+		return 7, nil
+	})
+}
+
+func wantUnavailable(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, idem.ErrUnavailable) || !errors.Is(err, idem.ErrStore) {
+		t.Fatalf("%s: %v, want a store error wrapping idem.ErrUnavailable", what, err)
+	}
+}
+
+func unreachable(t *testing.T, target string, open Open) {
+	f := setup(t, target, open)
+	f.proxy.Down()
+	_, err := f.do(context.Background(), req(), nil)
+	wantUnavailable(t, "claim with the server unreachable", err)
+	if f.runs.Load() != 0 {
+		t.Fatal("the operation ran with the store unreachable")
+	}
+	if err := f.proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.do(context.Background(), req(), nil); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("after the server came back: %v, runs %d", err, f.runs.Load())
+	}
+}
+
+func resetDuringClaim(t *testing.T, target string, open Open) {
+	f := setup(t, target, open)
+	r := req()
+	f.proxy.ResetRequests(1)
+	_, err := f.do(context.Background(), r, nil)
+	wantUnavailable(t, "claim reset before the server saw it", err)
+	if f.runs.Load() != 0 || f.proxy.Reset.Load() != 1 {
+		t.Fatalf("runs %d, resets %d; want 0 and 1", f.runs.Load(), f.proxy.Reset.Load())
+	}
+	res, err := f.do(context.Background(), r, nil)
+	if err != nil || res.Replayed || f.runs.Load() != 1 {
+		t.Fatalf("retry after the reset: %+v, %v, runs %d; want one run", res, err, f.runs.Load())
+	}
+}
+
+func latencyAboveTimeout(t *testing.T, target string, open Open) {
+	f := setup(t, target, open)
+	r := req()
+	f.proxy.SetLatency(4 * Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	_, err := f.do(ctx, r, nil)
+	cancel()
+	wantUnavailable(t, "claim slower than the client timeout", err)
+	f.proxy.SetLatency(0)
+	if f.runs.Load() != 0 {
+		t.Fatal("the operation ran although its claim timed out")
+	}
+	// The claim may have been applied on the server: a retry either finds
+	// it (in progress: no second execution) or runs the operation once.
+	_, err = f.do(context.Background(), r, nil)
+	if err != nil && !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("retry after the timeout: %v", err)
+	}
+	if f.runs.Load() > 1 {
+		t.Fatalf("runs %d", f.runs.Load())
+	}
+}
+
+func resetDuringComplete(t *testing.T, target string, open Open) {
+	f := setup(t, target, open)
+	r := req()
+	res, err := f.do(context.Background(), r, func() { f.proxy.ResetRequests(1) })
+	// The operation ran: its value is returned, the failed Complete is
+	// logged and counted, and the record stays IN_PROGRESS until its lease.
+	if err != nil || res.Value != 7 || f.runs.Load() != 1 {
+		t.Fatalf("call whose Complete was reset: %+v, %v, runs %d", res, err, f.runs.Load())
+	}
+	id, _ := r.Identity()
+	rec, err := f.direct.Get(context.Background(), id.Key.String())
+	if err != nil || rec.Status != idem.StatusInProgress {
+		t.Fatalf("record after a reset Complete: %+v, %v; want IN_PROGRESS", rec, err)
+	}
+	_, err = f.do(context.Background(), r, nil)
+	if !errors.Is(err, idem.ErrInProgress) || f.runs.Load() != 1 {
+		t.Fatalf("retry within the lease: %v, runs %d; want ErrInProgress and no second run", err, f.runs.Load())
+	}
+	// The store call itself reports the fault as unavailable.
+	f.proxy.ResetRequests(1)
+	err = f.via.Complete(context.Background(), idem.CompleteParams{Key: id.Key.String(), Fence: rec.Fence, Now: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Result: []byte("7")})
+	if !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("Complete reset on the wire: %v, want ErrUnavailable", err)
+	}
+}
+
+func lostClaimReply(t *testing.T, target string, open Open) {
+	f := setup(t, target, open)
+	// Prime the connection (scripts loaded, session set up) so the next
+	// request on the wire is the claim itself.
+	if _, err := f.do(context.Background(), req(), nil); err != nil {
+		t.Fatal(err)
+	}
+	r := req()
+	id, _ := r.Identity()
+	now := time.Now().UnixMilli()
+	p := idem.ClaimParams{Key: id.Key.String(), Owner: "owner-1", Fingerprint: "fp", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000}
+	f.proxy.DropReplies(1)
+	_, err := f.via.Claim(context.Background(), p)
+	if f.proxy.Dropped.Load() != 1 {
+		t.Fatalf("proxy dropped %d replies (err %v)", f.proxy.Dropped.Load(), err)
+	}
+	if err != nil {
+		wantUnavailable(t, "claim whose reply was lost", &idem.StoreError{Op: "claim", Err: err})
+	}
+	res, err := f.via.Claim(context.Background(), p)
+	if err != nil || !res.Acquired || res.Record.Fence != 1 || res.Record.Owner != "owner-1" {
+		t.Fatalf("the same owner's retry: %+v, %v; want its own claim with fence 1", res, err)
+	}
+	p.Owner = "owner-2"
+	res, err = f.via.Claim(context.Background(), p)
+	if err != nil || res.Acquired {
+		t.Fatalf("another owner's claim: %+v, %v; want a conflict", res, err)
+	}
+}

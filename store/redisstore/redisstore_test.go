@@ -1,0 +1,275 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/storefaults"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
+	"github.com/seed-a1b882c0/idem/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// addr is the Redis under test. Outside CI an unreachable server skips the
+// test; in CI it fails it.
+func addr(t testing.TB) string {
+	t.Helper()
+	a := os.Getenv("IDEM_REDIS_ADDR")
+	if a == "" {
+		a = "127.0.0.1:6379"
+	}
+	c, err := net.DialTimeout("tcp", a, time.Second)
+	if err == nil {
+		c.Close()
+		return a
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("Redis at %s unreachable in CI: %v", a, err)
+	}
+	t.Skipf("no Redis at %s (%v); set IDEM_REDIS_ADDR", a, err)
+	return ""
+}
+
+var prefixSeq atomic.Int64
+
+// newClient returns a client for a, closed (and the prefix's keys deleted)
+// when the test ends.
+func newClient(t testing.TB, a string, opts ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: a, ReadTimeout: storefaults.Timeout, WriteTimeout: storefaults.Timeout, DialTimeout: storefaults.Timeout, MaxRetries: -1}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// newPrefix returns a key prefix unique to this test, whose keys are
+// deleted when it ends.
+func newPrefix(t testing.TB, c *redis.Client) string {
+	p := fmt.Sprintf("idemtest:%d:%x:", prefixSeq.Add(1), rand.Uint32())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return p
+}
+
+func newStore(t testing.TB, cfg redisstore.Config) (*redisstore.Store, *redis.Client) {
+	c := newClient(t, addr(t))
+	cfg.Prefix = newPrefix(t, c)
+	s, err := redisstore.New(c, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+const limit = 4 << 20
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+		s, _ := newStore(t, redisstore.Config{MaxResultBytes: limit})
+		return s
+	})
+}
+
+func TestFaults(t *testing.T) {
+	target := addr(t)
+	prefixes := map[string]string{}
+	storefaults.Run(t, target, func(t *testing.T, a string) idem.Store {
+		c := newClient(t, a)
+		p, ok := prefixes[t.Name()]
+		if !ok {
+			p = newPrefix(t, c)
+			prefixes[t.Name()] = p
+		}
+		s, err := redisstore.New(c, &redisstore.Config{Prefix: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// counter counts commands and pipelines sent by a client.
+type counter struct{ cmds, pipes atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.cmds.Add(1); return next(ctx, cmd) }
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.pipes.Add(1); return next(ctx, cmds) }
+}
+
+func TestOneRoundTripPerOperation(t *testing.T) {
+	s, c := newStore(t, redisstore.Config{})
+	c.ScriptFlush(context.Background()) // the first calls must load on a miss
+	var cnt counter
+	c.AddHook(&cnt)
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	call := func(key string) idem.Result[string] {
+		res, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: key}, func(context.Context) (string, error) { runs++; return "ok", nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	call("k0") // EVALSHA misses, EVAL loads: claim 2 + complete 2
+	if n := cnt.cmds.Load(); n != 4 {
+		t.Errorf("first call after SCRIPT FLUSH sent %d commands, want 4 (EVALSHA+EVAL twice)", n)
+	}
+	for _, want := range []struct {
+		key  string
+		cmds int64
+	}{{"k1", 2}, {"k1", 1}} {
+		before := cnt.cmds.Load()
+		call(want.key)
+		if n := cnt.cmds.Load() - before; n != want.cmds {
+			t.Errorf("call %s: %d commands, want %d", want.key, n, want.cmds)
+		}
+	}
+	if runs != 2 {
+		t.Errorf("runs %d, want 2", runs)
+	}
+}
+
+func TestClaimBatch(t *testing.T) {
+	s, c := newStore(t, redisstore.Config{})
+	c.ScriptFlush(context.Background())
+	var cnt counter
+	c.AddHook(&cnt)
+	now := time.Now().Add(time.Hour).UnixMilli()
+	mk := func(i int, owner string) idem.ClaimParams {
+		return idem.ClaimParams{Key: fmt.Sprintf("b#%02d", i), Owner: owner, Fingerprint: "fp", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
+	}
+	// Five keys held by someone else, one completed.
+	for i := range 5 {
+		if _, err := s.Claim(context.Background(), mk(i, "other")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "b#00", Fence: 1, Now: now, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]idem.ClaimParams, 10)
+	for i := range ps {
+		ps[i] = mk(i, "batch")
+	}
+	pipes := cnt.pipes.Load()
+	res, errs := s.ClaimBatch(context.Background(), ps)
+	for i := range ps {
+		if errs[i] != nil {
+			t.Fatalf("claim %d: %v", i, errs[i])
+		}
+		if res[i].Acquired != (i >= 5) {
+			t.Errorf("claim %d: acquired %v", i, res[i].Acquired)
+		}
+	}
+	if string(res[0].Record.Result) != "done" || res[1].Record.Owner != "other" {
+		t.Errorf("conflicts did not return the live records: %+v, %+v", res[0].Record, res[1].Record)
+	}
+	// Scripts were flushed: one pipeline of EVALSHA, SCRIPT LOAD, one more pipeline.
+	if n := cnt.pipes.Load() - pipes; n != 2 {
+		t.Errorf("batch used %d pipelines, want 2 (the first missed the script)", n)
+	}
+	pipes = cnt.pipes.Load()
+	for i := range ps {
+		ps[i].Owner = "batch-2"
+	}
+	res, errs = s.ClaimBatch(context.Background(), ps)
+	if n := cnt.pipes.Load() - pipes; n != 1 || errors.Join(errs...) != nil || res[7].Acquired {
+		t.Errorf("second batch: %d pipelines, errs %v; want 1 pipeline and all conflicts", n, errs)
+	}
+}
+
+func TestNativeExpiryFollowsRecord(t *testing.T) {
+	s, c := newStore(t, redisstore.Config{})
+	now := time.Now().UnixMilli()
+	if _, err := s.Claim(context.Background(), idem.ClaimParams{Key: "x#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "x#1", Fence: 1, Now: now, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	at, err := c.PExpireTime(context.Background(), s.Prefix()+"x#1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := at.Milliseconds(); got != now+900_000 {
+		t.Fatalf("key expires at %d, want the record's expiry %d", got, now+900_000)
+	}
+}
+
+func TestDamagedRecordFailsClosed(t *testing.T) {
+	s, c := newStore(t, redisstore.Config{})
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for name, damage := range map[string]func(k string){
+		"fence not a number": func(k string) { c.HSet(ctx, k, "st", 2, "f", "x", "l", 1, "e", 1<<50, "c", 1, "v", 1, "r", "{}") },
+		"no result":          func(k string) { c.HSet(ctx, k, "st", 2, "f", 1, "l", 1, "e", 1<<50, "c", 1, "v", 1) },
+		"unknown status":     func(k string) { c.HSet(ctx, k, "st", 9, "f", 1, "l", 1, "e", 1<<50, "c", 1, "v", 1) },
+		"not a hash":         func(k string) { c.Set(ctx, k, "garbage", 0) },
+	} {
+		r := idem.Request{Scope: "charge", Key: name}
+		id, _ := r.Identity()
+		damage(s.Prefix() + id.Key.String())
+		ran := false
+		_, err := idem.Do(ctx, e, r, func(context.Context) (int, error) { ran = true; return 1, nil })
+		if !errors.Is(err, idem.ErrCorrupt) || ran {
+			t.Errorf("%s: %v, ran %v; want ErrCorrupt and no run", name, err, ran)
+		}
+	}
+}
+
+func TestOpenURLAndConfig(t *testing.T) {
+	a := addr(t)
+	s, err := redisstore.Open("redis://"+a+"/0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redisstore.Open("http://nope", nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("bad URL: %v", err)
+	}
+	if _, err := redisstore.New(nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil client: %v", err)
+	}
+}
+
+func TestWaitReplicasWithoutReplicasFailsClosed(t *testing.T) {
+	s, _ := newStore(t, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50})
+	now := time.Now().UnixMilli()
+	_, err := s.Claim(context.Background(), idem.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
+	if !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("claim waiting for a replica that does not exist: %v, want ErrUnavailable", err)
+	}
+}
