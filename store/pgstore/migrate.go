@@ -1,0 +1,146 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migration is one numbered schema step.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string // with the table name filled in
+}
+
+// Migrations returns the schema steps for table, in order.
+func Migrations(table string) ([]Migration, error) {
+	quoted, err := quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	base := table
+	if i := strings.LastIndexByte(base, '.'); i >= 0 {
+		base = base[i+1:]
+	}
+	data := struct{ Table string }{quoted}
+	funcs := template.FuncMap{"index_name": func(name string) string { return pgx.Identifier{base + "_" + name}.Sanitize() }}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var out []Migration
+	for _, n := range names {
+		file := strings.TrimPrefix(n, "migrations/")
+		num, _, ok := strings.Cut(file, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("pgstore: migration %s is not named NNNN_name.sql", file)
+		}
+		src, err := migrationFS.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		tmpl, err := template.New(file).Funcs(funcs).Parse(string(src))
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: migration %s: %w", file, err)
+		}
+		var b strings.Builder
+		if err := tmpl.Execute(&b, data); err != nil {
+			return nil, fmt.Errorf("pgstore: migration %s: %w", file, err)
+		}
+		out = append(out, Migration{Version: v, Name: file, SQL: b.String()})
+	}
+	return out, nil
+}
+
+// Migrate applies the migrations of table that db has not applied yet,
+// each in its own transaction, recording them in idem_schema_migrations
+// (created in the table's schema). Concurrent callers are serialised by an
+// advisory lock, so every process may call it at start.
+func Migrate(ctx context.Context, db DB, table string) error {
+	ms, err := Migrations(table)
+	if err != nil {
+		return err
+	}
+	schema := ""
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		schema = table[:i]
+	}
+	track, err := quoteTable(strings.TrimPrefix(schema+".idem_schema_migrations", "."))
+	if err != nil {
+		return err
+	}
+	h := fnv.New64a()
+	h.Write([]byte("idem migrate " + table))
+	lock := int64(h.Sum64())
+	for _, m := range ms {
+		if err := applyOne(ctx, db, track, table, lock, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyOne(ctx context.Context, db DB, track, table string, lock int64, m Migration) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w: %w", table, idem.ErrUnavailable, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	steps := []string{
+		"SELECT pg_advisory_xact_lock(" + strconv.FormatInt(lock, 10) + ")",
+		"CREATE TABLE IF NOT EXISTS " + track + " (tbl text NOT NULL, version integer NOT NULL, name text NOT NULL, " +
+			"applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, version))",
+	}
+	for _, q := range steps {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("pgstore: migrate %s: %w", table, err)
+		}
+	}
+	var done bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+track+" WHERE tbl = $1 AND version = $2)", table, m.Version).Scan(&done); err != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w", table, err)
+	}
+	if done {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, m.SQL); err != nil {
+		return fmt.Errorf("pgstore: migration %s on %s: %w", m.Name, table, err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+track+" (tbl, version, name) VALUES ($1, $2, $3)", table, m.Version, m.Name); err != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w", table, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w", table, err)
+	}
+	return nil
+}
+
+// quoteTable quotes a table name, "name" or "schema.name".
+func quoteTable(t string) (string, error) {
+	parts := strings.Split(t, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("pgstore: table name %q has more than schema.name: %w", t, idem.ErrInvalidConfig)
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsRune(p, 0) {
+			return "", fmt.Errorf("pgstore: table name %q has an empty or invalid part: %w", t, idem.ErrInvalidConfig)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}

@@ -1,0 +1,435 @@
+// Package pgstore is the idem store on PostgreSQL (pgx v5).
+//
+// # One statement per operation
+//
+// Claim is one INSERT … ON CONFLICT DO NOTHING, which returns either the
+// new claim or, on conflict, the existing row in the same round trip; a
+// duplicate takes no lock and writes nothing. Replacing an expired row or
+// one past its lease is a second statement, an UPDATE conditional on the
+// fence just read. Complete, Fail, Release and
+// Extend are one fenced UPDATE or DELETE each, whose statement also reads
+// the row, so a refused write is explained (not found / fenced) without a
+// second round trip.
+//
+// # Completing inside your transaction
+//
+// [DoTx] runs an operation inside a transaction and records its outcome in
+// that same transaction: the business write and the COMPLETED record
+// commit together or not at all, and a holder that lost its claim (fence
+// moved on after a takeover) cannot commit its business write either. This
+// is the transactional-outbox strength that stores outside the database
+// lack. [Store.CompleteTx] is the building block.
+//
+// # Schema
+//
+// The schema is a set of embedded, numbered migrations applied by
+// [Migrate] (idemctl calls it too), recorded in idem_schema_migrations and
+// serialised with an advisory lock. An index on (status, lease_until)
+// makes "by status" and "stuck past lease" listings cheap; one on
+// expires_at serves the reaper, a goroutine deleting expired rows in
+// batches, which stops on Close.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// DB is what the store needs of a connection pool; *pgxpool.Pool and
+// *pgx.Conn (single connection, not for concurrent use) have it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Config configures a [Store]. A nil *Config means all defaults.
+type Config struct {
+	// Table is the records table, optionally schema-qualified
+	// ("ops.idem_records"). Default "idem_records".
+	Table string
+	// MaxResultBytes bounds a stored result or error. Default 16 MiB.
+	MaxResultBytes int
+	// ReapInterval is how often expired rows are deleted. Default 1m;
+	// negative disables the reaper.
+	ReapInterval time.Duration
+	// ReapBatch is how many rows one reaper statement deletes at most.
+	// Default 1,000.
+	ReapBatch int
+	// OnReap, when set, is called after each reaper run with the rows
+	// deleted and the error, if any.
+	OnReap func(n int, err error)
+	// Clock drives the reaper. Default idem.SystemClock.
+	Clock idem.Clock
+}
+
+// Store is an [idem.Store] on one PostgreSQL table. It also implements
+// [idem.Lister] and [idem.Deleter].
+type Store struct {
+	db    DB
+	cfg   Config
+	table string // quoted
+	owned *pgxpool.Pool
+	sql   statements
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var (
+	_ idem.Store   = (*Store)(nil)
+	_ idem.Lister  = (*Store)(nil)
+	_ idem.Deleter = (*Store)(nil)
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Table == "" {
+		c.Table = "idem_records"
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = 16 << 20
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = time.Minute
+	}
+	if c.ReapBatch == 0 {
+		c.ReapBatch = 1000
+	}
+	if c.MaxResultBytes < 0 || c.ReapBatch < 0 {
+		return c, fmt.Errorf("pgstore: negative MaxResultBytes or ReapBatch: %w", idem.ErrInvalidConfig)
+	}
+	if c.Clock == nil {
+		c.Clock = idem.SystemClock{}
+	}
+	return c, nil
+}
+
+// New returns a store on db (usually a *pgxpool.Pool). The table must
+// exist: call [Migrate] first. The reaper starts now and stops on Close;
+// Close does not close db.
+func New(db DB, cfg *Config) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("pgstore: nil DB: %w", idem.ErrInvalidConfig)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	table, err := quoteTable(c.Table)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, cfg: c, table: table, sql: newStatements(table), stop: make(chan struct{}), done: make(chan struct{})}
+	if c.ReapInterval > 0 {
+		go s.reapLoop()
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// Open connects a pool to url (a PostgreSQL URL or DSN), applies the
+// migrations and returns a store that owns the pool.
+func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w: %w", idem.ErrInvalidConfig, err)
+	}
+	table := "idem_records"
+	if cfg != nil && cfg.Table != "" {
+		table = cfg.Table
+	}
+	if err := Migrate(ctx, pool, table); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s, err := New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.owned = pool
+	return s, nil
+}
+
+// Close stops the reaper and closes the pool if the store opened it.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	if s.owned != nil {
+		s.owned.Close()
+	}
+	return nil
+}
+
+// Ping checks that the database answers and the table exists.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.db.Exec(ctx, "SELECT 1 FROM "+s.table+" LIMIT 1")
+	return s.translate("ping", "", err)
+}
+
+// translate maps pgx errors at the store boundary: everything is
+// "unavailable" (the call fails closed), with a hint for a missing table.
+func (s *Store) translate(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return fmt.Errorf("pgstore: %s %s: table %s does not exist (run pgstore.Migrate): %w: %w", op, key, s.cfg.Table, idem.ErrUnavailable, err)
+	}
+	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, idem.ErrUnavailable, err)
+}
+
+const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover"
+
+type statements struct {
+	claim, takeover, complete, fail, release, extend, get, del, reap string
+}
+
+func newStatements(t string) statements {
+	// fenced builds a fenced write that also reads the row as it was
+	// before the statement, to explain a refusal in the same round trip.
+	fenced := func(write string) string {
+		return "WITH w AS (" + write + " WHERE key = $1 AND fence = $2 AND status = 1 AND expires_at > $3 RETURNING 1) " +
+			"SELECT (SELECT count(*) FROM w), r.fence, r.status, r.expires_at FROM (SELECT 1) one LEFT JOIN " + t + " r ON r.key = $1"
+	}
+	return statements{
+		// A conflict takes no row lock, so a duplicate writes nothing and
+		// costs no commit flush. The existing row is read from the
+		// statement's snapshot.
+		claim: "WITH ins AS (INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
+			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING RETURNING " + columns + ") " +
+			"SELECT true, " + columns + " FROM ins UNION ALL " +
+			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
+		// Replaces a row seen claimable with fence $8, if it still is.
+		takeover: "UPDATE " + t + " SET status = 1, fence = fence + 1, owner = $2, lease_until = $3, expires_at = $4, fingerprint = $5, " +
+			"result = NULL, err_code = NULL, err_message = NULL, err_body = NULL, ref = NULL, created_at = $6, completed_at = NULL, " +
+			"version = $7, takeover = expires_at > $6 " +
+			"WHERE key = $1 AND fence = $8 AND (expires_at <= $6 OR (status = 1 AND lease_until <= $6)) RETURNING true, " + columns,
+		complete: fenced("UPDATE " + t + " SET status = 2, result = $5, expires_at = $4, completed_at = $3"),
+		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $5, err_message = $6, err_body = $7, expires_at = $4, completed_at = $3"),
+		release:  fenced("DELETE FROM " + t),
+		extend:   fenced("UPDATE " + t + " SET lease_until = $4"),
+		get:      "SELECT " + columns + " FROM " + t + " WHERE key = $1",
+		del:      "DELETE FROM " + t + " WHERE key = $1",
+		reap:     "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t + " WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+	}
+}
+
+// claimRounds bounds the claim's statements. A claim meeting a row
+// inserted by a transaction that committed after the statement's snapshot
+// cannot read it, and a takeover meeting a row changed since it was read
+// changes nothing; the next round, with a new snapshot, sees the row.
+const claimRounds = 8
+
+// Claim implements [idem.Store]. A new key or a duplicate is one statement
+// (INSERT … ON CONFLICT DO NOTHING returning the new row, or the existing
+// one); replacing an expired row or one past its lease costs a second, an
+// UPDATE conditional on the fence just read.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, idem.RecordVersion}
+	sql := s.sql.claim
+	for range claimRounds {
+		rec, acquired, takeover, err := s.claimRow(ctx, sql, args)
+		if err != nil {
+			return idem.ClaimResult{}, err
+		}
+		sql = s.sql.claim
+		args = args[:7]
+		if rec == nil {
+			continue
+		}
+		if acquired {
+			return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
+		}
+		res, write := idem.ApplyClaim(rec, p)
+		if write == nil {
+			return res, nil
+		}
+		sql, args = s.sql.takeover, append(args, int64(rec.Fence))
+	}
+	return idem.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the row changed under %d attempts: %w", p.Key, claimRounds, idem.ErrUnavailable)
+}
+
+// claimRow runs a claim or takeover statement: nil when it returned no row.
+func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *idem.Record, acquired, takeover bool, err error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, false, false, s.translate("claim", args[0].(string), err)
+	}
+	if rows.Next() {
+		rec, takeover, err = scanRecord(rows, &acquired)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	var ce *idem.CorruptError
+	if errors.As(err, &ce) {
+		return nil, false, false, err
+	}
+	if err != nil {
+		return nil, false, false, s.translate("claim", args[0].(string), err)
+	}
+	return rec, acquired, takeover, nil
+}
+
+// scanRecord reads one row of `columns`, preceded by a boolean when
+// first is not nil.
+func scanRecord(row pgx.Row, first *bool) (*idem.Record, bool, error) {
+	var (
+		r                    idem.Record
+		status               int16
+		fence                int64
+		errCode, errMsg, ref *string
+		completed            *int64
+		result, errBody      []byte
+		version              int32
+		takeover             bool
+		dest                 []any
+	)
+	if first != nil {
+		dest = append(dest, first)
+	}
+	dest = append(dest, &r.Key, &status, &fence, &r.Owner, &r.LeaseUntil, &r.ExpiresAt, &r.Fingerprint, &result,
+		&errCode, &errMsg, &errBody, &ref, &r.CreatedAt, &completed, &version, &takeover)
+	if err := row.Scan(dest...); err != nil {
+		return nil, false, err
+	}
+	r.Status, r.Fence, r.Version = idem.Status(status), uint64(fence), int(version)
+	if !r.Status.Valid() || version != idem.RecordVersion {
+		return nil, false, &idem.CorruptError{Key: r.Key, Reason: fmt.Sprintf("row has status %d, version %d", status, version)}
+	}
+	if completed != nil {
+		r.CompletedAt = *completed
+	}
+	if ref != nil {
+		r.Ref = *ref
+	}
+	switch r.Status {
+	case idem.StatusCompleted:
+		if result == nil {
+			return nil, false, &idem.CorruptError{Key: r.Key, Reason: "COMPLETED row without a result"}
+		}
+		r.Result = result
+	case idem.StatusFailed:
+		r.Err = &idem.ErrorRecord{Body: errBody}
+		if errCode != nil {
+			r.Err.Code = *errCode
+		}
+		if errMsg != nil {
+			r.Err.Message = *errMsg
+		}
+		if len(r.Err.Body) == 0 {
+			r.Err.Body = nil
+		}
+	}
+	return &r, takeover, nil
+}
+
+// fenced runs a fenced statement and explains a refusal.
+func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, now int64, args ...any) error {
+	var n int64
+	var curFence *int64
+	var status *int16
+	var expires *int64
+	err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), now}, args...)...).Scan(&n, &curFence, &status, &expires)
+	if err != nil {
+		return s.translate(op, key, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	if curFence == nil || *expires <= now {
+		return idem.ErrNotFound
+	}
+	return &idem.FencedError{Key: key, Fence: fence, Current: uint64(*curFence), Status: idem.Status(*status)}
+}
+
+// Complete implements [idem.Store].
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	return s.complete(ctx, s.db, p)
+}
+
+// CompleteTx is Complete inside the caller's transaction: the record
+// becomes COMPLETED when, and only if, tx commits. A refusal (fenced, not
+// found) should make the caller roll tx back.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams) error {
+	return s.complete(ctx, tx, p)
+}
+
+func (s *Store) complete(ctx context.Context, db DB, p idem.CompleteParams) error {
+	if len(p.Result) > s.cfg.MaxResultBytes {
+		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+	}
+	result := p.Result
+	if result == nil {
+		result = []byte{}
+	}
+	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Now, p.ExpiresAt, result)
+}
+
+// Fail implements [idem.Store].
+func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
+		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+	}
+	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
+}
+
+// Release implements [idem.Store].
+func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Now)
+}
+
+// Extend implements [idem.Store].
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Now, p.LeaseUntil)
+}
+
+// Get implements [idem.Store].
+func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+	r, _, err := scanRecord(s.db.QueryRow(ctx, s.sql.get, key), nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, idem.ErrNotFound
+	}
+	var ce *idem.CorruptError
+	if errors.As(err, &ce) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, s.translate("get", key, err)
+	}
+	return r, nil
+}
+
+// Delete implements [idem.Deleter].
+func (s *Store) Delete(ctx context.Context, key string) error {
+	tag, err := s.db.Exec(ctx, s.sql.del, key)
+	if err != nil {
+		return s.translate("delete", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.ErrNotFound
+	}
+	return nil
+}
+
+// Config returns the store's configuration with defaults filled in.
+func (s *Store) Config() Config { return s.cfg }

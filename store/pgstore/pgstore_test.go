@@ -1,0 +1,385 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/clocktest"
+	"github.com/seed-a1b882c0/idem/internal/storefaults"
+	"github.com/seed-a1b882c0/idem/store/pgstore"
+	"github.com/seed-a1b882c0/idem/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// hostPort is the PostgreSQL under test. Outside CI an unreachable server
+// skips the test; in CI it fails it.
+func hostPort(t testing.TB) string {
+	t.Helper()
+	a := os.Getenv("IDEM_PG_ADDR")
+	if a == "" {
+		a = "127.0.0.1:5432"
+	}
+	c, err := net.DialTimeout("tcp", a, time.Second)
+	if err == nil {
+		c.Close()
+		return a
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("PostgreSQL at %s unreachable in CI: %v", a, err)
+	}
+	t.Skipf("no PostgreSQL at %s (%v); set IDEM_PG_ADDR", a, err)
+	return ""
+}
+
+func dsn(addr string) string {
+	user := os.Getenv("IDEM_PG_USER")
+	if user == "" {
+		user = "postgres"
+	}
+	return fmt.Sprintf("postgres://%s@%s/test?sslmode=disable&connect_timeout=2", user, addr)
+}
+
+// newPool returns a pool to addr, closed when the test ends.
+func newPool(t testing.TB, addr string, maxConns int32) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(dsn(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	cfg.ConnConfig.ConnectTimeout = storefaults.Timeout
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+var schemaSeq atomic.Int64
+
+// newSchema creates a schema for one test, dropped when it ends, and
+// returns the migrated table name in it.
+func newSchema(t testing.TB, pool *pgxpool.Pool) string {
+	schema := fmt.Sprintf("idemtest_%d_%x", schemaSeq.Add(1), rand.Uint32())
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	table := schema + ".records"
+	if err := pgstore.Migrate(ctx, pool, table); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+func newStore(t testing.TB, cfg pgstore.Config) (*pgstore.Store, *pgxpool.Pool) {
+	pool := newPool(t, hostPort(t), 32)
+	cfg.Table = newSchema(t, pool)
+	if cfg.ReapInterval == 0 {
+		cfg.ReapInterval = -1
+	}
+	s, err := pgstore.New(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, pool
+}
+
+const limit = 4 << 20
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+		s, _ := newStore(t, pgstore.Config{MaxResultBytes: limit})
+		return s
+	})
+}
+
+func TestFaults(t *testing.T) {
+	target := hostPort(t)
+	tables := map[string]string{}
+	storefaults.Run(t, target, func(t *testing.T, addr string) idem.Store {
+		pool := newPool(t, addr, 4)
+		table, ok := tables[t.Name()]
+		if !ok {
+			table = newSchema(t, newPool(t, target, 2))
+			tables[t.Name()] = table
+		}
+		s, err := pgstore.New(pool, &pgstore.Config{Table: table, ReapInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+// DoTx: the business write and the COMPLETED record commit together; a
+// duplicate replays without running; a holder that lost its claim cannot
+// commit its business write.
+func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
+	s, pool := newStore(t, pgstore.Config{})
+	ctx := context.Background()
+	table := s.Config().Table + "_orders"
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, amount int)"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	insert := func(id string) func(context.Context, pgx.Tx) (string, error) {
+		return func(ctx context.Context, tx pgx.Tx) (string, error) {
+			runs++
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, 100)", id)
+			return "order " + id, err
+		}
+	}
+	count := func() (n int) {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	r := idem.Request{Scope: "order", Key: "o-1"}
+	for i := range 2 {
+		res, err := pgstore.DoTx(ctx, e, s, r, insert("o-1"))
+		if err != nil || res.Value != "order o-1" || res.Replayed != (i == 1) {
+			t.Fatalf("call %d: %+v, %v", i, res, err)
+		}
+	}
+	if runs != 1 || count() != 1 {
+		t.Fatalf("runs %d, rows %d; want 1 and 1", runs, count())
+	}
+
+	// A zombie: its claim is taken over while it runs; its transaction
+	// must not commit.
+	r2 := idem.Request{Scope: "order", Key: "o-2"}
+	_, err = pgstore.DoTx(ctx, e, s, r2, func(ctx context.Context, tx pgx.Tx) (string, error) {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-2', 1)"); err != nil {
+			return "", err
+		}
+		c, _ := idem.FromContext(ctx)
+		rec, err := s.Get(ctx, c.Key)
+		if err != nil {
+			return "", err
+		}
+		// Another process takes over (its clock past the lease).
+		_, err = s.Claim(ctx, idem.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint, Now: rec.LeaseUntil, LeaseUntil: rec.LeaseUntil + 30_000, ExpiresAt: rec.ExpiresAt})
+		return "zombie", err
+	})
+	var fe *idem.FencedError
+	if !errors.As(err, &fe) {
+		t.Fatalf("zombie's DoTx: %v, want *FencedError", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE id = 'o-2'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("zombie's business write committed (%d rows, %v)", n, err)
+	}
+
+	// An operation error rolls its writes back and releases the key.
+	boom := errors.New("boom")
+	_, err = pgstore.DoTx(ctx, e, s, idem.Request{Scope: "order", Key: "o-3"}, func(ctx context.Context, tx pgx.Tx) (string, error) {
+		_, _ = tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-3', 1)")
+		return "", boom
+	})
+	if !errors.Is(err, boom) || count() != 1 {
+		t.Fatalf("failed operation: %v, rows %d; want boom and its write rolled back", err, count())
+	}
+}
+
+// counter is a pgx tracer counting statements sent.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestOneStatementPerOperation(t *testing.T) {
+	addr := hostPort(t)
+	table := newSchema(t, newPool(t, addr, 2))
+	cfg, err := pgxpool.ParseConfig(dsn(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cnt counter
+	cfg.ConnConfig.Tracer = &cnt
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(pool, &pgstore.Config{Table: table, ReapInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{2, 1} { // new call: claim + complete; duplicate: claim
+		before := cnt.n.Load()
+		res, err := idem.Do(context.Background(), e, idem.Request{Scope: "s", Key: "k"}, func(context.Context) (int, error) { return 1, nil })
+		if err != nil || res.Replayed != (i == 1) {
+			t.Fatal(res, err)
+		}
+		if n := cnt.n.Load() - before; n != want {
+			t.Errorf("call %d sent %d statements, want %d", i, n, want)
+		}
+	}
+}
+
+func TestStuckListingUsesTheIndex(t *testing.T) {
+	s, pool := newStore(t, pgstore.Config{})
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "RESET enable_seqscan") //nolint:errcheck
+	var plan strings.Builder
+	rows, err := conn.Query(ctx, "EXPLAIN SELECT key FROM "+s.Config().Table+" WHERE expires_at > 1 AND status = 1 AND lease_until <= 5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		_ = rows.Scan(&line)
+		plan.WriteString(line + "\n")
+	}
+	rows.Close()
+	if !strings.Contains(plan.String(), "status_lease") {
+		t.Errorf("stuck listing plan does not use the status index:\n%s", plan.String())
+	}
+}
+
+func TestReaperDeletesExpiredRowsAndStopsOnClose(t *testing.T) {
+	pool := newPool(t, hostPort(t), 4)
+	table := newSchema(t, pool)
+	clk := clocktest.New(time.UnixMilli(1_000_000))
+	reaped := make(chan int, 10)
+	s, err := pgstore.New(pool, &pgstore.Config{Table: table, ReapInterval: time.Minute, ReapBatch: 3, Clock: clk,
+		OnReap: func(n int, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			reaped <- n
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := int64(1_000_000)
+	for i := range 10 {
+		exp := now + 30_000 // expires before the first reap
+		if i >= 7 {
+			exp = now + 3_600_000
+		}
+		if _, err := s.Claim(ctx, idem.ClaimParams{Key: fmt.Sprintf("k%d", i), Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Minute)
+	if n := <-reaped; n != 7 {
+		t.Fatalf("reaper deleted %d rows, want the 7 expired (in batches of 3)", n)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&left); err != nil || left != 3 {
+		t.Fatalf("rows left %d (%v), want 3", left, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	pool := newPool(t, hostPort(t), 8)
+	table := newSchema(t, pool) // migrated once
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- pgstore.Migrate(context.Background(), pool, table) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := pgstore.Migrations(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	schema := table[:len(table)-len(".records")]
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".idem_schema_migrations WHERE tbl = $1", table).Scan(&n); err != nil || n != len(ms) {
+		t.Fatalf("recorded migrations %d (%v), want %d", n, err, len(ms))
+	}
+}
+
+func TestMissingTableAndBadConfig(t *testing.T) {
+	pool := newPool(t, hostPort(t), 2)
+	s, err := pgstore.New(pool, &pgstore.Config{Table: "idem_no_such_table", ReapInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Get(context.Background(), "k")
+	if !errors.Is(err, idem.ErrUnavailable) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("missing table: %v", err)
+	}
+	for _, tbl := range []string{"a.b.c", "a..b", "."} {
+		if _, err := pgstore.New(pool, &pgstore.Config{Table: tbl}); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("table %q: %v, want ErrInvalidConfig", tbl, err)
+		}
+	}
+}
+
+func TestDamagedRowFailsClosed(t *testing.T) {
+	s, pool := newStore(t, pgstore.Config{})
+	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := idem.Request{Scope: "charge", Key: "bad"}
+	id, _ := r.Identity()
+	// A COMPLETED row whose result was lost, and a row from a future format.
+	for _, q := range []string{
+		"INSERT INTO %s (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version) VALUES ($1, 2, 1, 'o', 0, 9000000000000, '', 0, 1)",
+		"UPDATE %s SET version = 2, result = 'x' WHERE key = $1",
+	} {
+		if _, err := pool.Exec(context.Background(), fmt.Sprintf(q, s.Config().Table), id.Key.String()); err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		_, err := idem.Do(context.Background(), e, r, func(context.Context) (int, error) { ran = true; return 1, nil })
+		if !errors.Is(err, idem.ErrCorrupt) || ran {
+			t.Fatalf("damaged row: %v, ran %v; want ErrCorrupt and no run", err, ran)
+		}
+	}
+}
