@@ -63,7 +63,9 @@
 // The [Store] contract is six single-key atomic operations, each documented
 // with what it returns for absent, expired, conflicting and fenced-out
 // records; [Lister] and [Deleter] are optional powers for operators. Package
-// memstore is the in-memory store; package storetest is the conformance
+// memstore is the in-memory store; the durable stores are their own modules
+// under store/: boltstore (an embedded file, the single-machine default),
+// dynamostore, redisstore and pgstore. Package storetest is the conformance
 // suite every store must pass.
 //
 // # Errors

@@ -1,7 +1,6 @@
 package boltstore_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,22 +32,11 @@ func benchStore(b *testing.B) (*boltstore.Store, *idem.Engine) {
 	return s, e
 }
 
-type receipt struct {
-	ID     string `json:"id"`
-	Amount int    `json:"amount"`
-}
-
-func charge(context.Context) (receipt, error) { return receipt{ID: "r-1", Amount: 1000}, nil }
-
 func BenchmarkNewCall(b *testing.B) {
 	for _, c := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			_, e := benchStore(b)
-			ctx := context.Background()
-			benchkit.Run(b, c, func(i int) error {
-				_, err := idem.Do(ctx, e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge)
-				return err
-			})
+			benchkit.NewCalls(b, e, c)
 		})
 	}
 }
@@ -57,20 +45,7 @@ func BenchmarkDuplicateCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			_, e := benchStore(b)
-			ctx := context.Background()
-			const keys = 1000
-			for i := range keys {
-				if _, err := idem.Do(ctx, e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge); err != nil {
-					b.Fatal(err)
-				}
-			}
-			benchkit.Run(b, c, func(i int) error {
-				r, err := idem.Do(ctx, e, idem.Request{Scope: "charge", Key: strconv.Itoa(i % keys)}, charge)
-				if err == nil && !r.Replayed {
-					err = fmt.Errorf("call %d was not a replay", i)
-				}
-				return err
-			})
+			benchkit.DuplicateCalls(b, e, c, 1000)
 		})
 	}
 }

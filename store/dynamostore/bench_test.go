@@ -22,53 +22,25 @@ import (
 // The server is DynamoDB Local (a Java process on loopback, in memory), so
 // the figures measure the client and the request count, not AWS latency.
 
-type receipt struct {
-	ID     string `json:"id"`
-	Amount int    `json:"amount"`
-}
-
-func charge(context.Context) (receipt, error) { return receipt{ID: "r-1", Amount: 1000}, nil }
-
-func benchEngine(b *testing.B) (*dynamostore.Store, *idem.Engine) {
+func benchEngine(b *testing.B) *idem.Engine {
 	c := newClient(endpoint(b))
 	s := newStore(b, c, dynamostore.Config{})
 	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, e
+	return e
 }
 
 func BenchmarkNewCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			_, e := benchEngine(b)
-			benchkit.Run(b, c, func(i int) error {
-				_, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge)
-				return err
-			})
-		})
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.NewCalls(b, benchEngine(b), c) })
 	}
 }
 
 func BenchmarkDuplicateCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			_, e := benchEngine(b)
-			const keys = 200
-			for i := range keys {
-				if _, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge); err != nil {
-					b.Fatal(err)
-				}
-			}
-			benchkit.Run(b, c, func(i int) error {
-				r, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i % keys)}, charge)
-				if err == nil && !r.Replayed {
-					err = fmt.Errorf("call %d was not a replay", i)
-				}
-				return err
-			})
-		})
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.DuplicateCalls(b, benchEngine(b), c, 200) })
 	}
 }
 

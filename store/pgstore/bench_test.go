@@ -16,13 +16,6 @@ import (
 // Reproduce: cd store/pgstore && go test -run '^$' -bench . -benchmem -benchtime 2s -count 3
 // PostgreSQL 15 on loopback, the machine's service (fsync on, synchronous_commit on).
 
-type receipt struct {
-	ID     string `json:"id"`
-	Amount int    `json:"amount"`
-}
-
-func charge(context.Context) (receipt, error) { return receipt{ID: "r-1", Amount: 1000}, nil }
-
 func benchEngine(b *testing.B) *idem.Engine {
 	s, _ := newStore(b, pgstore.Config{})
 	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
@@ -34,34 +27,13 @@ func benchEngine(b *testing.B) *idem.Engine {
 
 func BenchmarkNewCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			e := benchEngine(b)
-			benchkit.Run(b, c, func(i int) error {
-				_, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge)
-				return err
-			})
-		})
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.NewCalls(b, benchEngine(b), c) })
 	}
 }
 
 func BenchmarkDuplicateCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			e := benchEngine(b)
-			const keys = 500
-			for i := range keys {
-				if _, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge); err != nil {
-					b.Fatal(err)
-				}
-			}
-			benchkit.Run(b, c, func(i int) error {
-				r, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i % keys)}, charge)
-				if err == nil && !r.Replayed {
-					err = fmt.Errorf("call %d was not a replay", i)
-				}
-				return err
-			})
-		})
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.DuplicateCalls(b, benchEngine(b), c, 500) })
 	}
 }
 

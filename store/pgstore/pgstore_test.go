@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -19,30 +18,16 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/internal/clocktest"
 	"github.com/seed-a1b882c0/idem/internal/storefaults"
+	"github.com/seed-a1b882c0/idem/internal/testenv"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 	"github.com/seed-a1b882c0/idem/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// hostPort is the PostgreSQL under test. Outside CI an unreachable server
-// skips the test; in CI it fails it.
+// hostPort is the PostgreSQL under test (see testenv for when tests skip).
 func hostPort(t testing.TB) string {
-	t.Helper()
-	a := os.Getenv("IDEM_PG_ADDR")
-	if a == "" {
-		a = "127.0.0.1:5432"
-	}
-	c, err := net.DialTimeout("tcp", a, time.Second)
-	if err == nil {
-		c.Close()
-		return a
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("PostgreSQL at %s unreachable in CI: %v", a, err)
-	}
-	t.Skipf("no PostgreSQL at %s (%v); set IDEM_PG_ADDR", a, err)
-	return ""
+	return testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
 }
 
 func dsn(addr string) string {

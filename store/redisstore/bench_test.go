@@ -18,13 +18,6 @@ import (
 // Reproduce: cd store/redisstore && go test -run '^$' -bench . -benchmem -benchtime 2s -count 3
 // Redis 7 on loopback, no persistence (the machine's service).
 
-type receipt struct {
-	ID     string `json:"id"`
-	Amount int    `json:"amount"`
-}
-
-func charge(context.Context) (receipt, error) { return receipt{ID: "r-1", Amount: 1000}, nil }
-
 func benchClient(b *testing.B) *redis.Client {
 	return newClient(b, addr(b), func(o *redis.Options) { o.PoolSize = 32; o.ReadTimeout = 0; o.WriteTimeout = 0 })
 }
@@ -44,34 +37,13 @@ func benchEngine(b *testing.B) *idem.Engine {
 
 func BenchmarkNewCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			e := benchEngine(b)
-			benchkit.Run(b, c, func(i int) error {
-				_, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge)
-				return err
-			})
-		})
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.NewCalls(b, benchEngine(b), c) })
 	}
 }
 
 func BenchmarkDuplicateCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			e := benchEngine(b)
-			const keys = 1000
-			for i := range keys {
-				if _, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge); err != nil {
-					b.Fatal(err)
-				}
-			}
-			benchkit.Run(b, c, func(i int) error {
-				r, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i % keys)}, charge)
-				if err == nil && !r.Replayed {
-					err = fmt.Errorf("call %d was not a replay", i)
-				}
-				return err
-			})
-		})
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.DuplicateCalls(b, benchEngine(b), c, 1000) })
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,30 +14,16 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/internal/storefaults"
+	"github.com/seed-a1b882c0/idem/internal/testenv"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// addr is the Redis under test. Outside CI an unreachable server skips the
-// test; in CI it fails it.
+// addr is the Redis under test (see testenv for when tests skip).
 func addr(t testing.TB) string {
-	t.Helper()
-	a := os.Getenv("IDEM_REDIS_ADDR")
-	if a == "" {
-		a = "127.0.0.1:6379"
-	}
-	c, err := net.DialTimeout("tcp", a, time.Second)
-	if err == nil {
-		c.Close()
-		return a
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("Redis at %s unreachable in CI: %v", a, err)
-	}
-	t.Skipf("no Redis at %s (%v); set IDEM_REDIS_ADDR", a, err)
-	return ""
+	return testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 }
 
 var prefixSeq atomic.Int64

@@ -1,0 +1,38 @@
+// Package testenv decides whether a test that needs a real server runs,
+// skips or fails: outside CI a missing server skips the test, saying why;
+// in CI (the CI variable set) it fails it. Test-only.
+package testenv
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// Missing skips t outside CI and fails it in CI, with why.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set, so this test must run)", why)
+	}
+	t.Skip(why)
+}
+
+// Reach returns the host:port of a server named what, from the
+// environment variable env or else def, once a TCP connection to it
+// succeeds; otherwise it calls Missing.
+func Reach(t testing.TB, what, env, def string) string {
+	t.Helper()
+	addr := os.Getenv(env)
+	if addr == "" {
+		addr = def
+	}
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		Missing(t, what+" at "+addr+" is unreachable ("+err.Error()+"); set "+env)
+		return ""
+	}
+	c.Close()
+	return addr
+}
