@@ -3,6 +3,8 @@ package benchkit
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 
@@ -43,4 +45,30 @@ func DuplicateCalls(b *testing.B, e *idem.Engine, concurrency, keys int) {
 		}
 		return err
 	})
+}
+
+// Engine returns a benchmark engine over s: quiet logger, no lease renewal.
+func Engine(b *testing.B, s idem.Store) *idem.Engine {
+	b.Helper()
+	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// NewCallBenchmarks runs NewCalls as sub-benchmarks c=N, one fresh store
+// (from newStore) per concurrency.
+func NewCallBenchmarks(b *testing.B, newStore func(b *testing.B) idem.Store, concurrency ...int) {
+	for _, c := range concurrency {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { NewCalls(b, Engine(b, newStore(b)), c) })
+	}
+}
+
+// DuplicateCallBenchmarks runs DuplicateCalls over keys as sub-benchmarks
+// c=N, one fresh store per concurrency.
+func DuplicateCallBenchmarks(b *testing.B, newStore func(b *testing.B) idem.Store, keys int, concurrency ...int) {
+	for _, c := range concurrency {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { DuplicateCalls(b, Engine(b, newStore(b)), c, keys) })
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"testing"
 
@@ -22,27 +20,13 @@ import (
 // The server is DynamoDB Local (a Java process on loopback, in memory), so
 // the figures measure the client and the request count, not AWS latency.
 
-func benchEngine(b *testing.B) *idem.Engine {
-	c := newClient(endpoint(b))
-	s := newStore(b, c, dynamostore.Config{})
-	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return e
+func benchStore(b *testing.B) idem.Store {
+	return newStore(b, newClient(endpoint(b)), dynamostore.Config{})
 }
 
-func BenchmarkNewCall(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.NewCalls(b, benchEngine(b), c) })
-	}
-}
+func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
 
-func BenchmarkDuplicateCall(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.DuplicateCalls(b, benchEngine(b), c, 200) })
-	}
-}
+func BenchmarkDuplicateCall(b *testing.B) { benchkit.DuplicateCallBenchmarks(b, benchStore, 200, 1, 16) }
 
 // BenchmarkRaw is the same client making the raw requests with no library:
 // a new call is a conditional PutItem (attribute_not_exists) and an

@@ -3,8 +3,6 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"testing"
 
@@ -16,26 +14,14 @@ import (
 // Reproduce: cd store/pgstore && go test -run '^$' -bench . -benchmem -benchtime 2s -count 3
 // PostgreSQL 15 on loopback, the machine's service (fsync on, synchronous_commit on).
 
-func benchEngine(b *testing.B) *idem.Engine {
+func benchStore(b *testing.B) idem.Store {
 	s, _ := newStore(b, pgstore.Config{})
-	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return e
+	return s
 }
 
-func BenchmarkNewCall(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.NewCalls(b, benchEngine(b), c) })
-	}
-}
+func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
 
-func BenchmarkDuplicateCall(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.DuplicateCalls(b, benchEngine(b), c, 500) })
-	}
-}
+func BenchmarkDuplicateCall(b *testing.B) { benchkit.DuplicateCallBenchmarks(b, benchStore, 500, 1, 16) }
 
 // BenchmarkRaw is the same pool with no library, on the same table: a new
 // call is INSERT … ON CONFLICT DO NOTHING plus an UPDATE storing the

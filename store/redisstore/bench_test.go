@@ -3,8 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"testing"
 
@@ -22,30 +20,18 @@ func benchClient(b *testing.B) *redis.Client {
 	return newClient(b, addr(b), func(o *redis.Options) { o.PoolSize = 32; o.ReadTimeout = 0; o.WriteTimeout = 0 })
 }
 
-func benchEngine(b *testing.B) *idem.Engine {
+func benchStore(b *testing.B) idem.Store {
 	c := benchClient(b)
 	s, err := redisstore.New(c, &redisstore.Config{Prefix: newPrefix(b, c)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return e
+	return s
 }
 
-func BenchmarkNewCall(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.NewCalls(b, benchEngine(b), c) })
-	}
-}
+func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
 
-func BenchmarkDuplicateCall(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchkit.DuplicateCalls(b, benchEngine(b), c, 1000) })
-	}
-}
+func BenchmarkDuplicateCall(b *testing.B) { benchkit.DuplicateCallBenchmarks(b, benchStore, 1000, 1, 16) }
 
 // BenchmarkRaw is the same client with no library: a new call is SET NX
 // (the claim) and SET (the result); a duplicate is the SET NX failing and
