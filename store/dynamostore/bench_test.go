@@ -26,7 +26,9 @@ func benchStore(b *testing.B) idem.Store {
 
 func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
 
-func BenchmarkDuplicateCall(b *testing.B) { benchkit.DuplicateCallBenchmarks(b, benchStore, 200, 1, 16) }
+func BenchmarkDuplicateCall(b *testing.B) {
+	benchkit.DuplicateCallBenchmarks(b, benchStore, 200, 1, 16)
+}
 
 // BenchmarkRaw is the same client making the raw requests with no library:
 // a new call is a conditional PutItem (attribute_not_exists) and an

@@ -21,7 +21,9 @@ func benchStore(b *testing.B) idem.Store {
 
 func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
 
-func BenchmarkDuplicateCall(b *testing.B) { benchkit.DuplicateCallBenchmarks(b, benchStore, 500, 1, 16) }
+func BenchmarkDuplicateCall(b *testing.B) {
+	benchkit.DuplicateCallBenchmarks(b, benchStore, 500, 1, 16)
+}
 
 // BenchmarkRaw is the same pool with no library, on the same table: a new
 // call is INSERT … ON CONFLICT DO NOTHING plus an UPDATE storing the

@@ -31,7 +31,9 @@ func benchStore(b *testing.B) idem.Store {
 
 func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
 
-func BenchmarkDuplicateCall(b *testing.B) { benchkit.DuplicateCallBenchmarks(b, benchStore, 1000, 1, 16) }
+func BenchmarkDuplicateCall(b *testing.B) {
+	benchkit.DuplicateCallBenchmarks(b, benchStore, 1000, 1, 16)
+}
 
 // BenchmarkRaw is the same client with no library: a new call is SET NX
 // (the claim) and SET (the result); a duplicate is the SET NX failing and
