@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/internal/sweep"
 )
 
 // ErrFull is returned (wrapping idem.ErrUnavailable) when a claim of a new
@@ -90,15 +91,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) sweepLoop() {
-	defer close(s.done)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
-			s.Sweep(idem.Millis(s.cfg.Clock.Now()))
-		}
-	}
+	sweep.Loop(s.stop, s.done, s.cfg.Clock, s.cfg.SweepInterval, func(now int64) { s.Sweep(now) })
 }
 
 // Sweep deletes every record expired at now (ms) and returns how many.
