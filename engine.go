@@ -435,6 +435,7 @@ func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity
 
 	var encErr *encodeError
 	var term *TerminalError
+	var unc *UncertainError
 	switch {
 	case errors.As(opErr, &encErr):
 		e.storeUnreplayable(ctx, key, id, rec, now, "idem.result_encoding", encErr.Error())
@@ -457,6 +458,14 @@ func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity
 		er := term.record()
 		e.fail(ctx, key, id, rec, now, er)
 		e.land(key, f, &Record{Key: key, Status: StatusFailed, Fence: fence, Fingerprint: id.Fingerprint, Err: &er})
+		return out, opErr
+	case errors.As(opErr, &unc):
+		// The effect is unknown: keep the claim until its lease ends, so
+		// that no retry runs the operation again before then.
+		e.cfg.Observer.Observe(id.Key.Name, OutcomeUncertain)
+		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
+			"key", key, "fence", fence, "err", unc.Err)
+		e.land(key, f, nil)
 		return out, opErr
 	default:
 		e.release(ctx, key, id, fence)

@@ -733,3 +733,31 @@ func TestOperationCompletedItsOwnRecord(t *testing.T) {
 		t.Fatalf("replay: %+v, %v", again, err)
 	}
 }
+
+func TestUncertainOutcomeKeepsTheClaimUntilItsLeaseEnds(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: 10 * time.Second, RenewInterval: -1})
+	ctx := context.Background()
+	sent := errors.New("request sent, no answer")
+	runs := 0
+	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) {
+		runs++
+		return 0, idem.Uncertain(sent)
+	})
+	if !errors.Is(err, idem.ErrUncertain) || !errors.Is(err, sent) {
+		t.Fatalf("first call: %v, want the uncertain error", err)
+	}
+	en.clock.Advance(9999 * time.Millisecond)
+	_, err = idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { runs++; return 2, nil })
+	if !errors.Is(err, idem.ErrInProgress) || runs != 1 {
+		t.Fatalf("retry before the lease ended: %v, runs %d", err, runs)
+	}
+	en.clock.Advance(time.Millisecond)
+	r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { runs++; return 2, nil })
+	if err != nil || r.Value != 2 || r.Fence != 2 || runs != 2 {
+		t.Fatalf("retry after the lease: %+v %v, runs %d", r, err, runs)
+	}
+	if en.obs.Count(idem.OutcomeUncertain) != 1 || en.obs.Count(idem.OutcomeReleased) != 0 {
+		t.Fatalf("observer: %v", en.obs.Snapshot())
+	}
+}

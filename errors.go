@@ -29,6 +29,9 @@ var (
 	// ErrStore: the store failed; the call failed closed and the operation
 	// did not run. The error is a [*StoreError].
 	ErrStore = errors.New("idem: store error")
+	// ErrUncertain: the operation could not tell whether its effect took
+	// place (see [Uncertain]); the claim was kept until its lease ends.
+	ErrUncertain = errors.New("idem: outcome uncertain")
 )
 
 // Errors returned by stores.
@@ -270,3 +273,30 @@ func (e *CorruptError) Error() string {
 
 // Is makes errors.Is(err, ErrCorrupt) true.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// UncertainError marks an operation error whose effect is unknown: a request
+// was sent downstream and no answer came back, so the downstream may have
+// acted. The engine neither records nor releases the claim: it stops renewing
+// the lease and leaves the record IN_PROGRESS, so that no retry runs the
+// operation again before the lease ends. After the lease a retry takes the
+// key over, as after a crash. Make one with [Uncertain].
+type UncertainError struct {
+	Err error
+}
+
+// Uncertain marks err as an uncertain outcome (see [UncertainError]). A nil
+// err returns nil.
+func Uncertain(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UncertainError{Err: err}
+}
+
+func (e *UncertainError) Error() string { return "idem: outcome uncertain: " + e.Err.Error() }
+
+// Unwrap returns the operation's error.
+func (e *UncertainError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrUncertain) true.
+func (e *UncertainError) Is(target error) bool { return target == ErrUncertain }

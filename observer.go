@@ -41,12 +41,16 @@ const (
 	// OutcomeUnprotected: the operation ran without a claim, because the
 	// engine is disabled or because the store failed and FailOpen is set.
 	OutcomeUnprotected
+	// OutcomeUncertain: the operation returned an [*UncertainError]; its
+	// claim was kept until the lease ends.
+	OutcomeUncertain
 	numOutcomes
 )
 
 var outcomeNames = [...]string{
 	"acquired", "takeover", "replayed", "cache_hit", "in_progress", "mismatch",
 	"fenced", "store_error", "complete_failed", "failed", "released", "unprotected",
+	"uncertain",
 }
 
 // String returns the outcome's metric label, such as "replayed".

@@ -1,0 +1,369 @@
+package idemhttp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// Config configures a [Middleware]. A nil *Config means all defaults; every
+// field documents its default.
+type Config struct {
+	// Scope is the operation name under which keys are stored. Default
+	// "http".
+	Scope string
+
+	// Methods are the request methods the middleware covers; others pass
+	// through untouched. Default POST and PATCH.
+	Methods []string
+
+	// Required answers 400 to a covered request without an
+	// Idempotency-Key. By default such a request runs unprotected.
+	Required bool
+
+	// Principal returns who is calling (a user, an API key's account).
+	// It is part of the key's scope, so two callers sending the same key
+	// never share a record or see each other's responses. An error
+	// refuses the request with 401. Nil means every caller shares one key
+	// space: a client that guesses or sees another's key gets that
+	// client's stored response. Set it in any multi-tenant service.
+	Principal func(*http.Request) (string, error)
+
+	// Route names the endpoint, part of the key's scope. Default: the
+	// request's URL path.
+	Route func(*http.Request) string
+
+	// FingerprintHeaders are request headers whose values are part of the
+	// payload fingerprint, besides the method, path, query and body. A
+	// retry with the same key and another fingerprint is answered 422.
+	FingerprintHeaders []string
+
+	// MaxBodyBytes caps the request body; a larger one is answered 413
+	// before any claim. Default 1 MiB.
+	MaxBodyBytes int64
+
+	// MemoryBodyBytes is how much of a request body is kept in memory
+	// while it is fingerprinted; the rest is spooled to a temporary file
+	// in TempDir (default os.TempDir). Default 64 KiB.
+	MemoryBodyBytes int64
+	TempDir         string
+
+	// MaxResponseBytes caps the stored response body. A larger response
+	// still reaches its client, but is not stored: retries with the key
+	// are answered 410 (problem "response-not-saved") and the handler does
+	// not run again. Default 1 MiB; the store's own limit may be lower.
+	MaxResponseBytes int
+
+	// ReplayHeaders are the response headers stored and replayed, on top
+	// of DefaultReplayHeaders. The headers in [NeverReplayed] cannot be
+	// listed.
+	ReplayHeaders []string
+
+	// Release decides, from the handler's status, that the response is
+	// not final: the key is released and a retry runs the handler again.
+	// Default: status >= 500. Every other response is stored and replayed.
+	Release func(status int) bool
+
+	// StoreRetryAfter is the Retry-After sent with 503 when the store
+	// cannot be reached. Default 1s.
+	StoreRetryAfter time.Duration
+
+	// ErrorHandler writes the answer to a request the middleware refuses;
+	// p is what [ProblemFor] made of err. Default: [WriteProblem].
+	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error, p Problem)
+
+	// Logger receives store failures and refusals worth a look. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultReplayHeaders are the response headers always stored and
+// replayed.
+var DefaultReplayHeaders = []string{
+	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Location", "Content-Type", "Etag", "Expires", "Last-Modified", "Link",
+	"Location", "Vary",
+}
+
+// NeverReplayed are the response headers that are never stored: credentials,
+// cookies, authentication challenges, hop-by-hop headers and those the
+// server computes for each response.
+var NeverReplayed = []string{
+	"Set-Cookie", "Authorization", "Proxy-Authorization", "Www-Authenticate", "Proxy-Authenticate",
+	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Content-Length", "Date", ReplayedHeader,
+}
+
+// Middleware applies Idempotency-Key semantics to the requests it covers.
+type Middleware struct {
+	eng       *idem.Engine
+	cfg       Config
+	methods   map[string]bool
+	allow     map[string]bool
+	fpHeaders []string
+	clock     idem.Clock
+}
+
+// New returns a middleware over eng. It fails with [idem.ErrInvalidConfig]
+// naming a bad field.
+func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
+	if eng == nil {
+		return nil, fmt.Errorf("%w: idemhttp: engine is nil", idem.ErrInvalidConfig)
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Scope == "" {
+		c.Scope = "http"
+	}
+	if _, err := idem.NewKey(c.Scope, "", nil); err != nil {
+		return nil, fmt.Errorf("%w: idemhttp: Scope: %v", idem.ErrInvalidConfig, err)
+	}
+	if c.Methods == nil {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MemoryBodyBytes == 0 {
+		c.MemoryBodyBytes = 64 << 10
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 1 << 20
+	}
+	if c.Release == nil {
+		c.Release = func(status int) bool { return status >= 500 }
+	}
+	if c.StoreRetryAfter == 0 {
+		c.StoreRetryAfter = time.Second
+	}
+	if c.ErrorHandler == nil {
+		c.ErrorHandler = func(w http.ResponseWriter, r *http.Request, _ error, p Problem) { WriteProblem(w, r, p) }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.MaxBodyBytes < 0:
+		return nil, fmt.Errorf("%w: idemhttp: MaxBodyBytes %d is negative", idem.ErrInvalidConfig, c.MaxBodyBytes)
+	case c.MemoryBodyBytes < 0:
+		return nil, fmt.Errorf("%w: idemhttp: MemoryBodyBytes %d is negative", idem.ErrInvalidConfig, c.MemoryBodyBytes)
+	case c.MaxResponseBytes < 0:
+		return nil, fmt.Errorf("%w: idemhttp: MaxResponseBytes %d is negative", idem.ErrInvalidConfig, c.MaxResponseBytes)
+	case c.StoreRetryAfter < 0:
+		return nil, fmt.Errorf("%w: idemhttp: StoreRetryAfter %v is negative", idem.ErrInvalidConfig, c.StoreRetryAfter)
+	}
+	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, allow: map[string]bool{}, clock: eng.Config().Clock}
+	for _, meth := range c.Methods {
+		if meth == "" || strings.ToUpper(meth) != meth {
+			return nil, fmt.Errorf("%w: idemhttp: method %q must be upper case", idem.ErrInvalidConfig, meth)
+		}
+		m.methods[meth] = true
+	}
+	for _, h := range append(slices.Clone(DefaultReplayHeaders), c.ReplayHeaders...) {
+		ch := http.CanonicalHeaderKey(h)
+		if slices.Contains(NeverReplayed, ch) {
+			return nil, fmt.Errorf("%w: idemhttp: ReplayHeaders: %s is never replayed", idem.ErrInvalidConfig, ch)
+		}
+		m.allow[ch] = true
+	}
+	for _, h := range c.FingerprintHeaders {
+		m.fpHeaders = append(m.fpHeaders, http.CanonicalHeaderKey(h))
+	}
+	slices.Sort(m.fpHeaders)
+	m.fpHeaders = slices.Compact(m.fpHeaders)
+	return m, nil
+}
+
+// Response is a stored response: what a retry with the same key gets.
+type Response struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+}
+
+// call is the state of one covered request, in its context.
+type call struct{ uncertain bool }
+
+type callKey struct{}
+
+// MarkUncertain tells the middleware that the request's effect is unknown
+// (it was passed on and no answer came back): instead of storing the
+// response or releasing the key, the claim is kept until its lease ends, so
+// that no retry runs the handler again before then (see [idem.Uncertain]).
+// It reports false when ctx is not a request covered by the middleware.
+func MarkUncertain(ctx context.Context) bool {
+	c, ok := ctx.Value(callKey{}).(*call)
+	if ok {
+		c.uncertain = true
+	}
+	return ok
+}
+
+// errReleased is the operation error that releases the key after a
+// response the Release policy does not keep, or a hijacked connection.
+type errReleased struct{ status int }
+
+func (e *errReleased) Error() string {
+	if e.status == 0 {
+		return "idemhttp: connection hijacked; response not stored"
+	}
+	return "idemhttp: status " + strconv.Itoa(e.status) + " is not final; key released"
+}
+
+var errUncertain = errors.New("idemhttp: handler marked the outcome uncertain")
+
+// Handler wraps next.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(w, r, next)
+	})
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header.Values(HeaderName)
+	if len(values) == 0 && !m.cfg.Required {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := ParseKey(values)
+	if err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	id, body, err := m.identify(r, key)
+	if err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	defer body.close()
+
+	ran := false
+	res, err := idem.DoIdentity(r.Context(), m.eng, id, func(ctx context.Context) (Response, error) {
+		ran = true
+		st := &call{}
+		r2 := r.WithContext(context.WithValue(ctx, callKey{}, st))
+		r2.Body, r2.ContentLength = body.reader(), body.size
+		if body.size == 0 {
+			r2.Body = http.NoBody
+		}
+		cw := &capture{w: w, allow: m.allow, limit: m.cfg.MaxResponseBytes}
+		next.ServeHTTP(cw, r2)
+		cw.finish()
+		switch {
+		case st.uncertain:
+			return Response{}, idem.Uncertain(errUncertain)
+		case cw.hijacked:
+			return Response{}, &errReleased{}
+		case m.cfg.Release(cw.status):
+			return Response{}, &errReleased{status: cw.status}
+		case cw.over:
+			return Response{}, &idem.TerminalError{Code: idem.CodeResultTooLarge,
+				Message: fmt.Sprintf("response body of %d bytes is over the limit of %d", cw.size, m.cfg.MaxResponseBytes)}
+		}
+		return Response{Status: cw.status, Header: cw.header, Body: cw.body}, nil
+	})
+	if ran {
+		// The handler answered the client itself; what the engine made
+		// of it (stored, released, kept) is logged by the engine.
+		return
+	}
+	if err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	m.replay(w, res.Value)
+}
+
+// identify reads the body and derives the store key and fingerprint.
+func (m *Middleware) identify(r *http.Request, key string) (idem.Identity, *spool, error) {
+	if r.ContentLength > m.cfg.MaxBodyBytes {
+		return idem.Identity{}, nil, &BodyTooLargeError{Limit: m.cfg.MaxBodyBytes, Size: r.ContentLength}
+	}
+	tenant := ""
+	if m.cfg.Principal != nil {
+		p, err := m.cfg.Principal(r)
+		if err != nil {
+			return idem.Identity{}, nil, &PrincipalError{Err: err}
+		}
+		if p != "" {
+			sum := sha256.Sum256([]byte("idemhttp-principal\x00" + p))
+			tenant = hex.EncodeToString(sum[:16])
+		}
+	}
+	route := r.URL.Path
+	if m.cfg.Route != nil {
+		route = m.cfg.Route(r)
+	}
+	k, err := idem.NewKey(m.cfg.Scope, tenant, []byte(r.Method+"\x00"+route+"\x00"+key))
+	if err != nil {
+		return idem.Identity{}, nil, err
+	}
+	h := sha256.New()
+	field(h, r.Method)
+	field(h, r.URL.EscapedPath())
+	field(h, r.URL.RawQuery)
+	for _, name := range m.fpHeaders {
+		field(h, name)
+		field(h, strings.Join(r.Header.Values(name), "\x00"))
+	}
+	body := &spool{}
+	if r.Body != nil && r.Body != http.NoBody {
+		if body, err = readBody(r.Body, h, r.ContentLength, m.cfg.MaxBodyBytes, m.cfg.MemoryBodyBytes, m.cfg.TempDir); err != nil {
+			return idem.Identity{}, nil, err
+		}
+	}
+	return idem.Identity{Key: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
+}
+
+// field writes s length-prefixed, so that no two field lists hash alike.
+func field(h hash.Hash, s string) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	h.Write(n[:])
+	h.Write([]byte(s))
+}
+
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	p := ProblemFor(err, m.clock.Now(), m.cfg.StoreRetryAfter)
+	if p.Status >= 500 {
+		m.cfg.Logger.Warn("idemhttp: request refused", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
+	}
+	m.cfg.ErrorHandler(w, r, err, p)
+}
+
+func (m *Middleware) replay(w http.ResponseWriter, resp Response) {
+	h := w.Header()
+	for name, vs := range resp.Header {
+		if m.allow[name] {
+			h[name] = vs
+		}
+	}
+	h.Set(ReplayedHeader, "true")
+	status := resp.Status
+	if status < 200 || status > 999 {
+		status = http.StatusOK
+	}
+	if status != http.StatusNoContent && status != http.StatusNotModified {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(resp.Body)
+}

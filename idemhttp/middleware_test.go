@@ -1,0 +1,572 @@
+package idemhttp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemhttp"
+	"github.com/seed-a1b882c0/idem/internal/clocktest"
+	"github.com/seed-a1b882c0/idem/internal/faultstore"
+	"github.com/seed-a1b882c0/idem/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type env struct {
+	clock *clocktest.Clock
+	store *faultstore.Store
+	eng   *idem.Engine
+	srv   *httptest.Server
+	runs  atomic.Int64
+}
+
+// setup serves handler behind the middleware on a loopback server, with an
+// engine over a memstore and a manual clock.
+func setup(t *testing.T, ecfg idem.Config, mcfg *idemhttp.Config, handler http.HandlerFunc) *env {
+	t.Helper()
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	en := &env{clock: clocktest.New(t0), store: faultstore.New(mem)}
+	ecfg.Clock = en.clock
+	ecfg.Logger = slog.New(slog.DiscardHandler)
+	if ecfg.RenewInterval == 0 {
+		ecfg.RenewInterval = -1
+	}
+	var err error
+	if en.eng, err = idem.New(en.store, &ecfg); err != nil {
+		t.Fatal(err)
+	}
+	if mcfg == nil {
+		mcfg = &idemhttp.Config{}
+	}
+	mcfg.Logger = slog.New(slog.DiscardHandler)
+	mw, err := idemhttp.New(en.eng, mcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en.srv = httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		en.runs.Add(1)
+		handler(w, r)
+	})))
+	t.Cleanup(en.srv.Close)
+	return en
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (en *env) do(t *testing.T, method, path, body string, header ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, en.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := en.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+// problem decodes a problem+json answer and checks its type and status.
+func problem(t *testing.T, r reply, status int, name string) idemhttp.Problem {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d (%s), want %d", r.status, r.body, status)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p idemhttp.Problem
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.body, err)
+	}
+	if p.Type != idemhttp.ProblemTypeBase+name || p.Status != status || p.Title == "" {
+		t.Fatalf("problem %+v, want type %s status %d", p, name, status)
+	}
+	return p
+}
+
+func created(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/orders/1")
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.Header().Set("Www-Authenticate", "Bearer")
+	w.Header().Set("X-Internal", "not allowlisted")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":1,"echo":%q}`, b)
+}
+
+func TestReplayReturnsTheStoredResponse(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{}, nil, created)
+	first := en.do(t, "POST", "/orders", `{"amount":10}`, "Idempotency-Key", `"k-1"`)
+	if first.status != 201 || first.header.Get("Set-Cookie") == "" || first.header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("first: %+v", first)
+	}
+	again := en.do(t, "POST", "/orders", `{"amount":10}`, "Idempotency-Key", `"k-1"`)
+	if again.status != 201 || again.body != first.body || again.header.Get("Location") != "/orders/1" ||
+		again.header.Get("Content-Type") != "application/json" || again.header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("replay: %+v", again)
+	}
+	for _, h := range []string{"Set-Cookie", "Www-Authenticate", "X-Internal"} {
+		if v := again.header.Get(h); v != "" {
+			t.Errorf("replay carries %s: %q", h, v)
+		}
+	}
+	if n := en.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	// A bare token is the same key as its quoted form.
+	if bare := en.do(t, "POST", "/orders", `{"amount":10}`, "Idempotency-Key", `k-1`); bare.header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("bare token: %+v", bare)
+	}
+}
+
+func TestClientErrorsAreFinalServerErrorsRelease(t *testing.T) {
+	t.Parallel()
+	var status atomic.Int64
+	status.Store(400)
+	en := setup(t, idem.Config{}, nil, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	})
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "a"); r.status != 400 {
+		t.Fatal(r)
+	}
+	status.Store(201)
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "a"); r.status != 400 || r.header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("a 400 is final: %+v", r)
+	}
+	status.Store(503)
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "b"); r.status != 503 {
+		t.Fatal(r)
+	}
+	status.Store(201)
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "b"); r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("after a 503 the retry runs: %+v", r)
+	}
+	if n := en.runs.Load(); n != 3 {
+		t.Fatalf("handler ran %d times, want 3", n)
+	}
+}
+
+func TestPanicReleasesTheKey(t *testing.T) {
+	t.Parallel()
+	var panics atomic.Bool
+	panics.Store(true)
+	en := setup(t, idem.Config{}, nil, func(w http.ResponseWriter, r *http.Request) {
+		if panics.Load() {
+			panic(http.ErrAbortHandler)
+		}
+		w.WriteHeader(201)
+	})
+	req, _ := http.NewRequest("POST", en.srv.URL+"/x", nil)
+	req.Header.Set("Idempotency-Key", "p")
+	if resp, err := en.srv.Client().Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("aborted handler answered %d", resp.StatusCode)
+	}
+	panics.Store(false)
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "p"); r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("retry after a panic: %+v", r)
+	}
+}
+
+func TestConcurrentDuplicatesRunOnce(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			t.Parallel()
+			inside, finish := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			en := setup(t, idem.Config{Wait: wait}, nil, func(w http.ResponseWriter, r *http.Request) {
+				once.Do(func() { close(inside) })
+				<-finish
+				w.WriteHeader(201)
+				io.WriteString(w, "done")
+			})
+			const n = 64
+			replies := make(chan reply, n)
+			var first, dups sync.WaitGroup
+			first.Go(func() { replies <- en.do(t, "POST", "/x", "{}", "Idempotency-Key", "dup") })
+			<-inside
+			for range n - 1 {
+				dups.Go(func() { replies <- en.do(t, "POST", "/x", "{}", "Idempotency-Key", "dup") })
+			}
+			if wait == 0 {
+				dups.Wait() // every duplicate is answered 409 while the first runs
+			}
+			close(finish)
+			first.Wait()
+			dups.Wait()
+			close(replies)
+			counts := map[int]int{}
+			for r := range replies {
+				counts[r.status]++
+				if r.status == 409 {
+					p := problem(t, r, 409, idemhttp.ProblemInProgress)
+					if r.header.Get("Retry-After") != "30" || p.Instance != "/x" {
+						t.Errorf("409: Retry-After %q, problem %+v", r.header.Get("Retry-After"), p)
+					}
+				} else if r.status != 201 || r.body != "done" {
+					t.Errorf("reply %+v", r)
+				}
+			}
+			if en.runs.Load() != 1 {
+				t.Fatalf("handler ran %d times", en.runs.Load())
+			}
+			if wait == 0 && counts[409] != n-1 || wait > 0 && counts[201] != n {
+				t.Fatalf("statuses %v", counts)
+			}
+		})
+	}
+}
+
+func TestReusedKeyWithAnotherRequestIs422(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{}, &idemhttp.Config{FingerprintHeaders: []string{"X-Account"}}, created)
+	en.do(t, "POST", "/orders?dry=0", `{"amount":10}`, "Idempotency-Key", "k", "X-Account", "a")
+	for name, r := range map[string]reply{
+		"body":   en.do(t, "POST", "/orders?dry=0", `{"amount":11}`, "Idempotency-Key", "k", "X-Account", "a"),
+		"query":  en.do(t, "POST", "/orders?dry=1", `{"amount":10}`, "Idempotency-Key", "k", "X-Account", "a"),
+		"header": en.do(t, "POST", "/orders?dry=0", `{"amount":10}`, "Idempotency-Key", "k", "X-Account", "b"),
+	} {
+		t.Run(name, func(t *testing.T) { problem(t, r, 422, idemhttp.ProblemKeyReused) })
+	}
+	if en.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", en.runs.Load())
+	}
+	// Another route or method is another key, not a reuse.
+	if r := en.do(t, "POST", "/refunds", `{"amount":11}`, "Idempotency-Key", "k"); r.status != 201 {
+		t.Fatalf("other route: %+v", r)
+	}
+}
+
+func TestBadRequestsAreRefusedBeforeAnyClaim(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{}, &idemhttp.Config{Required: true, MaxBodyBytes: 100}, created)
+	problem(t, en.do(t, "POST", "/x", "{}"), 400, idemhttp.ProblemMissingKey)
+	problem(t, en.do(t, "POST", "/x", "{}", "Idempotency-Key", "a", "Idempotency-Key", "a"), 400, idemhttp.ProblemInvalidKey)
+	p := problem(t, en.do(t, "POST", "/x", "{}", "Idempotency-Key", `"unterminated`), 400, idemhttp.ProblemInvalidKey)
+	if !strings.Contains(p.Detail, "closing quote") {
+		t.Errorf("detail %q does not say what is wrong", p.Detail)
+	}
+	problem(t, en.do(t, "POST", "/x", strings.Repeat("x", 101), "Idempotency-Key", "a"), 413, idemhttp.ProblemBodyTooLarge)
+	// A chunked body (no Content-Length) is cut off at the limit too.
+	req, _ := http.NewRequest("POST", en.srv.URL+"/x", io.MultiReader(strings.NewReader(strings.Repeat("y", 150))))
+	req.ContentLength = -1
+	req.Header.Set("Idempotency-Key", "a")
+	resp, err := en.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Fatalf("chunked body over the limit: %d", resp.StatusCode)
+	}
+	if en.runs.Load() != 0 || en.store.Calls("claim") != 0 {
+		t.Fatalf("handler ran %d times, %d claims", en.runs.Load(), en.store.Calls("claim"))
+	}
+	// Uncovered methods pass through, every time.
+	en.do(t, "GET", "/x", "")
+	en.do(t, "GET", "/x", "")
+	if en.runs.Load() != 2 {
+		t.Fatalf("GET ran %d times", en.runs.Load())
+	}
+}
+
+func TestNoKeyRunsUnprotectedUnlessRequired(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{}, nil, created)
+	en.do(t, "POST", "/x", "{}")
+	en.do(t, "POST", "/x", "{}")
+	if en.runs.Load() != 2 || en.store.Total() != 0 {
+		t.Fatalf("runs %d, store calls %d", en.runs.Load(), en.store.Total())
+	}
+}
+
+func TestPrincipalsNeverShareResponses(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{}, &idemhttp.Config{
+		Principal: func(r *http.Request) (string, error) {
+			if a := r.Header.Get("Authorization"); a != "" {
+				return a, nil
+			}
+			return "", errors.New("no Authorization header")
+		},
+	}, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "for "+r.Header.Get("Authorization"))
+	})
+	alice := en.do(t, "POST", "/x", "{}", "Idempotency-Key", "same", "Authorization", "alice")
+	bob := en.do(t, "POST", "/x", "{}", "Idempotency-Key", "same", "Authorization", "bob")
+	if alice.body != "for alice" || bob.body != "for bob" || bob.header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Fatalf("alice %+v bob %+v", alice, bob)
+	}
+	if r := en.do(t, "POST", "/x", "{}", "Idempotency-Key", "same", "Authorization", "bob"); r.body != "for bob" || r.header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("bob's replay: %+v", r)
+	}
+	problem(t, en.do(t, "POST", "/x", "{}", "Idempotency-Key", "same"), 401, idemhttp.ProblemUnauthenticated)
+	if en.runs.Load() != 2 {
+		t.Fatalf("handler ran %d times", en.runs.Load())
+	}
+}
+
+func TestStoreDownIs503AndTheHandlerDoesNotRun(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{}, &idemhttp.Config{StoreRetryAfter: 5 * time.Second}, created)
+	en.store.FailAlways("claim", fmt.Errorf("%w: connection refused", idem.ErrUnavailable))
+	r := en.do(t, "POST", "/x", "{}", "Idempotency-Key", "k")
+	problem(t, r, 503, idemhttp.ProblemStoreUnavailable)
+	if r.header.Get("Retry-After") != "5" || en.runs.Load() != 0 {
+		t.Fatalf("Retry-After %q, runs %d", r.header.Get("Retry-After"), en.runs.Load())
+	}
+}
+
+func TestResponseOverTheLimitIsNotReplayedAsGarbage(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("z", 5000)
+	en := setup(t, idem.Config{}, &idemhttp.Config{MaxResponseBytes: 4096}, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, big)
+	})
+	if r := en.do(t, "POST", "/x", "{}", "Idempotency-Key", "k"); r.body != big {
+		t.Fatalf("first caller got %d bytes", len(r.body))
+	}
+	problem(t, en.do(t, "POST", "/x", "{}", "Idempotency-Key", "k"), 410, idemhttp.ProblemResponseNotSaved)
+	if en.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", en.runs.Load())
+	}
+}
+
+func TestLargeBodyIsSpooledAndFingerprintedAlike(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("0123456789", 20000) // 200 kB, past the 1 kB memory part
+	var got atomic.Value
+	en := setup(t, idem.Config{}, &idemhttp.Config{MemoryBodyBytes: 1024, TempDir: t.TempDir()}, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(string(b))
+		if r.ContentLength != int64(len(body)) {
+			t.Errorf("ContentLength %d", r.ContentLength)
+		}
+		w.WriteHeader(201)
+	})
+	if r := en.do(t, "POST", "/x", body, "Idempotency-Key", "k"); r.status != 201 || got.Load() != body {
+		t.Fatalf("handler did not get the body intact: %+v", r)
+	}
+	if r := en.do(t, "POST", "/x", body, "Idempotency-Key", "k"); r.header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("same body, same fingerprint: %+v", r)
+	}
+	problem(t, en.do(t, "POST", "/x", body+"!", "Idempotency-Key", "k"), 422, idemhttp.ProblemKeyReused)
+}
+
+func TestFlushAndHijackThroughTheCaptureWriter(t *testing.T) {
+	t.Parallel()
+	flushed := make(chan struct{})
+	en := setup(t, idem.Config{}, nil, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hijack" {
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+			rw.Flush()
+			conn.Close()
+			return
+		}
+		io.WriteString(w, "part1;")
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flush: %v", err)
+		}
+		<-flushed
+		io.WriteString(w, "part2")
+	})
+	req, _ := http.NewRequest("POST", en.srv.URL+"/stream", nil)
+	req.Header.Set("Idempotency-Key", "s")
+	resp, err := en.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	first := make([]byte, len("part1;"))
+	if _, err := io.ReadFull(br, first); err != nil || string(first) != "part1;" {
+		t.Fatalf("flushed part: %q %v", first, err)
+	}
+	close(flushed)
+	rest, _ := io.ReadAll(br)
+	resp.Body.Close()
+	if string(rest) != "part2" {
+		t.Fatalf("rest %q", rest)
+	}
+	if r := en.do(t, "POST", "/stream", "", "Idempotency-Key", "s"); r.body != "part1;part2" || r.header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("replay of a flushed response: %+v", r)
+	}
+	// A hijacked connection is not captured: the key is released.
+	en.do(t, "POST", "/hijack", "", "Idempotency-Key", "h")
+	en.do(t, "POST", "/hijack", "", "Idempotency-Key", "h")
+	if en.runs.Load() != 3 {
+		t.Fatalf("handler ran %d times, want 3", en.runs.Load())
+	}
+}
+
+func TestUncertainOutcomeHoldsTheKeyUntilTheLeaseEnds(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	en := setup(t, idem.Config{Lease: 10 * time.Second}, nil, func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			if !idemhttp.MarkUncertain(r.Context()) {
+				t.Error("MarkUncertain outside the middleware")
+			}
+			w.WriteHeader(http.StatusGatewayTimeout)
+			return
+		}
+		w.WriteHeader(201)
+	})
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "u"); r.status != 504 {
+		t.Fatal(r)
+	}
+	r := en.do(t, "POST", "/x", "", "Idempotency-Key", "u")
+	problem(t, r, 409, idemhttp.ProblemInProgress)
+	if r.header.Get("Retry-After") != "10" {
+		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	en.clock.Advance(10 * time.Second)
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "u"); r.status != 201 || runs.Load() != 2 {
+		t.Fatalf("after the lease: %+v, runs %d", r, runs.Load())
+	}
+	if idemhttp.MarkUncertain(context.Background()) {
+		t.Fatal("MarkUncertain reported true outside the middleware")
+	}
+}
+
+func TestErrorHandlerOverridesTheAnswer(t *testing.T) {
+	t.Parallel()
+	var seen error
+	en := setup(t, idem.Config{}, &idemhttp.Config{Required: true,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error, p idemhttp.Problem) {
+			seen = err
+			p.Detail = "see https://docs.example/idempotency"
+			idemhttp.WriteProblem(w, r, p)
+		}}, created)
+	p := problem(t, en.do(t, "POST", "/x", ""), 400, idemhttp.ProblemMissingKey)
+	if p.Detail != "see https://docs.example/idempotency" || !errors.Is(seen, idemhttp.ErrMissingKey) {
+		t.Fatalf("problem %+v, error %v", p, seen)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	eng, err := idem.New(memstore.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Store().(*memstore.Store).Close()
+	for name, cfg := range map[string]idemhttp.Config{
+		"set-cookie":  {ReplayHeaders: []string{"set-cookie"}},
+		"scope":       {Scope: "has space"},
+		"method":      {Methods: []string{"post"}},
+		"body":        {MaxBodyBytes: -1},
+		"response":    {MaxResponseBytes: -1},
+		"retry-after": {StoreRetryAfter: -time.Second},
+	} {
+		if _, err := idemhttp.New(eng, &cfg); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := idemhttp.New(nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil engine: %v", err)
+	}
+}
+
+// FuzzMiddleware sends arbitrary keys, methods and bodies through the
+// middleware twice and checks the answers: a problem+json refusal, or the
+// handler's response and then its replay, with the handler run at most once.
+func FuzzMiddleware(f *testing.F) {
+	f.Add("POST", `"k"`, []byte(`{}`), false)
+	f.Add("PATCH", `k k`, []byte(``), true)
+	f.Add("POST", `"\"`, []byte(`x`), false)
+	f.Add("GET", ``, []byte(`y`), true)
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer mem.Close()
+	eng, err := idem.New(mem, &idem.Config{Logger: slog.New(slog.DiscardHandler), RenewInterval: -1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var runs atomic.Int64
+	mw, err := idemhttp.New(eng, &idemhttp.Config{MaxBodyBytes: 64, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		w.WriteHeader(201)
+		w.Write(b)
+	}))
+	var seq atomic.Int64
+	f.Fuzz(func(t *testing.T, method, key string, body []byte, twoHeaders bool) {
+		if method != "POST" && method != "PATCH" && method != "GET" {
+			method = "POST"
+		}
+		// A fresh key space per input, so that inputs do not replay each other.
+		path := fmt.Sprintf("/f/%d", seq.Add(1))
+		send := func() *httptest.ResponseRecorder {
+			r := httptest.NewRequest(method, path, bytes.NewReader(body))
+			r.Header.Set("Idempotency-Key", key)
+			if twoHeaders {
+				r.Header.Add("Idempotency-Key", key)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		before := runs.Load()
+		a, b := send(), send()
+		ran := runs.Load() - before
+		_, perr := idemhttp.ParseKey(map[bool][]string{false: {key}, true: {key, key}}[twoHeaders])
+		switch {
+		case method == "GET":
+			if ran != 2 {
+				t.Fatalf("GET ran %d times", ran)
+			}
+		case perr != nil || len(body) > 64:
+			if a.Code != 400 && a.Code != 413 || a.Header().Get("Content-Type") != "application/problem+json" || ran != 0 {
+				t.Fatalf("refusal: %d %q, ran %d", a.Code, a.Body, ran)
+			}
+		default:
+			if a.Code != 201 || b.Code != 201 || ran != 1 || !bytes.Equal(a.Body.Bytes(), body) || !bytes.Equal(b.Body.Bytes(), body) ||
+				b.Header().Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("first %d %q, second %d %q, ran %d", a.Code, a.Body, b.Code, b.Body, ran)
+			}
+		}
+	})
+}
