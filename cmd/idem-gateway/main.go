@@ -1,0 +1,344 @@
+// Command idem-gateway is a reverse proxy that puts Idempotency-Key semantics
+// in front of any HTTP service: a covered request with an Idempotency-Key is
+// passed upstream once, its response stored and replayed to retries, and
+// concurrent duplicates, reused keys and malformed keys are answered by the
+// gateway (409, 422, 400) without reaching the upstream.
+//
+//	idem-gateway -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000 \
+//	  [-store bolt:///path/idem.db | memory: | redis://… | postgres://… | dynamodb://TABLE?endpoint=…&region=…] \
+//	  [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
+//	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH]
+//
+// Run idem-gateway -h for every flag.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemhttp"
+)
+
+// scope is the operation name under which the gateway stores its keys.
+const scope = "gateway"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "idem-gateway:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// options are the command line.
+type options struct {
+	listen, upstream, store, admin string
+	requireKey                     bool
+	principalHeader                string
+	expiry, lease, wait            time.Duration
+	upstreamTimeout, grace         time.Duration
+	maxBody, maxResponse           int64
+	methods                        []string
+	replayHeaders, fpHeaders       []string
+	logLevel                       slog.Level
+}
+
+func parseFlags(args []string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("idem-gateway", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve on")
+	fs.StringVar(&o.upstream, "upstream", "", "the service behind the gateway, http://host:port (required)")
+	fs.StringVar(&o.store, "store", "", "where records live: bolt:///path.db, memory:, redis://…, postgres://…, dynamodb://TABLE?region=…&endpoint=… (default: bolt file "+defaultStorePath()+")")
+	fs.StringVar(&o.admin, "admin", "", "address of the admin listener (/metrics, /healthz); empty: none")
+	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to a covered request without Idempotency-Key (default: pass it through unprotected)")
+	fs.StringVar(&o.principalHeader, "principal-header", "", "request header naming the caller (e.g. Authorization); its hash scopes the keys, and requests without it get 401")
+	fs.DurationVar(&o.expiry, "expiry", 24*time.Hour, "how long a stored response is replayed")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long an in-flight request holds its key before a retry may take it over (renewed while the upstream works)")
+	fs.DurationVar(&o.wait, "wait", 0, "how long a duplicate waits for the first request to finish before 409 (0: answer 409 at once)")
+	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 25*time.Second, "how long to wait for the upstream's response headers; then 504, and the key stays held until its lease ends")
+	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	maxBody := fs.String("max-body", "1MiB", "largest request body (413 above it)")
+	maxResponse := fs.String("max-response", "1MiB", "largest response body stored for replay (retries of a larger one get 410)")
+	methods := fs.String("methods", "POST,PATCH", "methods covered, comma separated")
+	replay := fs.String("replay-headers", "", "response headers replayed besides the defaults, comma separated")
+	fp := fs.String("fingerprint-headers", "", "request headers that are part of the payload fingerprint, comma separated")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.maxBody, err = parseSize(*maxBody); err != nil {
+		return nil, fmt.Errorf("-max-body: %w", err)
+	}
+	if o.maxResponse, err = parseSize(*maxResponse); err != nil {
+		return nil, fmt.Errorf("-max-response: %w", err)
+	}
+	o.methods = list(strings.ToUpper(*methods))
+	o.replayHeaders, o.fpHeaders = list(*replay), list(*fp)
+	if err := o.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	if o.upstream == "" {
+		return nil, errors.New("-upstream is required, e.g. -upstream http://127.0.0.1:9000")
+	}
+	if o.store == "" {
+		o.store = "bolt://" + defaultStorePath()
+	}
+	return o, nil
+}
+
+func list(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parseSize reads a byte size: 1048576, 512KiB, 1MiB, 10MB, 1GiB.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a positive size such as 1048576, 512KiB or 1MiB", s)
+	}
+	return n * mult, nil
+}
+
+// gateway is one configured gateway: the proxy behind the middleware.
+type gateway struct {
+	opts    *options
+	log     *slog.Logger
+	store   idem.Store
+	metrics *metrics
+	handler http.Handler
+}
+
+func newGateway(o *options, store idem.Store, log *slog.Logger) (*gateway, error) {
+	up, err := url.Parse(o.upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port", o.upstream)
+	}
+	g := &gateway{opts: o, log: log, store: store, metrics: newMetrics()}
+	eng, err := idem.New(store, &idem.Config{
+		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
+		Logger: log, Observer: g.metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mcfg := &idemhttp.Config{
+		Scope:              scope,
+		Methods:            o.methods,
+		Required:           o.requireKey,
+		FingerprintHeaders: o.fpHeaders,
+		ReplayHeaders:      o.replayHeaders,
+		MaxBodyBytes:       o.maxBody,
+		MaxResponseBytes:   int(o.maxResponse),
+		Logger:             log,
+	}
+	if h := o.principalHeader; h != "" {
+		mcfg.Principal = func(r *http.Request) (string, error) {
+			v := r.Header.Get(h)
+			if v == "" {
+				return "", fmt.Errorf("the %s header is required", h)
+			}
+			sum := sha256.Sum256([]byte(v))
+			return hex.EncodeToString(sum[:]), nil
+		}
+	}
+	mw, err := idemhttp.New(eng, mcfg)
+	if err != nil {
+		return nil, err
+	}
+	g.handler = g.metrics.instrument(mw.Handler(g.proxy(up)))
+	return g, nil
+}
+
+// proxy passes requests to up. It never retries a request by itself.
+func (g *gateway) proxy(up *url.URL) http.Handler {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = g.opts.upstreamTimeout
+	tr.MaxIdleConnsPerHost = 256
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			pr.SetXForwarded()
+			pr.Out.Host = pr.In.Host
+			// net/http's Transport treats a request carrying an
+			// Idempotency-Key header (under its canonical map key) as
+			// safe to send twice when a kept-alive connection dies
+			// under it. The gateway must never send a request twice, so
+			// the key goes upstream under a lower-case map key, which
+			// the Transport does not look at (header names are case-
+			// insensitive on the wire).
+			if v, ok := pr.Out.Header[idemhttp.HeaderName]; ok {
+				delete(pr.Out.Header, idemhttp.HeaderName)
+				pr.Out.Header[strings.ToLower(idemhttp.HeaderName)] = v
+			}
+		},
+		Transport:    tr,
+		ErrorHandler: g.upstreamError,
+	}
+}
+
+// upstreamError answers a request the upstream did not answer. A request
+// that never reached it (connection refused) gets 502 and its key is
+// released. Once the request may have been sent, the upstream may have
+// acted: the key stays held until its lease ends (504 on a timeout, else
+// 502), so that no retry reaches the upstream before then.
+func (g *gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	var op *net.OpError
+	p := idemhttp.Problem{Status: http.StatusBadGateway}
+	var ne net.Error
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-unreachable", "Upstream unreachable"
+		p.Detail = "the request did not reach the service; retry with the same Idempotency-Key"
+	case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded):
+		idemhttp.MarkUncertain(r.Context())
+		p.Status = http.StatusGatewayTimeout
+		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-timeout", "Upstream timed out"
+		p.Detail = "the service did not answer in time and may have processed the request; a retry with the same Idempotency-Key is held off until the key's lease ends"
+	default:
+		idemhttp.MarkUncertain(r.Context())
+		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-failed", "Upstream failed"
+		p.Detail = "the connection to the service failed after the request was sent; a retry with the same Idempotency-Key is held off until the key's lease ends"
+	}
+	if p.Status == http.StatusGatewayTimeout || !errors.Is(err, context.Canceled) {
+		g.log.Warn("upstream error", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
+	}
+	if p.Status == http.StatusBadGateway && p.Type == idemhttp.ProblemTypeBase+"upstream-unreachable" {
+		p.RetryAfter = time.Second
+	}
+	idemhttp.WriteProblem(w, r, p)
+}
+
+// adminHandler serves /metrics and /healthz.
+func (g *gateway) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", g.metrics.handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := checkStore(ctx, g.store); err != nil {
+			idemhttp.WriteProblem(w, r, idemhttp.Problem{Type: idemhttp.ProblemTypeBase + idemhttp.ProblemStoreUnavailable,
+				Title: "Store unreachable", Status: http.StatusServiceUnavailable, Detail: err.Error()})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// run is the whole command: it returns when ctx is cancelled (SIGTERM) and
+// in-flight requests finished, or on a startup error.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	store, closeStore, err := openStore(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeStore(); err != nil {
+			log.Error("closing the store", "err", err)
+		}
+	}()
+	g, err := newGateway(o, store, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	var admin *http.Server
+	adminAddr := ""
+	if o.admin != "" {
+		aln, err := net.Listen("tcp", o.admin)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		adminAddr = aln.Addr().String()
+		admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- admin.Serve(aln) }()
+	}
+	if err := checkStore(ctx, store); err != nil {
+		log.Warn("store not reachable at startup; covered requests get 503 until it is", "err", err)
+	}
+	log.Info("idem-gateway listening", "addr", ln.Addr().String(), "admin", adminAddr,
+		"upstream", o.upstream, "store", redact(o.store))
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", o.grace.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if admin != nil {
+		_ = admin.Shutdown(sctx)
+	}
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("in-flight requests did not finish within -grace %v: %w", o.grace, err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// redact hides a password in a store URL for the logs.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
