@@ -53,7 +53,9 @@ func newMetrics() *metrics {
 }
 
 // Observe implements idem.Observer.
-func (m *metrics) Observe(op string, o idem.Outcome) { m.outcomes.WithLabelValues(op, o.String()).Inc() }
+func (m *metrics) Observe(op string, o idem.Outcome) {
+	m.outcomes.WithLabelValues(op, o.String()).Inc()
+}
 
 // StoreCall implements idem.Observer.
 func (m *metrics) StoreCall(method string, d time.Duration, err error) {
