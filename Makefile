@@ -4,10 +4,15 @@ GO ?= go
 FUZZTIME ?= 30s
 STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck)
 
-.PHONY: help test test-modules race bench bench-modules fuzz lint tools
+DEMO_ARGS ?=
+
+.PHONY: help demo test test-modules race bench bench-modules fuzz lint tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+demo: ## idem-gateway on the embedded file store in front of the example orders service (:8080 → :9000)
+	@scripts/demo $(DEMO_ARGS)
 
 test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local
 	@scripts/dynamodb-local run $(MAKE) --no-print-directory test-modules

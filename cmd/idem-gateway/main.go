@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,6 +59,8 @@ type options struct {
 	expiry, lease, wait            time.Duration
 	upstreamTimeout, grace         time.Duration
 	maxBody, maxResponse           int64
+	cacheEntries                   int
+	cacheBytes                     int64
 	methods                        []string
 	replayHeaders, fpHeaders       []string
 	logLevel                       slog.Level
@@ -80,6 +83,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	maxBody := fs.String("max-body", "1MiB", "largest request body (413 above it)")
 	maxResponse := fs.String("max-response", "1MiB", "largest response body stored for replay (retries of a larger one get 410)")
+	fs.IntVar(&o.cacheEntries, "cache-entries", 10000, "completed responses kept in memory for replay without a store call (0: no cache)")
+	cacheBytes := fs.String("cache-bytes", "64MiB", "memory the replay cache may use")
 	methods := fs.String("methods", "POST,PATCH", "methods covered, comma separated")
 	replay := fs.String("replay-headers", "", "response headers replayed besides the defaults, comma separated")
 	fp := fs.String("fingerprint-headers", "", "request headers that are part of the payload fingerprint, comma separated")
@@ -96,6 +101,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if o.maxResponse, err = parseSize(*maxResponse); err != nil {
 		return nil, fmt.Errorf("-max-response: %w", err)
+	}
+	if o.cacheBytes, err = parseSize(*cacheBytes); err != nil {
+		return nil, fmt.Errorf("-cache-bytes: %w", err)
+	}
+	if o.cacheEntries < 0 {
+		return nil, fmt.Errorf("-cache-entries %d is negative", o.cacheEntries)
 	}
 	o.methods = list(strings.ToUpper(*methods))
 	o.replayHeaders, o.fpHeaders = list(*replay), list(*fp)
@@ -156,10 +167,14 @@ func newGateway(o *options, store idem.Store, log *slog.Logger) (*gateway, error
 		return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port", o.upstream)
 	}
 	g := &gateway{opts: o, log: log, store: store, metrics: newMetrics()}
-	eng, err := idem.New(store, &idem.Config{
+	ecfg := &idem.Config{
 		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
 		Logger: log, Observer: g.metrics,
-	})
+	}
+	if o.cacheEntries > 0 {
+		ecfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}
+	}
+	eng, err := idem.New(store, ecfg)
 	if err != nil {
 		return nil, err
 	}
@@ -215,8 +230,18 @@ func (g *gateway) proxy(up *url.URL) http.Handler {
 		},
 		Transport:    tr,
 		ErrorHandler: g.upstreamError,
+		BufferPool:   bufferPool{},
 	}
 }
+
+// bufferPool lends the proxy its 32 KiB copy buffers instead of allocating
+// one per request.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
 // upstreamError answers a request the upstream did not answer. A request
 // that never reached it (connection refused) gets 502 and its key is
