@@ -255,10 +255,11 @@ func TestMetricsAndHealth(t *testing.T) {
 	m := send("GET", "http://"+gw.admin+"/metrics", "")
 	for _, want := range []string{
 		`idem_outcomes_total{op="gateway",outcome="acquired"} 1`,
-		`idem_outcomes_total{op="gateway",outcome="replayed"} 1`,
+		`idem_outcomes_total{op="gateway",outcome="cache_hit"} 1`, // the replay, from the local cache
 		`idem_outcomes_total{op="gateway",outcome="mismatch"} 1`,
 		`idem_outcomes_total{op="gateway",outcome="uncertain"} 0`,
-		`idem_store_call_duration_seconds_count{method="claim",result="ok"} 3`,
+		`idem_store_call_duration_seconds_count{method="claim",result="ok"} 1`,
+		`idem_store_call_duration_seconds_count{method="complete",result="ok"} 1`,
 		`idem_gateway_in_flight_requests 0`,
 		`idem_gateway_responses_total{code="201",replayed="true"} 1`,
 		`idem_gateway_responses_total{code="422",replayed="false"} 1`,
