@@ -30,7 +30,8 @@ type Config struct {
 
 	// RenewInterval is how often the lease is renewed while the operation
 	// runs (a fenced Extend to now + lease). Default: a third of the
-	// lease. Negative disables renewal.
+	// lease. Negative disables renewal. A lease taken from the context's
+	// deadline is not renewed: the operation cannot outlive it.
 	RenewInterval time.Duration
 
 	// Wait is how long a call waits for another holder of its key to

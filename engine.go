@@ -410,7 +410,11 @@ func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity
 	opCtx, cancel := context.WithCancelCause(ctx)
 	opCtx = NewContext(opCtx, Claim{Key: key, Fence: fence, Owner: rec.Owner})
 	var rn *renewer
-	if e.cfg.RenewInterval > 0 {
+	// A lease taken from the context's deadline already covers all the
+	// operation can do: the context ends there. Renewing it would only keep
+	// the key from a retry after a timed-out caller (a Lambda invocation)
+	// was ended.
+	if _, hasDeadline := ctx.Deadline(); e.cfg.RenewInterval > 0 && !hasDeadline {
 		rn = &renewer{e: e, key: key, scope: id.Key.Name, fence: fence, lease: lease, expiresAt: rec.ExpiresAt, cancel: cancel}
 		rn.start()
 	}

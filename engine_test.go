@@ -761,3 +761,28 @@ func TestUncertainOutcomeKeepsTheClaimUntilItsLeaseEnds(t *testing.T) {
 		t.Fatalf("observer: %v", en.obs.Snapshot())
 	}
 }
+
+// TestDeadlineLeaseIsNotRenewed: a lease that runs to the context's deadline
+// is final, so that a retry can take over as soon as the deadline passed
+// (a Lambda invocation that timed out is ended there).
+func TestDeadlineLeaseIsNotRenewed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: idem.SystemClock{}, RenewInterval: time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
+			<-ctx.Done() // runs until the deadline
+			return 0, idem.Uncertain(ctx.Err())
+		})
+		if !errors.Is(err, idem.ErrUncertain) {
+			t.Fatal(err)
+		}
+		if n := en.store.Calls("extend"); n != 0 {
+			t.Fatalf("%d renewals of a deadline lease", n)
+		}
+		r, err := idem.Do(context.Background(), en.eng, req("k"), func(context.Context) (int, error) { return 2, nil })
+		if err != nil || r.Fence != 2 {
+			t.Fatalf("retry right after the deadline: %+v %v", r, err)
+		}
+	})
+}

@@ -1,0 +1,258 @@
+package idemlambda
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// Config is what every adapter shares. A nil *Config means all defaults.
+type Config struct {
+	// Scope is the operation name the keys are stored under. Default: the
+	// function's name (AWS_LAMBDA_FUNCTION_NAME) and the handler's name,
+	// "orders-fn.create"; the handler's name alone outside Lambda.
+	Scope string
+
+	// KeyJMESPath selects the idempotency key from the event, as
+	// Powertools' event_key_jmespath: "body", "powertools_json(body).[user, order_id]",
+	// "detail.orderId". The selected value is hashed (canonical JSON). The
+	// Powertools functions powertools_json, powertools_base64 and
+	// powertools_base64_gzip are available. Each adapter documents its
+	// default.
+	KeyJMESPath string
+
+	// ValidationJMESPath selects the part of the event that must be the
+	// same on every call with a key, as Powertools'
+	// payload_validation_jmespath; a call with the key and another value
+	// fails with idem.ErrMismatch. Default: no validation.
+	ValidationJMESPath string
+
+	// RaiseOnMissingKey fails a call whose key selects nothing with
+	// ErrMissingKey. By default such a call runs unprotected and a warning
+	// is logged (as Powertools does).
+	RaiseOnMissingKey bool
+
+	// Logger receives the missing-key warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrMissingKey: KeyJMESPath selected nothing and RaiseOnMissingKey is set.
+// The error is a [*MissingKeyError].
+var ErrMissingKey = errors.New("idemlambda: no idempotency key in the event")
+
+// MissingKeyError names the expression that selected nothing.
+type MissingKeyError struct{ Expr string }
+
+func (e *MissingKeyError) Error() string {
+	return fmt.Sprintf("idemlambda: KeyJMESPath %q selected no idempotency key from the event", e.Expr)
+}
+
+// Is makes errors.Is(err, ErrMissingKey) true.
+func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey }
+
+// keyer turns an event into an idem identity.
+type keyer struct {
+	scope      string
+	key        *expr
+	validation *expr
+	raise      bool
+	log        *slog.Logger
+}
+
+// newKeyer checks cfg for an adapter named name whose default key
+// expression is defaultKey ("" = the whole event).
+func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Scope == "" {
+		c.Scope = name
+		if fn := lambdacontext.FunctionName; fn != "" {
+			c.Scope = fn + "." + name
+		}
+	}
+	if _, err := idem.NewKey(c.Scope, "", nil); err != nil {
+		return nil, fmt.Errorf("%w: idemlambda: scope: %v", idem.ErrInvalidConfig, err)
+	}
+	if c.KeyJMESPath == "" {
+		c.KeyJMESPath = defaultKey
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	k := &keyer{scope: c.Scope, raise: c.RaiseOnMissingKey, log: c.Logger}
+	var err error
+	if k.key, err = compile("KeyJMESPath", c.KeyJMESPath); err != nil {
+		return nil, err
+	}
+	if k.validation, err = compile("ValidationJMESPath", c.ValidationJMESPath); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// identity derives the identity of a decoded event. ok is false when the
+// event has no key and the call is to run unprotected.
+func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
+	sel := event
+	if k.key != nil {
+		if sel, err = k.key.search(event); err != nil {
+			return idem.Identity{}, false, err
+		}
+	}
+	if missing(sel) {
+		src := "(whole event)"
+		if k.key != nil {
+			src = k.key.src
+		}
+		if k.raise {
+			return idem.Identity{}, false, &MissingKeyError{Expr: src}
+		}
+		k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "scope", k.scope, "key_jmespath", src)
+		return idem.Identity{}, false, nil
+	}
+	material, err := canonical(sel)
+	if err != nil {
+		return idem.Identity{}, false, err
+	}
+	return k.identityOf(material, event)
+}
+
+// identityOf derives the identity for explicit key material, validating
+// event with ValidationJMESPath when set.
+func (k *keyer) identityOf(material []byte, event any) (idem.Identity, bool, error) {
+	key, err := idem.NewKey(k.scope, "", material)
+	if err != nil {
+		return idem.Identity{}, false, err
+	}
+	id := idem.Identity{Key: key}
+	if k.validation != nil {
+		v, err := k.validation.search(event)
+		if err != nil {
+			return idem.Identity{}, false, err
+		}
+		c, err := canonical(v)
+		if err != nil {
+			return idem.Identity{}, false, err
+		}
+		id.Fingerprint = idem.Digest(c)
+	}
+	return id, true, nil
+}
+
+// canonical is v as canonical JSON, so that key order and spacing do not
+// change a key.
+func canonical(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("idemlambda: selected value cannot be encoded: %w", err)
+	}
+	return idem.Canonicalize(b)
+}
+
+// FuncConfig configures [Wrap].
+type FuncConfig[In any] struct {
+	Config
+	// Key returns the idempotency key from the decoded input; "" means no
+	// key (see RaiseOnMissingKey). It takes precedence over KeyJMESPath.
+	// Without Key and KeyJMESPath the whole event is the key, as in
+	// Powertools.
+	Key func(ctx context.Context, in In) (string, error)
+}
+
+// Wrap makes fn idempotent. The returned function has the shape
+// aws-lambda-go's lambda.StartHandlerFunc takes; it decodes the event into
+// In itself, so that KeyJMESPath and ValidationJMESPath see the raw event.
+// The lease is the invocation's deadline: a retry after a timed-out
+// invocation takes over once the deadline has passed. A duplicate while the
+// first runs fails with *idem.InProgressError; the result (or a terminal
+// error) of the first is replayed to every later one.
+func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, In) (Out, error), cfg *FuncConfig[In]) (func(context.Context, json.RawMessage) (Out, error), error) {
+	if eng == nil || fn == nil {
+		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
+	}
+	var c FuncConfig[In]
+	if cfg != nil {
+		c = *cfg
+	}
+	k, err := newKeyer(name, &c.Config, "")
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, raw json.RawMessage) (Out, error) {
+		var zero Out
+		var in In
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return zero, fmt.Errorf("idemlambda: event does not decode into %T: %w", in, err)
+		}
+		event, err := decode(raw)
+		if err != nil {
+			return zero, err
+		}
+		var id idem.Identity
+		var ok bool
+		if c.Key != nil {
+			key, kerr := c.Key(ctx, in)
+			switch {
+			case kerr != nil:
+				return zero, kerr
+			case key == "" && k.raise:
+				return zero, &MissingKeyError{Expr: "(Key func)"}
+			case key == "":
+				k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "scope", k.scope)
+			default:
+				id, ok, err = k.identityOf([]byte(key), event)
+			}
+		} else {
+			id, ok, err = k.identity(event)
+		}
+		if err != nil {
+			return zero, err
+		}
+		if !ok {
+			return fn(ctx, in)
+		}
+		res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+		return res.Value, err
+	}, nil
+}
+
+// WrapRaw makes a byte handler idempotent; the result is a lambda.Handler
+// for lambda.Start. See [Wrap].
+func WrapRaw(eng *idem.Engine, name string, fn func(context.Context, []byte) ([]byte, error), cfg *Config) (lambda.Handler, error) {
+	if eng == nil || fn == nil {
+		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
+	}
+	k, err := newKeyer(name, cfg, "")
+	if err != nil {
+		return nil, err
+	}
+	return rawHandler(func(ctx context.Context, payload []byte) ([]byte, error) {
+		event, err := decode(payload)
+		if err != nil {
+			return nil, err
+		}
+		id, ok, err := k.identity(event)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return fn(ctx, payload)
+		}
+		res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) ([]byte, error) { return fn(ctx, payload) })
+		return res.Value, err
+	}), nil
+}
+
+type rawHandler func(context.Context, []byte) ([]byte, error)
+
+// Invoke implements lambda.Handler.
+func (h rawHandler) Invoke(ctx context.Context, payload []byte) ([]byte, error) { return h(ctx, payload) }

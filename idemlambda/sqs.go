@@ -1,0 +1,149 @@
+package idemlambda
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// SQSConfig configures [SQS].
+type SQSConfig struct {
+	// Config's KeyJMESPath and ValidationJMESPath apply to each record
+	// (its SQS JSON: messageId, body, attributes, ...). The default key is
+	// the messageId, which SQS keeps across redeliveries; to catch a
+	// producer that sent the same thing twice, select from the body, as in
+	// "powertools_json(body).order_id".
+	Config
+	// Concurrency is how many records of a batch run at once; their
+	// claims and completions go out together, so a batch costs about two
+	// store round trips of latency, not two per record. Default 10. A
+	// FIFO queue's batch (source ARN ending in ".fifo") always runs in
+	// order, one record at a time.
+	Concurrency int
+}
+
+// SQS makes a per-record SQS handler idempotent and reports partial batch
+// failures (enable ReportBatchItemFailures on the event source mapping):
+//
+//   - a record already processed is replayed: fn does not run, and it is
+//     not reported;
+//   - a record whose key another invocation holds is reported as a batch
+//     item failure, so SQS delivers it again later;
+//   - a record whose fn fails is reported (a terminal error is stored and
+//     reported on every delivery without running fn again, until the
+//     queue's redrive policy moves it aside);
+//   - in a FIFO batch, the first failure stops the batch and every later
+//     record is reported too, to keep the order.
+//
+// The returned error is nil unless the event itself is unusable.
+func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessage) error, cfg *SQSConfig) (func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), error) {
+	if eng == nil || fn == nil {
+		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
+	}
+	var c SQSConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 10
+	}
+	k, err := newKeyer(name, &c.Config, "messageId")
+	if err != nil {
+		return nil, err
+	}
+	one := func(ctx context.Context, m events.SQSMessage) error {
+		return record(ctx, eng, k, m, func(ctx context.Context) error { return fn(ctx, m) })
+	}
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		var resp events.SQSEventResponse
+		fail := func(id string) {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+		}
+		if len(ev.Records) > 0 && strings.HasSuffix(ev.Records[0].EventSourceARN, ".fifo") {
+			for i, m := range ev.Records {
+				if err := one(ctx, m); err != nil {
+					logFailure(k, m.MessageId, err)
+					for _, rest := range ev.Records[i:] {
+						fail(rest.MessageId)
+					}
+					break
+				}
+			}
+			return resp, nil
+		}
+		errs := make([]error, len(ev.Records))
+		sem := make(chan struct{}, c.Concurrency)
+		var wg sync.WaitGroup
+		for i, m := range ev.Records {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				errs[i] = one(ctx, m)
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				logFailure(k, ev.Records[i].MessageId, err)
+				fail(ev.Records[i].MessageId)
+			}
+		}
+		return resp, nil
+	}, nil
+}
+
+func logFailure(k *keyer, id string, err error) {
+	level := "failed"
+	if errors.Is(err, idem.ErrInProgress) {
+		level = "in progress elsewhere"
+	}
+	k.log.Info("idemlambda: record reported as a batch item failure", "scope", k.scope, "message_id", id, "reason", level, "err", err)
+}
+
+// record runs one record (of any source) under its key.
+func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run func(context.Context) error) error {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("idemlambda: record cannot be encoded: %w", err)
+	}
+	event, err := decode(raw)
+	if err != nil {
+		return err
+	}
+	id, ok, err := k.identity(event)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return run(ctx)
+	}
+	_, err = idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, run(ctx)
+	})
+	return err
+}
+
+// EventBridge makes an EventBridge (CloudWatch Events) handler idempotent.
+// The default key is the event's id; select from the event instead with
+// KeyJMESPath, such as "detail.orderId", to catch a producer that put the
+// same event twice. A duplicate while the first runs fails with
+// *idem.InProgressError, so EventBridge retries it later.
+func EventBridge(eng *idem.Engine, name string, fn func(context.Context, events.EventBridgeEvent) error, cfg *Config) (func(context.Context, events.EventBridgeEvent) error, error) {
+	if eng == nil || fn == nil {
+		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
+	}
+	k, err := newKeyer(name, cfg, "id")
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, ev events.EventBridgeEvent) error {
+		return record(ctx, eng, k, ev, func(ctx context.Context) error { return fn(ctx, ev) })
+	}, nil
+}
