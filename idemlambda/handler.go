@@ -255,4 +255,6 @@ func WrapRaw(eng *idem.Engine, name string, fn func(context.Context, []byte) ([]
 type rawHandler func(context.Context, []byte) ([]byte, error)
 
 // Invoke implements lambda.Handler.
-func (h rawHandler) Invoke(ctx context.Context, payload []byte) ([]byte, error) { return h(ctx, payload) }
+func (h rawHandler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	return h(ctx, payload)
+}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,13 +193,4 @@ func TestTerminalErrorsAreReplayed(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("runs %d", runs.Load())
 	}
-}
-
-// concurrently runs f n times at once and waits.
-func concurrently(n int, f func(i int)) {
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { f(i) })
-	}
-	wg.Wait()
 }

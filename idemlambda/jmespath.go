@@ -17,7 +17,7 @@ import (
 type ExprError struct {
 	// Field names the setting: "KeyJMESPath" or "ValidationJMESPath".
 	Field, Expr string
-	Err        error
+	Err         error
 }
 
 func (e *ExprError) Error() string {
