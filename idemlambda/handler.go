@@ -159,13 +159,16 @@ func canonical(v any) ([]byte, error) {
 }
 
 // FuncConfig configures [Wrap].
-type FuncConfig[In any] struct {
+type FuncConfig[In, Out any] struct {
 	Config
 	// Key returns the idempotency key from the decoded input; "" means no
 	// key (see RaiseOnMissingKey). It takes precedence over KeyJMESPath.
 	// Without Key and KeyJMESPath the whole event is the key, as in
 	// Powertools.
 	Key func(ctx context.Context, in In) (string, error)
+	// OnReplay, when set, sees every replayed result and returns what the
+	// caller gets (Powertools' response_hook), e.g. to mark it replayed.
+	OnReplay func(ctx context.Context, out Out) Out
 }
 
 // Wrap makes fn idempotent. The returned function has the shape
@@ -175,11 +178,11 @@ type FuncConfig[In any] struct {
 // invocation takes over once the deadline has passed. A duplicate while the
 // first runs fails with *idem.InProgressError; the result (or a terminal
 // error) of the first is replayed to every later one.
-func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, In) (Out, error), cfg *FuncConfig[In]) (func(context.Context, json.RawMessage) (Out, error), error) {
+func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, In) (Out, error), cfg *FuncConfig[In, Out]) (func(context.Context, json.RawMessage) (Out, error), error) {
 	if eng == nil || fn == nil {
 		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
 	}
-	var c FuncConfig[In]
+	var c FuncConfig[In, Out]
 	if cfg != nil {
 		c = *cfg
 	}
@@ -221,6 +224,9 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 			return fn(ctx, in)
 		}
 		res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+		if err == nil && res.Replayed && c.OnReplay != nil {
+			return c.OnReplay(ctx, res.Value), nil
+		}
 		return res.Value, err
 	}, nil
 }

@@ -64,7 +64,7 @@ func TestWrapKeysByJMESPathOverTheRawEvent(t *testing.T) {
 	var runs atomic.Int64
 	h, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", func(ctx context.Context, o order) (receipt, error) {
 		return receipt{Charge: "ch_1", Run: runs.Add(1)}, nil
-	}, &idemlambda.FuncConfig[order]{Config: idemlambda.Config{
+	}, &idemlambda.FuncConfig[order, receipt]{Config: idemlambda.Config{
 		KeyJMESPath:        `powertools_json(body).order_id`,
 		ValidationJMESPath: `powertools_json(body).amount`,
 	}})
@@ -98,7 +98,7 @@ func TestMissingKeyRunsUnprotectedOrRaises(t *testing.T) {
 	fn := func(ctx context.Context, o order) (receipt, error) { return receipt{Run: runs.Add(1)}, nil }
 	ev := json.RawMessage(`{"body":"{\"amount\":5}"}`)
 	warn := &strings.Builder{}
-	lenient, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", fn, &idemlambda.FuncConfig[order]{Config: idemlambda.Config{
+	lenient, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", fn, &idemlambda.FuncConfig[order, receipt]{Config: idemlambda.Config{
 		KeyJMESPath: `powertools_json(body).order_id`, Logger: slog.New(slog.NewTextHandler(warn, nil))}})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestMissingKeyRunsUnprotectedOrRaises(t *testing.T) {
 	if runs.Load() != 2 || !strings.Contains(warn.String(), "running unprotected") {
 		t.Fatalf("runs %d, log %q", runs.Load(), warn)
 	}
-	strict, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", fn, &idemlambda.FuncConfig[order]{Config: idemlambda.Config{
+	strict, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", fn, &idemlambda.FuncConfig[order, receipt]{Config: idemlambda.Config{
 		KeyJMESPath: `powertools_json(body).order_id`, RaiseOnMissingKey: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestMissingKeyRunsUnprotectedOrRaises(t *testing.T) {
 	if _, err := strict(context.Background(), ev); !errors.As(err, &mk) || !errors.Is(err, idemlambda.ErrMissingKey) || runs.Load() != 2 {
 		t.Fatalf("raise on missing key: %v, runs %d", err, runs.Load())
 	}
-	if _, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", fn, &idemlambda.FuncConfig[order]{Config: idemlambda.Config{KeyJMESPath: `body[`}}); err == nil {
+	if _, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", fn, &idemlambda.FuncConfig[order, receipt]{Config: idemlambda.Config{KeyJMESPath: `body[`}}); err == nil {
 		t.Fatal("a broken expression was accepted")
 	}
 }
@@ -130,7 +130,7 @@ func TestLeaseIsTheInvocationDeadline(t *testing.T) {
 		close(inside)
 		<-finish
 		return "done", nil
-	}, &idemlambda.FuncConfig[map[string]any]{Key: func(ctx context.Context, in map[string]any) (string, error) {
+	}, &idemlambda.FuncConfig[map[string]any, string]{Key: func(ctx context.Context, in map[string]any) (string, error) {
 		return in["id"].(string), nil
 	}})
 	if err != nil {
@@ -180,7 +180,7 @@ func TestTerminalErrorsAreReplayed(t *testing.T) {
 	h, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", func(ctx context.Context, in map[string]any) (string, error) {
 		runs.Add(1)
 		return "", idem.Terminal(errors.New("card declined"), "card_declined")
-	}, &idemlambda.FuncConfig[map[string]any]{Config: idemlambda.Config{KeyJMESPath: "id"}})
+	}, &idemlambda.FuncConfig[map[string]any, string]{Config: idemlambda.Config{KeyJMESPath: "id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,5 +192,23 @@ func TestTerminalErrorsAreReplayed(t *testing.T) {
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("runs %d", runs.Load())
+	}
+}
+
+func TestOnReplaySeesReplayedResults(t *testing.T) {
+	t.Parallel()
+	h, err := idemlambda.Wrap(engine(t, idem.Config{}), "charge", func(ctx context.Context, in map[string]any) (receipt, error) {
+		return receipt{Charge: "ch_1"}, nil
+	}, &idemlambda.FuncConfig[map[string]any, receipt]{
+		Config:   idemlambda.Config{KeyJMESPath: "id"},
+		OnReplay: func(ctx context.Context, r receipt) receipt { r.Charge += " (replayed)"; return r },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := h(context.Background(), json.RawMessage(`{"id":7}`))
+	b, _ := h(context.Background(), json.RawMessage(`{"id":7}`))
+	if a.Charge != "ch_1" || b.Charge != "ch_1 (replayed)" {
+		t.Fatalf("first %+v, replay %+v", a, b)
 	}
 }

@@ -104,7 +104,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lambda-orders:", err)
 		os.Exit(1)
 	}
-	handler, err := idemlambda.Wrap(eng, "create", createOrder, &idemlambda.FuncConfig[orderEvent]{
+	handler, err := idemlambda.Wrap(eng, "create", createOrder, &idemlambda.FuncConfig[orderEvent, orderResult]{
 		Config: idemlambda.Config{KeyJMESPath: "order_id", ValidationJMESPath: "[item, qty]", RaiseOnMissingKey: true},
 	})
 	if err != nil {

@@ -1,0 +1,61 @@
+package idemlambda_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemlambda"
+	"github.com/seed-a1b882c0/idem/internal/faultproxy"
+	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
+)
+
+// BenchmarkSQSBatch measures the latency of one SQS batch of new records
+// over Redis with 2 ms added to every reply (a store one network hop
+// away): a batch of 10 should cost about the two round trips of one record
+// (claim, complete), not twenty.
+//
+//	cd idemlambda && go test -run '^$' -bench SQSBatch -benchtime 50x
+func BenchmarkSQSBatch(b *testing.B) {
+	addr := testenv.Reach(b, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer px.Close()
+	px.SetLatency(2 * time.Millisecond)
+	store, err := redisstore.Open("redis://"+px.Addr()+"/0", &redisstore.Config{Prefix: fmt.Sprintf("sqsbench-%d:", time.Now().UnixNano())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	eng, err := idem.New(store, &idem.Config{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := idemlambda.SQS(eng, "bench", func(context.Context, events.SQSMessage) error { return nil }, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			seq := 0
+			for b.Loop() {
+				var ev events.SQSEvent
+				for range n {
+					seq++
+					ev.Records = append(ev.Records, events.SQSMessage{MessageId: fmt.Sprintf("%d-%d", n, seq), EventSourceARN: "arn:aws:sqs:eu-west-1:1:q"})
+				}
+				r, err := h(context.Background(), ev)
+				if err != nil || len(r.BatchItemFailures) != 0 {
+					b.Fatalf("%v %v", r, err)
+				}
+			}
+		})
+	}
+}
