@@ -68,6 +68,13 @@
 // dynamostore, redisstore and pgstore. Package storetest is the conformance
 // suite every store must pass.
 //
+// # Integrations
+//
+// Package idemhttp is net/http middleware with the IETF Idempotency-Key
+// header's semantics; cmd/idem-gateway puts the same in front of any HTTP
+// service as a reverse proxy; module idemlambda adapts Lambda handlers
+// (typed, API Gateway, Function URL, SQS batches, EventBridge).
+//
 // # Errors
 //
 // Sentinel errors are grouped by operation; the typed errors that carry data
