@@ -297,33 +297,23 @@ func (m *Middleware) identify(r *http.Request, key string) (idem.Identity, *spoo
 	if r.ContentLength > m.cfg.MaxBodyBytes {
 		return idem.Identity{}, nil, &BodyTooLargeError{Limit: m.cfg.MaxBodyBytes, Size: r.ContentLength}
 	}
-	tenant := ""
+	principal := ""
 	if m.cfg.Principal != nil {
 		p, err := m.cfg.Principal(r)
 		if err != nil {
 			return idem.Identity{}, nil, &PrincipalError{Err: err}
 		}
-		if p != "" {
-			sum := sha256.Sum256([]byte("idemhttp-principal\x00" + p))
-			tenant = hex.EncodeToString(sum[:16])
-		}
+		principal = p
 	}
 	route := r.URL.Path
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := idem.NewKey(m.cfg.Scope, tenant, []byte(r.Method+"\x00"+route+"\x00"+key))
+	k, err := StoreKey(m.cfg.Scope, principal, r.Method, route, key)
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
-	h := sha256.New()
-	field(h, r.Method)
-	field(h, r.URL.EscapedPath())
-	field(h, r.URL.RawQuery)
-	for _, name := range m.fpHeaders {
-		field(h, name)
-		field(h, strings.Join(r.Header.Values(name), "\x00"))
-	}
+	h := NewFingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Values, m.fpHeaders)
 	body := &spool{}
 	if r.Body != nil && r.Body != http.NoBody {
 		if body, err = readBody(r.Body, h, r.ContentLength, m.cfg.MaxBodyBytes, m.cfg.MemoryBodyBytes, m.cfg.TempDir); err != nil {
@@ -333,7 +323,34 @@ func (m *Middleware) identify(r *http.Request, key string) (idem.Identity, *spoo
 	return idem.Identity{Key: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
 }
 
-// field writes s length-prefixed, so that no two field lists hash alike.
+// StoreKey is the store key of an Idempotency-Key: the key scoped by the
+// caller's principal (hashed; "" for none), the method and the route. The
+// Lambda adapters use it too, so that both answer alike.
+func StoreKey(scope, principal, method, route, key string) (idem.Key, error) {
+	tenant := ""
+	if principal != "" {
+		sum := sha256.Sum256([]byte("idemhttp-principal\x00" + principal))
+		tenant = hex.EncodeToString(sum[:16])
+	}
+	return idem.NewKey(scope, tenant, []byte(method+"\x00"+route+"\x00"+key))
+}
+
+// NewFingerprint starts a request fingerprint: a SHA-256 over the method,
+// path, query and the named headers (values from header), each
+// length-prefixed so that no two field lists hash alike. Write the body to
+// it, then hex-encode its sum.
+func NewFingerprint(method, path, query string, header func(name string) []string, names []string) hash.Hash {
+	h := sha256.New()
+	field(h, method)
+	field(h, path)
+	field(h, query)
+	for _, name := range names {
+		field(h, name)
+		field(h, strings.Join(header(name), "\x00"))
+	}
+	return h
+}
+
 func field(h hash.Hash, s string) {
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(s)))

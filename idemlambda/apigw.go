@@ -2,14 +2,10 @@ package idemlambda
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -147,18 +143,13 @@ func (a *httpAdapter[E, R]) handle(ctx context.Context, ev E, fn func(context.Co
 	if err != nil {
 		return a.problem(req, err), nil
 	}
-	tenant := ""
+	principal := ""
 	if a.cfg.Principal != nil {
-		p, err := a.cfg.Principal(ev)
-		if err != nil {
+		if principal, err = a.cfg.Principal(ev); err != nil {
 			return a.problem(req, &idemhttp.PrincipalError{Err: err}), nil
 		}
-		if p != "" {
-			sum := sha256.Sum256([]byte("idemhttp-principal\x00" + p))
-			tenant = hex.EncodeToString(sum[:16])
-		}
 	}
-	k, err := idem.NewKey(a.cfg.Scope, tenant, []byte(req.method+"\x00"+req.route+"\x00"+key))
+	k, err := idemhttp.StoreKey(a.cfg.Scope, principal, req.method, req.route, key)
 	if err != nil {
 		return a.problem(req, err), nil
 	}
@@ -224,14 +215,7 @@ func (a *httpAdapter[E, R]) stored(r Response) Response {
 }
 
 func (a *httpAdapter[E, R]) fingerprint(r request) string {
-	h := sha256.New()
-	field(h, strings.ToUpper(r.method))
-	field(h, r.path)
-	field(h, r.query)
-	for _, name := range a.fp {
-		field(h, name)
-		field(h, strings.Join(r.header(name), "\x00"))
-	}
+	h := idemhttp.NewFingerprint(strings.ToUpper(r.method), r.path, r.query, r.header, a.fp)
 	body := []byte(r.body)
 	if r.base64 {
 		if b, err := base64.StdEncoding.DecodeString(r.body); err == nil {
@@ -242,13 +226,6 @@ func (a *httpAdapter[E, R]) fingerprint(r request) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func field(h hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
-}
-
 // problem answers a refused request with problem+json, as idemhttp does.
 func (a *httpAdapter[E, R]) problem(req request, err error) R {
 	p := idemhttp.ProblemFor(err, a.eng.Config().Clock.Now(), time.Second)
@@ -256,11 +233,7 @@ func (a *httpAdapter[E, R]) problem(req request, err error) R {
 	if p.Status >= 500 {
 		a.cfg.Logger.Warn("idemlambda: request refused", "method", req.method, "path", req.path, "status", p.Status, "err", err)
 	}
-	b, _ := json.Marshal(p)
-	h := map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
-	if p.RetryAfter > 0 {
-		h["Retry-After"] = strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10)
-	}
+	b, h := p.Render()
 	return a.kind.build(Response{Status: p.Status, Header: h, Body: string(b)})
 }
 
