@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -140,26 +139,24 @@ func TestPrincipalsAreIsolated(t *testing.T) {
 }
 
 func TestUpstreamDownReleasesTheKey(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	up := newUpstream(t)
+	// The upstream behind a TCP proxy that can stop listening: while it is
+	// down, connections are refused.
+	px, err := faultproxy.New(strings.TrimPrefix(up.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	gw := startGateway(t, "-upstream", "http://"+addr, "-store", "memory:")
+	defer px.Close()
+	gw := startGateway(t, "-upstream", "http://"+px.Addr(), "-store", "memory:")
+	px.Down()
 	a := send("POST", gw.url("/orders"), `{}`, "Idempotency-Key", "down")
-	if a.status != 502 || a.problemType() != "upstream-unreachable" {
+	if a.status != 502 || a.problemType() != "upstream-unreachable" || a.header.Get("Retry-After") != "1" {
 		t.Fatalf("%+v", a)
 	}
 	// The key was released: once the upstream is back, the retry runs.
-	up := newUpstream(t)
-	ln2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("port %s was taken meanwhile: %v", addr, err)
+	if err := px.Up(); err != nil {
+		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: up.srv.Config.Handler}
-	go srv.Serve(ln2)
-	defer srv.Close()
 	if a := send("POST", gw.url("/orders"), `{}`, "Idempotency-Key", "down"); a.status != 201 || a.replayed() || up.count("down") != 1 {
 		t.Fatalf("retry after the upstream came back: %+v", a)
 	}
