@@ -14,8 +14,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -195,8 +193,7 @@ func newGateway(o *options, store idem.Store, log *slog.Logger) (*gateway, error
 			if v == "" {
 				return "", fmt.Errorf("the %s header is required", h)
 			}
-			sum := sha256.Sum256([]byte(v))
-			return hex.EncodeToString(sum[:]), nil
+			return v, nil // idemhttp keeps only its hash
 		}
 	}
 	mw, err := idemhttp.New(eng, mcfg)
@@ -250,28 +247,27 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 // acted: the key stays held until its lease ends (504 on a timeout, else
 // 502), so that no retry reaches the upstream before then.
 func (g *gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	var op *net.OpError
+	const kept = "; a retry with the same Idempotency-Key is held off until the key's lease ends"
 	p := idemhttp.Problem{Status: http.StatusBadGateway}
+	var op *net.OpError
 	var ne net.Error
 	switch {
 	case errors.As(err, &op) && op.Op == "dial":
 		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-unreachable", "Upstream unreachable"
 		p.Detail = "the request did not reach the service; retry with the same Idempotency-Key"
+		p.RetryAfter = time.Second
 	case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded):
 		idemhttp.MarkUncertain(r.Context())
 		p.Status = http.StatusGatewayTimeout
 		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-timeout", "Upstream timed out"
-		p.Detail = "the service did not answer in time and may have processed the request; a retry with the same Idempotency-Key is held off until the key's lease ends"
+		p.Detail = "the service did not answer in time and may have processed the request" + kept
 	default:
 		idemhttp.MarkUncertain(r.Context())
 		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-failed", "Upstream failed"
-		p.Detail = "the connection to the service failed after the request was sent; a retry with the same Idempotency-Key is held off until the key's lease ends"
+		p.Detail = "the connection to the service failed after the request was sent" + kept
 	}
-	if p.Status == http.StatusGatewayTimeout || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, context.Canceled) { // a client that went away is not worth a warning
 		g.log.Warn("upstream error", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
-	}
-	if p.Status == http.StatusBadGateway && p.Type == idemhttp.ProblemTypeBase+"upstream-unreachable" {
-		p.RetryAfter = time.Second
 	}
 	idemhttp.WriteProblem(w, r, p)
 }
