@@ -90,11 +90,10 @@ func newHTTPAdapter[E, R any](eng *idem.Engine, name string, kind httpKind[E, R]
 	if cfg != nil {
 		a.cfg = *cfg
 	}
-	k, err := newKeyer(name, &Config{Scope: a.cfg.Scope}, "")
-	if err != nil {
+	var err error
+	if a.cfg.Scope, err = scopeFor(name, a.cfg.Scope); err != nil {
 		return nil, err
 	}
-	a.cfg.Scope = k.scope
 	if a.cfg.Methods == nil {
 		a.cfg.Methods = []string{http.MethodPost, http.MethodPatch}
 	}

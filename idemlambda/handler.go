@@ -73,14 +73,9 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Scope == "" {
-		c.Scope = name
-		if fn := lambdacontext.FunctionName; fn != "" {
-			c.Scope = fn + "." + name
-		}
-	}
-	if _, err := idem.NewKey(c.Scope, "", nil); err != nil {
-		return nil, fmt.Errorf("%w: idemlambda: scope: %v", idem.ErrInvalidConfig, err)
+	var err error
+	if c.Scope, err = scopeFor(name, c.Scope); err != nil {
+		return nil, err
 	}
 	if c.KeyJMESPath == "" {
 		c.KeyJMESPath = defaultKey
@@ -89,7 +84,6 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 		c.Logger = slog.Default()
 	}
 	k := &keyer{scope: c.Scope, raise: c.RaiseOnMissingKey, log: c.Logger}
-	var err error
 	if k.key, err = compile("KeyJMESPath", c.KeyJMESPath); err != nil {
 		return nil, err
 	}
@@ -97,6 +91,21 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// scopeFor returns scope, or by default the function's name (when running
+// in Lambda) and the handler's name; it fails when that is no valid scope.
+func scopeFor(name, scope string) (string, error) {
+	if scope == "" {
+		scope = name
+		if fn := lambdacontext.FunctionName; fn != "" {
+			scope = fn + "." + name
+		}
+	}
+	if _, err := idem.NewKey(scope, "", nil); err != nil {
+		return "", fmt.Errorf("%w: idemlambda: scope: %v", idem.ErrInvalidConfig, err)
+	}
+	return scope, nil
 }
 
 // identity derives the identity of a decoded event. ok is false when the
@@ -196,12 +205,19 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 		if err := json.Unmarshal(raw, &in); err != nil {
 			return zero, fmt.Errorf("idemlambda: event does not decode into %T: %w", in, err)
 		}
-		event, err := decode(raw)
-		if err != nil {
-			return zero, err
+		// The raw event is decoded for JMESPath only when an expression
+		// reads it.
+		var (
+			event any
+			id    idem.Identity
+			ok    bool
+			err   error
+		)
+		if c.Key == nil || k.validation != nil {
+			if event, err = decode(raw); err != nil {
+				return zero, err
+			}
 		}
-		var id idem.Identity
-		var ok bool
 		if c.Key != nil {
 			key, kerr := c.Key(ctx, in)
 			switch {
