@@ -368,6 +368,8 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 
 func (m *Middleware) replay(w http.ResponseWriter, resp Response) {
 	h := w.Header()
+	// Filtered again on the way out: a header stored under an earlier,
+	// wider allowlist is not replayed once it was taken off.
 	for name, vs := range resp.Header {
 		if m.allow[name] {
 			h[name] = vs

@@ -189,6 +189,7 @@ func (a *httpAdapter[E, R]) handle(ctx context.Context, ev E, fn func(context.Co
 	}
 	resp := res.Value
 	h := make(map[string]string, len(resp.Header)+1)
+	// Filtered again, as idemhttp does: an allowlist may have shrunk since.
 	for name, v := range resp.Header {
 		if a.allow[name] {
 			h[name] = v
