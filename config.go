@@ -25,7 +25,7 @@ type Config struct {
 
 	// Lease is how long a claim holds the key against takeover when the
 	// call's context has no deadline. With a deadline, the lease runs to
-	// the deadline. Default 30s.
+	// the deadline. Default 30s, or Expiry when that is shorter.
 	Lease time.Duration
 
 	// RenewInterval is how often the lease is renewed while the operation
@@ -51,9 +51,14 @@ type Config struct {
 	// default) leaves the limit to the store.
 	MaxResultBytes int
 
-	// WriteTimeout bounds each store write made after the operation
-	// returned (complete, fail, release); those writes are made even when
-	// the caller's context is cancelled. Default 10s.
+	// WriteTimeout bounds the outcome write made after the operation
+	// returned (complete, fail, release), retries included: a write that
+	// fails on a transient fault (a reset connection, a timeout) is retried
+	// with backoff and jitter, each attempt bounded by a third of
+	// WriteTimeout, while the lease keeps being renewed. Only when
+	// WriteTimeout has passed does the engine give up (logged, counted as
+	// OutcomeStoreError). These writes are made even when the caller's
+	// context is cancelled. Default 10s.
 	WriteTimeout time.Duration
 
 	// Cache, when non-nil, enables the local cache of COMPLETED records.
@@ -72,7 +77,9 @@ type Config struct {
 	Observer Observer
 
 	// Owner prefixes the owner of every claim, for people reading logs.
-	// Default "<hostname>/<pid>/<random>".
+	// The engine adds a random id of its own and a sequence number, so
+	// owners stay unique per claim whatever this is. Default
+	// "<hostname>/<pid>".
 	Owner string
 
 	// FailOpen runs the operation without protection when the store
@@ -96,7 +103,7 @@ func (c *Config) WithDefaults() Config {
 		out.Expiry = time.Hour
 	}
 	if out.Lease == 0 {
-		out.Lease = 30 * time.Second
+		out.Lease = min(30*time.Second, out.Expiry)
 	}
 	if out.RenewInterval == 0 {
 		out.RenewInterval = out.Lease / 3
@@ -161,7 +168,12 @@ func defaultOwner() string {
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
+	return host + "/" + strconv.Itoa(os.Getpid())
+}
+
+// randomID returns 8 random hex digits.
+func randomID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -19,7 +19,11 @@ type Engine struct {
 	store Store
 	cfg   Config
 	cache *lru
-	seq   atomic.Uint64
+	// ownerPrefix starts the owner of every claim: the configured owner and
+	// a random id of this engine, so owners never repeat across engines
+	// and processes even when Config.Owner does.
+	ownerPrefix string
+	seq         atomic.Uint64
 
 	mu      sync.Mutex
 	flights map[string]*flight
@@ -35,7 +39,7 @@ func New(store Store, cfg *Config) (*Engine, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{store: store, cfg: c, flights: make(map[string]*flight)}
+	e := &Engine{store: store, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
 	if c.Cache != nil {
 		e.cache = newLRU(c.Cache.withDefaults())
 	}
@@ -174,6 +178,8 @@ type flight struct {
 	claimRec *Record
 	acquired bool
 	claimErr error
+	// leaseUntil is the claim's lease as last written, renewals included.
+	leaseUntil atomic.Int64
 
 	done  chan struct{} // closed once the leader has finished
 	final *Record       // COMPLETED or FAILED outcome, nil when released
@@ -285,7 +291,10 @@ func (e *Engine) follow(ctx context.Context, f *flight, key string, id Identity,
 		e.cfg.Observer.Observe(id.Key.Name, OutcomeMismatch)
 		return outcome{}, &MismatchError{Key: key, Stored: rec.Fingerprint, Got: id.Fingerprint}, false
 	}
-	busy := &InProgressError{Key: key, LeaseUntil: FromMillis(rec.LeaseUntil), Owner: rec.Owner}
+	// The lease as last renewed; while the leader writes the outcome it may
+	// have run out in this process's view, but the key is still held.
+	until := FromMillis(max(f.leaseUntil.Load(), Millis(e.cfg.Clock.Now())))
+	busy := &InProgressError{Key: key, LeaseUntil: until, Owner: rec.Owner}
 	if e.cfg.Wait == 0 {
 		return outcome{}, busy, false
 	}
@@ -338,14 +347,15 @@ func (e *Engine) replay(key string, rec *Record) (outcome, error) {
 	return outcome{}, &CorruptError{Key: key, Reason: "replay of a record in status " + rec.Status.String()}
 }
 
-// owner returns a claim owner unique to this call: the configured owner
-// and a sequence number.
+// owner returns a claim owner unique to this call: the engine's owner
+// prefix (the configured owner and a random instance id) and a sequence
+// number. Stores check it on every fenced write, so it must never repeat.
 func (e *Engine) owner() string {
 	var b [24]byte
 	seq := strconv.AppendUint(b[:0], e.seq.Add(1), 10)
 	var sb strings.Builder
-	sb.Grow(len(e.cfg.Owner) + 1 + len(seq))
-	sb.WriteString(e.cfg.Owner)
+	sb.Grow(len(e.ownerPrefix) + 1 + len(seq))
+	sb.WriteString(e.ownerPrefix)
 	sb.WriteByte('/')
 	sb.Write(seq)
 	return sb.String()
@@ -377,20 +387,23 @@ func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, o
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
 	}
-	start := e.cfg.Clock.Now()
-	res, err := e.store.Claim(ctx, p)
-	e.cfg.Observer.StoreCall("claim", e.cfg.Clock.Now().Sub(start), err)
+	var res ClaimResult
+	err := e.timed(opClaim, func() (err error) {
+		res, err = e.store.Claim(ctx, p)
+		return err
+	})
 	if err == nil && res.Record == nil {
 		err = &CorruptError{Key: key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
 		e.cfg.Observer.Observe(id.Key.Name, OutcomeStoreError)
-		f.claimErr = &StoreError{Op: "claim", Key: key, Err: err}
+		f.claimErr = &StoreError{Op: opClaim, Key: key, Err: err}
 		close(f.claimed)
 		e.land(key, f, nil)
 		return outcome{}, f.claimErr
 	}
 	f.claimRec, f.acquired = res.Record, res.Acquired
+	f.leaseUntil.Store(res.Record.LeaseUntil)
 	close(f.claimed)
 	if !res.Acquired {
 		e.land(key, f, nil)
@@ -401,22 +414,56 @@ func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, o
 		e.cfg.Observer.Observe(id.Key.Name, OutcomeTakeover)
 		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", key, "fence", res.Record.Fence)
 	}
-	return e.execute(ctx, f, key, id, res.Record, lease, op)
+	h := &holder{e: e, key: key, scope: id.Key.Name, fingerprint: id.Fingerprint,
+		fence: res.Record.Fence, owner: res.Record.Owner, expiresAt: res.Record.ExpiresAt, lease: lease, flight: f}
+	return h.execute(ctx, op)
 }
 
-// execute runs op under the claim rec and records its outcome.
-func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity, rec *Record, lease time.Duration, op opFunc) (outcome, error) {
-	fence := rec.Fence
+// The store operations, as the Observer and StoreError name them.
+const (
+	opClaim    = "claim"
+	opComplete = "complete"
+	opFail     = "fail"
+	opRelease  = "release"
+	opExtend   = "extend"
+)
+
+// timed runs one store call and reports its latency to the Observer.
+func (e *Engine) timed(op string, call func() error) error {
+	start := e.cfg.Clock.Now()
+	err := call()
+	e.cfg.Observer.StoreCall(op, e.cfg.Clock.Now().Sub(start), err)
+	return err
+}
+
+// holder is one call that holds a claim: everything its outcome writes
+// need.
+type holder struct {
+	e           *Engine
+	key, scope  string
+	fingerprint string
+	fence       uint64
+	owner       string
+	expiresAt   int64
+	lease       time.Duration
+	flight      *flight
+	renew       *renewer
+}
+
+// execute runs op under the claim and records its outcome. The lease is
+// renewed until the outcome is written (or the engine gives up on it), so
+// that retried outcome writes never hand the key to a second execution.
+func (h *holder) execute(ctx context.Context, op opFunc) (outcome, error) {
+	e := h.e
 	opCtx, cancel := context.WithCancelCause(ctx)
-	opCtx = NewContext(opCtx, Claim{Key: key, Fence: fence, Owner: rec.Owner})
-	var rn *renewer
+	opCtx = NewContext(opCtx, Claim{Key: h.key, Fence: h.fence, Owner: h.owner})
 	// A lease taken from the context's deadline already covers all the
 	// operation can do: the context ends there. Renewing it would only keep
 	// the key from a retry after a timed-out caller (a Lambda invocation)
 	// was ended.
 	if _, hasDeadline := ctx.Deadline(); e.cfg.RenewInterval > 0 && !hasDeadline {
-		rn = &renewer{e: e, key: key, scope: id.Key.Name, fence: fence, lease: lease, expiresAt: rec.ExpiresAt, cancel: cancel}
-		rn.start()
+		h.renew = &renewer{h: h, cancel: cancel}
+		h.renew.start()
 	}
 	finished := false
 	defer func() {
@@ -425,154 +472,225 @@ func (e *Engine) execute(ctx context.Context, f *flight, key string, id Identity
 		}
 		// op panicked: release the claim so a retry can run; the panic
 		// goes on up the stack.
-		rn.stop()
 		cancel(nil)
-		e.release(ctx, key, id, fence)
-		e.land(key, f, nil)
+		h.renew.stop()
+		h.release(ctx)
+		e.land(h.key, h.flight, nil)
 	}()
 	result, value, opErr := op(opCtx)
 	finished = true
-	rn.stop()
 	cancel(nil)
-	out := outcome{fence: fence}
-	now := Millis(e.cfg.Clock.Now())
+	defer h.renew.stop()
+	out := outcome{fence: h.fence}
 
 	var encErr *encodeError
 	var term *TerminalError
 	var unc *UncertainError
 	switch {
 	case errors.As(opErr, &encErr):
-		e.storeUnreplayable(ctx, key, id, rec, now, "idem.result_encoding", encErr.Error())
-		e.land(key, f, nil)
+		h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
+		e.land(h.key, h.flight, nil)
 		return out, nil
 	case opErr == nil:
-		done := &Record{Key: key, Status: StatusCompleted, Fence: fence, Fingerprint: id.Fingerprint,
-			Result: result, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
-		if e.cfg.MaxResultBytes > 0 && len(result) > e.cfg.MaxResultBytes {
-			e.storeUnreplayable(ctx, key, id, rec, now, CodeResultTooLarge,
-				fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes))
-		} else if e.complete(ctx, key, id, rec, done) {
-			if e.cache != nil {
-				e.cache.put(done, value)
-			}
-		}
-		e.land(key, f, done)
+		done := h.complete(ctx, result, value)
+		e.land(h.key, h.flight, done)
 		return out, nil
 	case errors.As(opErr, &term):
-		er := term.record()
-		e.fail(ctx, key, id, rec, now, er)
-		e.land(key, f, &Record{Key: key, Status: StatusFailed, Fence: fence, Fingerprint: id.Fingerprint, Err: &er})
+		final := h.fail(ctx, term.record())
+		e.land(h.key, h.flight, final)
 		return out, opErr
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
 		// that no retry runs the operation again before then.
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeUncertain)
+		e.cfg.Observer.Observe(h.scope, OutcomeUncertain)
 		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
-			"key", key, "fence", fence, "err", unc.Err)
-		e.land(key, f, nil)
+			"key", h.key, "fence", h.fence, "err", unc.Err)
+		e.land(h.key, h.flight, nil)
 		return out, opErr
 	default:
-		e.release(ctx, key, id, fence)
-		e.land(key, f, nil)
+		// A claim being given up needs no renewal: a lapsed lease only
+		// lets a retry in sooner.
+		h.renew.stop()
+		h.release(ctx)
+		e.land(h.key, h.flight, nil)
 		return out, opErr
 	}
 }
 
-func (e *Engine) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.WriteTimeout)
-}
-
-// complete records a success; it reports whether the store took it.
-func (e *Engine) complete(ctx context.Context, key string, id Identity, rec *Record, done *Record) bool {
-	if done.CompletedAt >= rec.ExpiresAt {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeCompleteFailed)
-		e.cfg.Logger.Error("idem: claim expired while the operation ran; outcome not recorded",
-			"key", key, "fence", rec.Fence)
-		return false
+// complete records a success and returns the record the flight's
+// followers replay: the COMPLETED one, the FAILED marker that replaced a
+// result too large to store, or nil when nothing could be recorded.
+func (h *holder) complete(ctx context.Context, result []byte, value any) *Record {
+	e := h.e
+	if e.cfg.MaxResultBytes > 0 && len(result) > e.cfg.MaxResultBytes {
+		return h.storeUnreplayable(ctx, CodeResultTooLarge,
+			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
 	}
-	wctx, cancel := e.writeCtx(ctx)
-	defer cancel()
-	start := e.cfg.Clock.Now()
-	err := e.store.Complete(wctx, CompleteParams{Key: key, Fence: rec.Fence, Now: done.CompletedAt, ExpiresAt: done.ExpiresAt, Result: done.Result})
-	e.cfg.Observer.StoreCall("complete", e.cfg.Clock.Now().Sub(start), err)
-	if errors.Is(err, ErrTooLarge) {
-		e.storeUnreplayable(ctx, key, id, rec, done.CompletedAt, CodeResultTooLarge, err.Error())
-		return false
-	}
-	var fe *FencedError
-	if errors.As(err, &fe) && fe.Current == rec.Fence && fe.Status == StatusCompleted {
-		// Only this claim's holder can complete under its fence: the
-		// operation completed the record itself, inside its own transaction
-		// (see pgstore.DoTx).
-		return true
+	var done *Record
+	err := h.write(ctx, opComplete, StatusCompleted, func(wctx context.Context, now int64) error {
+		done = &Record{Key: h.key, Status: StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
+			Result: result, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
+		return e.store.Complete(wctx, CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result})
+	})
+	var tl *TooLargeError
+	if errors.As(err, &tl) {
+		return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
 	}
 	if err != nil {
-		e.writeFailed(key, id, rec.Fence, "complete", err)
-		return false
+		h.writeFailed(opComplete, err)
+		return nil
 	}
-	return true
+	if e.cache != nil {
+		e.cache.put(done, value)
+	}
+	return done
 }
 
 // storeUnreplayable marks a successful call whose result cannot be stored
 // as FAILED with code, so that retries get a clear error instead of running
-// the operation a second time.
-func (e *Engine) storeUnreplayable(ctx context.Context, key string, id Identity, rec *Record, now int64, code, msg string) {
-	e.cfg.Observer.Observe(id.Key.Name, OutcomeCompleteFailed)
+// the operation a second time. The message is cut to fit limit (0: none).
+func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) *Record {
+	e := h.e
+	e.cfg.Observer.Observe(h.scope, OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
-		"key", key, "code", code, "reason", msg)
-	e.fail(ctx, key, id, rec, now, ErrorRecord{Code: code, Message: msg})
+		"key", h.key, "code", code, "reason", msg)
+	return h.fail(ctx, boundedError(code, msg, limit))
 }
 
-func (e *Engine) fail(ctx context.Context, key string, id Identity, rec *Record, now int64, er ErrorRecord) {
-	wctx, cancel := e.writeCtx(ctx)
-	defer cancel()
-	start := e.cfg.Clock.Now()
-	err := e.store.Fail(wctx, FailParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: er})
-	e.cfg.Observer.StoreCall("fail", e.cfg.Clock.Now().Sub(start), err)
+// boundedError is a stored error whose size ([ErrorRecord.Size]) fits
+// limit (negative: no limit): the message cut on a UTF-8 boundary, no body.
+// The code is not counted against a store's limit, so the marker fits any
+// limit, even 0.
+func boundedError(code, msg string, limit int) ErrorRecord {
+	if limit >= 0 && len(msg) > limit {
+		msg = strings.ToValidUTF8(msg[:limit], "")
+	}
+	return ErrorRecord{Code: code, Message: msg}
+}
+
+// fail records a terminal error and returns the FAILED record the flight's
+// followers replay, nil when nothing could be recorded. A terminal error
+// too large for the store is replaced by a bounded marker with
+// [CodeResultTooLarge], as a too-large result is: the key never stays
+// IN_PROGRESS for a retry to run again.
+func (h *holder) fail(ctx context.Context, er ErrorRecord) *Record {
+	e := h.e
+	var final *Record
+	err := h.write(ctx, opFail, StatusFailed, func(wctx context.Context, now int64) error {
+		final = &Record{Key: h.key, Status: StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
+			Err: &er, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
+		return e.store.Fail(wctx, FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er})
+	})
+	var tl *TooLargeError
+	if errors.As(err, &tl) {
+		// Each fallback is strictly smaller than what was refused, so
+		// this ends.
+		marker := boundedError(CodeResultTooLarge,
+			fmt.Sprintf("terminal error %q of %d bytes is over the store's limit of %d", er.Code, er.Size(), tl.Limit), tl.Limit)
+		if marker.Size() < er.Size() {
+			e.cfg.Observer.Observe(h.scope, OutcomeCompleteFailed)
+			e.cfg.Logger.Error("idem: terminal error too large to store; a bounded marker is stored instead",
+				"key", h.key, "code", er.Code, "size", er.Size(), "limit", tl.Limit)
+			return h.fail(ctx, marker)
+		}
+	}
 	if err != nil {
-		e.writeFailed(key, id, rec.Fence, "fail", err)
-		return
+		h.writeFailed(opFail, err)
+		return nil
 	}
-	e.cfg.Observer.Observe(id.Key.Name, OutcomeFailed)
+	e.cfg.Observer.Observe(h.scope, OutcomeFailed)
+	return final
 }
 
-func (e *Engine) release(ctx context.Context, key string, id Identity, fence uint64) {
-	wctx, cancel := e.writeCtx(ctx)
-	defer cancel()
-	start := e.cfg.Clock.Now()
-	err := e.store.Release(wctx, ReleaseParams{Key: key, Fence: fence, Now: Millis(start)})
-	e.cfg.Observer.StoreCall("release", e.cfg.Clock.Now().Sub(start), err)
+// release deletes the claim so that a retry can run. A claim that is gone
+// already (expired, reclaimed, released by an earlier attempt whose reply
+// was lost) is released.
+func (h *holder) release(ctx context.Context) {
+	e := h.e
+	err := h.write(ctx, opRelease, 0, func(wctx context.Context, now int64) error {
+		return e.store.Release(wctx, ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now})
+	})
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		e.writeFailed(key, id, fence, "release", err)
+		h.writeFailed(opRelease, err)
 		return
 	}
-	e.cfg.Observer.Observe(id.Key.Name, OutcomeReleased)
+	e.cfg.Observer.Observe(h.scope, OutcomeReleased)
 }
 
-func (e *Engine) writeFailed(key string, id Identity, fence uint64, method string, err error) {
+// Outcome writes are retried with capped exponential backoff and jitter
+// while Config.WriteTimeout lasts; each attempt gets at most a third of it.
+const (
+	writeBackoff    = 10 * time.Millisecond
+	maxWriteBackoff = time.Second
+)
+
+// write makes one outcome write (complete, fail or release), retrying a
+// transient failure until it succeeds or Config.WriteTimeout has passed.
+// Every write is fenced, so a retry is safe; a retry that finds the
+// record already settled (status settled) under this very claim learns
+// that an earlier attempt landed and its reply was lost: success. The
+// writes go on when the caller's context is cancelled.
+func (h *holder) write(ctx context.Context, op string, settled Status, try func(ctx context.Context, now int64) error) error {
+	e := h.e
+	ctx = context.WithoutCancel(ctx)
+	deadline := e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
+	backoff := writeBackoff
+	for attempt := 1; ; attempt++ {
+		now := e.cfg.Clock.Now()
+		actx, cancel := context.WithTimeout(ctx, min(deadline.Sub(now), max(e.cfg.WriteTimeout/3, time.Millisecond)))
+		err := e.timed(op, func() error { return try(actx, Millis(now)) })
+		cancel()
+		var fe *FencedError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &fe) && fe.Own() && fe.Status == settled:
+			return nil
+		case !transient(err):
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if e.cfg.Clock.Now().Add(wait).After(deadline) {
+			e.cfg.Logger.Error("idem: giving up on a store write after WriteTimeout",
+				"key", h.key, "op", op, "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
+			return err
+		}
+		e.cfg.Observer.Observe(h.scope, OutcomeWriteRetried)
+		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", op, "attempt", attempt, "err", err)
+		<-e.cfg.Clock.After(wait)
+		backoff = min(backoff*2, maxWriteBackoff)
+	}
+}
+
+// transient reports whether a failed store write may succeed if retried:
+// anything but an answer about the record (not found, fenced out, too
+// large, corrupt).
+func transient(err error) bool {
+	return !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrFenced) &&
+		!errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrCorrupt)
+}
+
+func (h *holder) writeFailed(method string, err error) {
+	e := h.e
 	level := slog.LevelError
 	if errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeFenced)
+		e.cfg.Observer.Observe(h.scope, OutcomeFenced)
 		level = slog.LevelWarn
 	} else {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeStoreError)
+		e.cfg.Observer.Observe(h.scope, OutcomeStoreError)
 	}
-	if method == "complete" {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeCompleteFailed)
+	if method == opComplete {
+		e.cfg.Observer.Observe(h.scope, OutcomeCompleteFailed)
 	}
 	e.cfg.Logger.Log(context.Background(), level, "idem: store "+method+" failed after the operation ran",
-		"key", key, "fence", fence, "err", err)
+		"key", h.key, "fence", h.fence, "err", err)
 }
 
-// renewer extends the lease while an operation runs.
+// renewer extends the lease while an operation runs and while its outcome
+// is being written.
 type renewer struct {
-	e         *Engine
-	key       string
-	scope     string
-	fence     uint64
-	lease     time.Duration
-	expiresAt int64
-	cancel    context.CancelCauseFunc
+	h      *holder
+	cancel context.CancelCauseFunc
 
 	mu      sync.Mutex
 	stopped bool
@@ -581,12 +699,12 @@ type renewer struct {
 
 func (r *renewer) start() {
 	r.mu.Lock()
-	r.timer = r.e.cfg.Clock.AfterFunc(r.interval(), r.fire)
+	r.timer = r.h.e.cfg.Clock.AfterFunc(r.interval(), r.fire)
 	r.mu.Unlock()
 }
 
 func (r *renewer) interval() time.Duration {
-	return min(r.e.cfg.RenewInterval, max(r.lease/3, time.Millisecond))
+	return min(r.h.e.cfg.RenewInterval, max(r.h.lease/3, time.Millisecond))
 }
 
 func (r *renewer) fire() {
@@ -595,27 +713,36 @@ func (r *renewer) fire() {
 	if r.stopped {
 		return
 	}
-	e := r.e
+	h := r.h
+	e := h.e
 	now := Millis(e.cfg.Clock.Now())
-	until := min(now+max(r.lease.Milliseconds(), 1), r.expiresAt)
+	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.WriteTimeout)
-	start := e.cfg.Clock.Now()
-	err := e.store.Extend(ctx, ExtendParams{Key: r.key, Fence: r.fence, Now: now, LeaseUntil: until})
-	e.cfg.Observer.StoreCall("extend", e.cfg.Clock.Now().Sub(start), err)
+	err := e.timed(opExtend, func() error {
+		return e.store.Extend(ctx, ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
+	})
 	cancel()
+	var fe *FencedError
 	switch {
+	case err == nil:
+		h.flight.leaseUntil.Store(until)
+	case errors.As(err, &fe) && fe.Own():
+		// The outcome write landed before its reply came back: nothing
+		// is left to renew.
+		r.stopped = true
+		return
 	case errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound):
-		e.cfg.Observer.Observe(r.scope, OutcomeFenced)
+		e.cfg.Observer.Observe(h.scope, OutcomeFenced)
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
-			"key", r.key, "fence", r.fence, "err", err)
+			"key", h.key, "fence", h.fence, "err", err)
 		r.stopped = true
 		r.cancel(ErrLeaseLost)
 		return
-	case err != nil:
-		e.cfg.Observer.Observe(r.scope, OutcomeStoreError)
-		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", r.key, "err", err)
+	default:
+		e.cfg.Observer.Observe(h.scope, OutcomeStoreError)
+		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
 	}
-	if until >= r.expiresAt {
+	if until >= h.expiresAt {
 		return // the claim cannot outlive its expiry
 	}
 	r.timer = e.cfg.Clock.AfterFunc(r.interval(), r.fire)

@@ -329,22 +329,280 @@ func TestErrorPolicy(t *testing.T) {
 		}
 	})
 	t.Run("failed complete still returns the result", func(t *testing.T) {
-		t.Parallel()
-		en := setup(t, idem.Config{})
-		en.store.FailAlways("complete", fmt.Errorf("network: %w", idem.ErrUnavailable))
-		r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "charged", nil })
-		if err != nil || r.Value != "charged" {
-			t.Fatalf("result hidden by a failed complete: %+v %v", r, err)
-		}
-		if en.obs.Count(idem.OutcomeCompleteFailed) != 1 {
-			t.Fatalf("observer: %v", en.obs.Snapshot())
-		}
-		// The claim stays IN_PROGRESS: a duplicate is held off, not re-run.
-		_, err = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "again", nil })
-		if !errors.Is(err, idem.ErrInProgress) {
-			t.Fatalf("duplicate after a failed complete: %v", err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+			en.store.FailAlways("complete", fmt.Errorf("network: %w", idem.ErrUnavailable))
+			start := time.Now()
+			r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "charged", nil })
+			if err != nil || r.Value != "charged" {
+				t.Fatalf("result hidden by a failed complete: %+v %v", r, err)
+			}
+			// Retried until WriteTimeout (10s by default) passed, then given up.
+			if el := time.Since(start); el < 9*time.Second || el > 10*time.Second {
+				t.Fatalf("gave up on the complete after %v, want just under WriteTimeout", el)
+			}
+			if n := en.store.Calls("complete"); n < 5 || int64(en.obs.Count(idem.OutcomeWriteRetried)) != n-1 {
+				t.Fatalf("%d complete attempts, %d counted retries", n, en.obs.Count(idem.OutcomeWriteRetried))
+			}
+			if en.obs.Count(idem.OutcomeCompleteFailed) != 1 {
+				t.Fatalf("observer: %v", en.obs.Snapshot())
+			}
+			// The claim stays IN_PROGRESS: a duplicate is held off, not re-run.
+			_, err = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "again", nil })
+			if !errors.Is(err, idem.ErrInProgress) {
+				t.Fatalf("duplicate after a failed complete: %v", err)
+			}
+		})
 	})
+}
+
+// A Complete that fails on transient faults for longer than the lease is
+// retried while the lease keeps being renewed: once it lands, a duplicate
+// long after the original lease replays instead of running again.
+func TestCompleteRetriedThroughTransientFaults(t *testing.T) {
+	for _, method := range []string{"complete", "fail", "release"} {
+		t.Run(method, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				en := setup(t, idem.Config{Clock: idem.SystemClock{}, Lease: 2 * time.Second})
+				other := en.another(t, idem.Config{})
+				ctx := context.Background()
+				var faultsUntil time.Time
+				en.store.FailWith(method, func(int64) error {
+					if time.Now().Before(faultsUntil) {
+						return fmt.Errorf("connection reset by peer: %w", idem.ErrUnavailable)
+					}
+					return nil
+				})
+				runs := 0
+				r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+					runs++
+					faultsUntil = time.Now().Add(5 * time.Second) // 2.5 leases of faults
+					switch method {
+					case "fail":
+						return "", idem.Terminal(errors.New("card declined"), "declined")
+					case "release":
+						return "", errors.New("try again later")
+					}
+					return "charged", nil
+				})
+				if method == "complete" && (err != nil || r.Value != "charged") {
+					t.Fatalf("first call: %+v, %v", r, err)
+				}
+				if n := en.store.Calls(method); n < 3 || int64(en.obs.Count(idem.OutcomeWriteRetried)) != n-1 {
+					t.Fatalf("%d %s attempts, %d counted retries; want several", n, method, en.obs.Count(idem.OutcomeWriteRetried))
+				}
+				// A claim being released needs no renewal; an outcome being
+				// recorded does.
+				if n := en.store.Calls("extend"); (method == "release") != (n == 0) || method != "release" && n < 2 {
+					t.Fatalf("lease renewed %d times while the %s was retried", n, method)
+				}
+				if n := en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeStoreError); n != 0 {
+					t.Fatalf("a write that landed was counted as failed: %v", en.obs.Snapshot())
+				}
+				time.Sleep(10 * time.Second) // fake time: long past the original lease
+				r, err = idem.Do(ctx, other, req("k"), func(context.Context) (string, error) { runs++; return "second", nil })
+				switch method {
+				case "complete":
+					if err != nil || !r.Replayed || r.Value != "charged" || runs != 1 {
+						t.Fatalf("duplicate after the lease: %+v, %v, runs %d; want the replay", r, err, runs)
+					}
+				case "fail":
+					if !errors.Is(err, idem.ErrTerminal) || !r.Replayed || runs != 1 {
+						t.Fatalf("duplicate after the lease: %+v, %v, runs %d; want the stored failure", r, err, runs)
+					}
+				case "release":
+					if err != nil || r.Value != "second" || runs != 2 {
+						t.Fatalf("retry after a release: %+v, %v, runs %d; want a second run", r, err, runs)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A write whose reply is lost is retried; the retry meets its own claim
+// already settled and takes that as success, not as a fenced write.
+func TestLostWriteReplyIsRecognisedAsOwn(t *testing.T) {
+	for _, method := range []string{"complete", "fail", "release"} {
+		t.Run(method, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+				en.store.LoseReplies(method, func(n int64) error {
+					if n == 1 {
+						return fmt.Errorf("i/o timeout: %w", idem.ErrUnavailable)
+					}
+					return nil
+				})
+				ctx := context.Background()
+				_, _ = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+					switch method {
+					case "fail":
+						return "", idem.Terminal(errors.New("card declined"), "declined")
+					case "release":
+						return "", errors.New("try again later")
+					}
+					return "charged", nil
+				})
+				if n := en.store.Calls(method); n != 2 {
+					t.Fatalf("%d %s calls, want the lost one and one retry", n, method)
+				}
+				bad := en.obs.Count(idem.OutcomeFenced) + en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeStoreError)
+				if bad != 0 {
+					t.Fatalf("own settled record counted as a failure: %v", en.obs.Snapshot())
+				}
+			})
+		})
+	}
+}
+
+// A holder whose record expired, was deleted by a TTL and claimed afresh
+// (fence 1 again) can neither release nor fail the new holder's claim.
+func TestHolderOfAVanishedRecordCannotTouchTheNextClaim(t *testing.T) {
+	for _, ending := range []string{"retryable error", "terminal error", "success"} {
+		t.Run(ending, func(t *testing.T) {
+			t.Parallel()
+			en := setup(t, idem.Config{Expiry: 5 * time.Second, RenewInterval: -1})
+			second := en.another(t, idem.Config{Expiry: 5 * time.Second})
+			ctx := context.Background()
+			inside, finish := make(chan struct{}), make(chan struct{})
+			errc := make(chan error, 1)
+			go func() {
+				_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+					close(inside)
+					<-finish
+					switch ending {
+					case "retryable error":
+						return "", errors.New("timeout")
+					case "terminal error":
+						return "", idem.Terminal(errors.New("stale decline"), "declined")
+					}
+					return "stale", nil
+				})
+				errc <- err
+			}()
+			<-inside
+			en.clock.Advance(6 * time.Second) // past the expiry: a TTL deletes the record
+			r := req("k")
+			id, _ := r.Identity()
+			if err := en.mem.Delete(ctx, id.Key.String()); err != nil {
+				t.Fatal(err)
+			}
+			inside2, finish2 := make(chan struct{}), make(chan struct{})
+			res2 := make(chan idem.Result[string], 1)
+			go func() {
+				r, _ := idem.Do(ctx, second, req("k"), func(context.Context) (string, error) {
+					close(inside2)
+					<-finish2
+					return "fresh", nil
+				})
+				res2 <- r
+			}()
+			<-inside2
+			before, err := en.mem.Get(ctx, id.Key.String())
+			if err != nil || before.Fence != 1 {
+				t.Fatalf("second claim: %+v, %v; want fence 1 again", before, err)
+			}
+			close(finish) // the first holder ends now
+			<-errc
+			after, err := en.mem.Get(ctx, id.Key.String())
+			if err != nil || after.Status != idem.StatusInProgress || after.Owner != before.Owner {
+				t.Fatalf("the first holder's %s changed the new claim: %+v, %v", ending, after, err)
+			}
+			// A third caller is held off while the second runs.
+			if _, err := idem.Do(ctx, en.another(t, idem.Config{}), req("k"), func(context.Context) (string, error) { return "third", nil }); !errors.Is(err, idem.ErrInProgress) {
+				t.Fatalf("third caller during the second claim: %v, want ErrInProgress", err)
+			}
+			close(finish2)
+			if r := <-res2; r.Value != "fresh" {
+				t.Fatalf("second holder: %+v", r)
+			}
+			if got, _ := en.mem.Get(ctx, id.Key.String()); got.Status != idem.StatusCompleted || string(got.Result) != `"fresh"` {
+				t.Fatalf("record after the second holder: %+v", got)
+			}
+		})
+	}
+}
+
+// A terminal error too large for the store is replaced by a bounded
+// marker, as a too-large result is: the key never stays IN_PROGRESS for a
+// retry to run the operation again, whatever the store's limit.
+func TestTerminalErrorTooLargeIsStoredAsABoundedMarker(t *testing.T) {
+	for _, limit := range []int{1, 10, 100, 1 << 10} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			t.Parallel()
+			mem := memstore.New(&memstore.Config{SweepInterval: -1, MaxResultBytes: limit})
+			t.Cleanup(func() { _ = mem.Close() })
+			obs := &idem.Counters{}
+			eng, err := idem.New(mem, &idem.Config{Clock: clocktest.New(t0), Observer: obs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			runs := 0
+			declined := func(context.Context) (string, error) {
+				runs++
+				return "", &idem.TerminalError{Code: "declined", Message: strings.Repeat("m", 2000), Body: make([]byte, 450_000)}
+			}
+			if _, err := idem.Do(ctx, eng, req("k"), declined); !errors.Is(err, idem.ErrTerminal) {
+				t.Fatalf("first call: %v", err)
+			}
+			_, err = idem.Do(ctx, eng, req("k"), declined)
+			if !errors.Is(err, idem.ErrResultTooLarge) || runs != 1 {
+				t.Fatalf("retry: %v, runs %d; want the stored too-large marker and no second run", err, runs)
+			}
+			r := req("k")
+			id, _ := r.Identity()
+			rec, _ := mem.Get(ctx, id.Key.String())
+			if rec.Status != idem.StatusFailed || rec.Err.Size() > limit {
+				t.Fatalf("stored marker: status %v, %d bytes over the limit %d", rec.Status, rec.Err.Size(), limit)
+			}
+			// A result too large for the store meets the same limit.
+			_, err = idem.Do(ctx, eng, req("big"), func(context.Context) (string, error) { return strings.Repeat("r", 2000), nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := idem.Do(ctx, eng, req("big"), declined); !errors.Is(err, idem.ErrResultTooLarge) {
+				t.Fatalf("retry of a too-large result: %v", err)
+			}
+		})
+	}
+}
+
+// An in-process duplicate that joins a flight whose lease has passed in
+// this process's view (the holder is still writing its outcome) is told to
+// retry later, never at a time in the past.
+func TestJoinedFlightNeverReportsALeaseInThePast(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Lease: time.Second, RenewInterval: -1})
+	ctx := context.Background()
+	inside, finish := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { close(inside); <-finish; return 1, nil })
+	}()
+	<-inside
+	en.clock.Advance(5 * time.Second)
+	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { return 2, nil })
+	close(finish)
+	var ipe *idem.InProgressError
+	if !errors.As(err, &ipe) {
+		t.Fatalf("duplicate: %v, want *InProgressError", err)
+	}
+	if ipe.LeaseUntil.Before(en.clock.Now()) {
+		t.Fatalf("LeaseUntil %v is before now %v", ipe.LeaseUntil, en.clock.Now())
+	}
+}
+
+func TestShortExpiryDefaultsTheLease(t *testing.T) {
+	t.Parallel()
+	mem := memstore.New(nil)
+	t.Cleanup(func() { _ = mem.Close() })
+	e, err := idem.New(mem, &idem.Config{Expiry: time.Second})
+	if err != nil {
+		t.Fatalf("Config{Expiry: 1s}: %v", err)
+	}
+	if c := e.Config(); c.Lease != time.Second || c.RenewInterval >= c.Lease {
+		t.Fatalf("Lease %v, RenewInterval %v; want the lease capped at the expiry", c.Lease, c.RenewInterval)
+	}
 }
 
 func TestStoreDownFailsClosed(t *testing.T) {
@@ -720,7 +978,7 @@ func TestOperationCompletedItsOwnRecord(t *testing.T) {
 	res, err := idem.Do(ctx, en.eng, req("self"), func(ctx context.Context) (string, error) {
 		c, _ := idem.FromContext(ctx)
 		now := idem.Millis(en.clock.Now())
-		return "v", en.mem.Complete(ctx, idem.CompleteParams{Key: c.Key, Fence: c.Fence, Now: now, ExpiresAt: now + 60_000, Result: []byte(`"v"`)})
+		return "v", en.mem.Complete(ctx, idem.CompleteParams{Key: c.Key, Fence: c.Fence, Owner: c.Owner, Now: now, ExpiresAt: now + 60_000, Result: []byte(`"v"`)})
 	})
 	if err != nil || res.Value != "v" {
 		t.Fatalf("Do: %+v, %v", res, err)

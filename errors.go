@@ -176,20 +176,27 @@ func terminalFromRecord(r *ErrorRecord) *TerminalError {
 	return &TerminalError{Code: r.Code, Message: r.Message, Body: r.Body, Replayed: true}
 }
 
-// FencedError is returned by a store when a write's fence no longer matches
-// the record, or the record is no longer IN_PROGRESS.
+// FencedError is returned by a store when a write's claim (fence and owner)
+// is not the record's claim, or the record is no longer IN_PROGRESS.
 type FencedError struct {
 	Key string
-	// Fence is the writer's fence; Current is the record's.
-	Fence, Current uint64
+	// Fence and Owner name the writer's claim; Current and CurrentOwner
+	// the record's.
+	Fence, Current      uint64
+	Owner, CurrentOwner string
 	// Status is the record's status.
 	Status Status
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("idem: write to %s with fence %d refused: record has fence %d, status %s",
-		e.Key, e.Fence, e.Current, e.Status)
+	return fmt.Sprintf("idem: write to %s by claim %d (%s) refused: record holds claim %d (%s), status %s",
+		e.Key, e.Fence, e.Owner, e.Current, e.CurrentOwner, e.Status)
 }
+
+// Own reports whether the record still holds the writer's own claim (in
+// another status than IN_PROGRESS): for example a Complete retried after its
+// first reply was lost finds its own COMPLETED record.
+func (e *FencedError) Own() bool { return e.Current == e.Fence && e.CurrentOwner == e.Owner }
 
 // Is makes errors.Is(err, ErrFenced) true.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }

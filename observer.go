@@ -44,13 +44,16 @@ const (
 	// OutcomeUncertain: the operation returned an [*UncertainError]; its
 	// claim was kept until the lease ends.
 	OutcomeUncertain
+	// OutcomeWriteRetried: an outcome write (complete, fail, release)
+	// failed on a transient fault and is tried again, once per retry.
+	OutcomeWriteRetried
 	numOutcomes
 )
 
 var outcomeNames = [...]string{
 	"acquired", "takeover", "replayed", "cache_hit", "in_progress", "mismatch",
 	"fenced", "store_error", "complete_failed", "failed", "released", "unprotected",
-	"uncertain",
+	"uncertain", "write_retried",
 }
 
 // String returns the outcome's metric label, such as "replayed".

@@ -133,8 +133,8 @@ func (r *Record) Clone() *Record {
 	return &c
 }
 
-// Size is the number of payload bytes a record carries (result, error body,
-// message and code), the figure stores compare with their size limit.
+// Size is the number of payload bytes a record carries (result, error body
+// and message), the figure stores compare with their size limit.
 func (r *Record) Size() int {
 	n := len(r.Result)
 	if r.Err != nil {

@@ -31,6 +31,9 @@ const MaxEncodedField = 256 << 20
 // MarshalRecord encodes r in the binary record format.
 func MarshalRecord(r *Record) []byte {
 	n := 64 + len(r.Key) + len(r.Owner) + len(r.Fingerprint) + len(r.Ref) + r.Size()
+	if r.Err != nil {
+		n += len(r.Err.Code)
+	}
 	b := make([]byte, 0, n)
 	b = append(b, 'I', 'D', 'R', recordFormat, byte(r.Status))
 	var flags byte

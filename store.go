@@ -33,10 +33,17 @@ type Store interface {
 
 	// Complete stores a result and marks the record COMPLETED, setting
 	// ExpiresAt and CompletedAt from p. It succeeds only when the record
-	// is IN_PROGRESS with Fence == p.Fence and not expired at p.Now.
+	// is IN_PROGRESS, holds the writer's claim (Fence == p.Fence and Owner
+	// == p.Owner) and is not expired at p.Now.
 	//   - absent or expired: [ErrNotFound]; nothing changes.
-	//   - other fence, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	//   - another claim (other fence or other owner), or not IN_PROGRESS: a
+	//     [*FencedError] describing the record's claim; nothing changes.
 	//   - result over the store's limit: a [*TooLargeError]; nothing changes.
+	//
+	// Checking the owner as well as the fence is what makes a write safe
+	// after the record vanished: a record deleted by a TTL, a sweeper or a
+	// release and claimed afresh starts again at fence 1, but under another
+	// owner, so the first holder's late write can never land in it.
 	Complete(ctx context.Context, p CompleteParams) error
 
 	// Fail stores a terminal error and marks the record FAILED, under the
@@ -44,15 +51,16 @@ type Store interface {
 	Fail(ctx context.Context, p FailParams) error
 
 	// Release deletes the record so that a retry can run, only when it is
-	// IN_PROGRESS with Fence == p.Fence.
+	// IN_PROGRESS and holds the writer's claim (Fence and Owner).
 	//   - absent or expired: [ErrNotFound].
-	//   - other fence, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	//   - another claim, or not IN_PROGRESS: a [*FencedError]; nothing changes.
 	Release(ctx context.Context, p ReleaseParams) error
 
 	// Extend renews the lease (LeaseUntil = p.LeaseUntil) of an IN_PROGRESS
-	// record with Fence == p.Fence, for long-running work.
+	// record that holds the writer's claim (Fence and Owner), for
+	// long-running work.
 	//   - absent or expired: [ErrNotFound].
-	//   - other fence, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	//   - another claim, or not IN_PROGRESS: a [*FencedError]; nothing changes.
 	Extend(ctx context.Context, p ExtendParams) error
 
 	// Get returns the record under key, read with strong consistency.
@@ -67,7 +75,8 @@ type Store interface {
 type ClaimParams struct {
 	Key         string
 	Fingerprint string
-	// Owner identifies this claim attempt; unique per call.
+	// Owner identifies this claim attempt; unique per call. Together with
+	// the fence it names the claim in every later fenced write.
 	Owner string
 	// Now is the caller's current time (ms).
 	Now int64
@@ -92,6 +101,9 @@ type ClaimResult struct {
 type CompleteParams struct {
 	Key   string
 	Fence uint64
+	// Owner is the claim's owner, as given to Claim: a write must hold
+	// both the fence and the owner of the record's claim.
+	Owner string
 	Now   int64
 	// ExpiresAt is the expiry of the completed record (ms).
 	ExpiresAt int64
@@ -100,8 +112,11 @@ type CompleteParams struct {
 
 // FailParams are the arguments of [Store.Fail].
 type FailParams struct {
-	Key       string
-	Fence     uint64
+	Key   string
+	Fence uint64
+	// Owner is the claim's owner, as given to Claim: a write must hold
+	// both the fence and the owner of the record's claim.
+	Owner     string
 	Now       int64
 	ExpiresAt int64
 	Err       ErrorRecord
@@ -111,13 +126,19 @@ type FailParams struct {
 type ReleaseParams struct {
 	Key   string
 	Fence uint64
+	// Owner is the claim's owner, as given to Claim: a write must hold
+	// both the fence and the owner of the record's claim.
+	Owner string
 	Now   int64
 }
 
 // ExtendParams are the arguments of [Store.Extend].
 type ExtendParams struct {
-	Key        string
-	Fence      uint64
+	Key   string
+	Fence uint64
+	// Owner is the claim's owner, as given to Claim: a write must hold
+	// both the fence and the owner of the record's claim.
+	Owner      string
 	Now        int64
 	LeaseUntil int64
 }
@@ -210,14 +231,14 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 }
 
 // CheckFence returns nil when a fenced write (Complete, Fail, Release,
-// Extend) with fence at now may change r (nil when absent); else
-// [ErrNotFound] or a [*FencedError], as the contract says.
-func CheckFence(r *Record, key string, fence uint64, now int64) error {
+// Extend) by the claim (fence, owner) at now may change r (nil when
+// absent); else [ErrNotFound] or a [*FencedError], as the contract says.
+func CheckFence(r *Record, key string, fence uint64, owner string, now int64) error {
 	if r == nil || r.Expired(now) {
 		return ErrNotFound
 	}
-	if r.Fence != fence || r.Status != StatusInProgress {
-		return &FencedError{Key: key, Fence: fence, Current: r.Fence, Status: r.Status}
+	if r.Fence != fence || r.Owner != owner || r.Status != StatusInProgress {
+		return &FencedError{Key: key, Fence: fence, Owner: owner, Current: r.Fence, CurrentOwner: r.Owner, Status: r.Status}
 	}
 	return nil
 }
@@ -236,6 +257,9 @@ func ApplyFail(r *Record, p FailParams) {
 	r.Status, r.Err, r.ExpiresAt, r.CompletedAt = StatusFailed, &er, p.ExpiresAt, p.Now
 }
 
-// Size is the number of bytes a stored error carries, the figure
-// stores compare with their size limit (as [Record.Size] does).
-func (e ErrorRecord) Size() int { return len(e.Code) + len(e.Message) + len(e.Body) }
+// Size is the number of payload bytes a stored error carries (message and
+// body), the figure stores compare with their size limit (as [Record.Size]
+// does). The code is a short identifier and does not count, so the
+// engine's bounded marker for an outcome too large to store
+// ([CodeResultTooLarge] with its message cut to the limit) fits any limit.
+func (e ErrorRecord) Size() int { return len(e.Message) + len(e.Body) }

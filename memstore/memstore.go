@@ -139,9 +139,9 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 
 // held returns the record that a fenced write may change, or the error the
 // contract names.
-func (s *Store) held(key string, fence uint64, now int64) (*idem.Record, error) {
+func (s *Store) held(key string, fence uint64, owner string, now int64) (*idem.Record, error) {
 	r := s.m[key]
-	if err := idem.CheckFence(r, key, fence, now); err != nil {
+	if err := idem.CheckFence(r, key, fence, owner, now); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -157,7 +157,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Now)
+	r, err := s.held(p.Key, p.Fence, p.Owner, p.Now)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Now)
+	r, err := s.held(p.Key, p.Fence, p.Owner, p.Now)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.held(p.Key, p.Fence, p.Now); err != nil {
+	if _, err := s.held(p.Key, p.Fence, p.Owner, p.Now); err != nil {
 		return err
 	}
 	delete(s.m, p.Key)
@@ -204,7 +204,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Now)
+	r, err := s.held(p.Key, p.Fence, p.Owner, p.Now)
 	if err != nil {
 		return err
 	}

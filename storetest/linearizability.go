@@ -97,7 +97,7 @@ func linStep(st linRecord, in linInput, out linOutput) (bool, linRecord) {
 		if !live {
 			return "notfound"
 		}
-		if st.fence != in.fence || st.status != idem.StatusInProgress {
+		if st.fence != in.fence || st.owner != in.owner || st.status != idem.StatusInProgress {
 			return "fenced"
 		}
 		return ""
@@ -230,15 +230,19 @@ func TestLinearizability(t *testing.T, f Features, newStore NewStore) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 42))
 			fences := map[string]uint64{}
+			owners := map[string]string{}
 			ctx := context.Background()
 			for i := range perClient {
 				key := keys[rng.IntN(len(keys))]
 				now := t0 + clock.Add(tick)
-				fence := fences[key]
-				if rng.IntN(8) == 0 {
-					fence = uint64(rng.IntN(4)) // sometimes stale or wrong on purpose
+				fence, owner := fences[key], owners[key]
+				switch rng.IntN(16) { // sometimes stale or wrong on purpose
+				case 0, 1:
+					fence = uint64(rng.IntN(4))
+				case 2:
+					owner = fmt.Sprintf("c%d-%d", rng.IntN(f.LinClients), rng.IntN(max(i, 1)))
 				}
-				in := linInput{key: key, now: now, fence: fence}
+				in := linInput{key: key, now: now, fence: fence, owner: owner}
 				switch r := rng.IntN(100); {
 				case r < 35:
 					in.kind = linClaim
@@ -263,7 +267,7 @@ func TestLinearizability(t *testing.T, f Features, newStore NewStore) {
 					t.Errorf("%s: unexpected store error %s", linKindNames[in.kind], out.err)
 				}
 				if in.kind == linClaim && out.acquired {
-					fences[key] = out.rec.fence
+					fences[key], owners[key] = out.rec.fence, out.rec.owner
 				}
 				ops[c] = append(ops[c], porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
 			}
@@ -307,13 +311,13 @@ func linApply(ctx context.Context, s idem.Store, in linInput) linOutput {
 		res, err := s.Claim(ctx, idem.ClaimParams{Key: in.key, Fingerprint: in.fp, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil, ExpiresAt: in.expiresAt})
 		out.err, out.acquired, out.takeover, out.rec = errClass(err), res.Acquired, res.Takeover, toLin(res.Record)
 	case linComplete:
-		out.err = errClass(s.Complete(ctx, idem.CompleteParams{Key: in.key, Fence: in.fence, Now: in.now, ExpiresAt: in.expiresAt, Result: []byte(in.result)}))
+		out.err = errClass(s.Complete(ctx, idem.CompleteParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Result: []byte(in.result)}))
 	case linFail:
-		out.err = errClass(s.Fail(ctx, idem.FailParams{Key: in.key, Fence: in.fence, Now: in.now, ExpiresAt: in.expiresAt, Err: idem.ErrorRecord{Code: in.result}}))
+		out.err = errClass(s.Fail(ctx, idem.FailParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Err: idem.ErrorRecord{Code: in.result}}))
 	case linRelease:
-		out.err = errClass(s.Release(ctx, idem.ReleaseParams{Key: in.key, Fence: in.fence, Now: in.now}))
+		out.err = errClass(s.Release(ctx, idem.ReleaseParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}))
 	case linExtend:
-		out.err = errClass(s.Extend(ctx, idem.ExtendParams{Key: in.key, Fence: in.fence, Now: in.now, LeaseUntil: in.leaseUntil}))
+		out.err = errClass(s.Extend(ctx, idem.ExtendParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil}))
 	case linGet:
 		r, err := s.Get(ctx, in.key)
 		out.err, out.rec = errClass(err), toLin(r)

@@ -104,6 +104,7 @@ var Cases = []struct {
 	{"NotFound", TestNotFound},
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
 	{"Fencing", TestFencing},
+	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
@@ -257,7 +258,7 @@ func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	result := []byte{0, 1, 2, 0xff, '"', '\\', 0xc3, 0x28} // binary, invalid UTF-8
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now + 7, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 7, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	want := *rec
@@ -273,7 +274,7 @@ func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	// An empty result is a result.
 	key2 := newKey(t)
 	rec2 := claimAt(t, s, key2, "owner-a", "", now).Record
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: rec2.Fence, Now: now, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
 		t.Fatalf("Complete with an empty result: %v", err)
 	}
 	if got := mustGet(t, s, key2); got.Status != idem.StatusCompleted || len(got.Result) != 0 {
@@ -287,7 +288,7 @@ func TestFailAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	er := idem.ErrorRecord{Code: "card_declined", Message: "card declined: insufficient funds ✓", Body: []byte(`{"decline":"funds"}`)}
-	if err := s.Fail(context.Background(), idem.FailParams{Key: key, Fence: rec.Fence, Now: now + 3, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
+	if err := s.Fail(context.Background(), idem.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	want := *rec
@@ -305,7 +306,7 @@ func TestRelease(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Release(context.Background(), idem.ReleaseParams{Key: key, Fence: rec.Fence, Now: now + 1}); err != nil {
+	if err := s.Release(context.Background(), idem.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	if _, err := s.Get(context.Background(), key); !errors.Is(err, idem.ErrNotFound) {
@@ -324,10 +325,10 @@ func TestNotFound(t *testing.T, _ Features, newStore NewStore) {
 	ctx := context.Background()
 	key, now := newKey(t), base()
 	checks := map[string]error{
-		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key, Fence: 1, Now: now, ExpiresAt: now + expiry, Result: []byte("x")}),
-		"Fail":     s.Fail(ctx, idem.FailParams{Key: key, Fence: 1, Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}}),
-		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key, Fence: 1, Now: now}),
-		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key, Fence: 1, Now: now, LeaseUntil: now + lease}),
+		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Result: []byte("x")}),
+		"Fail":     s.Fail(ctx, idem.FailParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}}),
+		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key, Fence: 1, Owner: "owner-a", Now: now}),
+		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, LeaseUntil: now + lease}),
 	}
 	_, checks["Get"] = s.Get(ctx, key)
 	for name, err := range checks {
@@ -372,41 +373,118 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 	at := old.LeaseUntil + 1
 	before := mustGet(t, s, key)
 	sameRecord(t, "record after takeover", before, cur)
-	writes := map[string]func(fence uint64) error{
-		"Complete": func(f uint64) error {
-			return s.Complete(ctx, idem.CompleteParams{Key: key, Fence: f, Now: at, ExpiresAt: at + expiry, Result: []byte("zombie")})
+	writes := map[string]func(fence uint64, owner string) error{
+		"Complete": func(f uint64, o string) error {
+			return s.Complete(ctx, idem.CompleteParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Result: []byte("zombie")})
 		},
-		"Fail": func(f uint64) error {
-			return s.Fail(ctx, idem.FailParams{Key: key, Fence: f, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "zombie"}})
+		"Fail": func(f uint64, o string) error {
+			return s.Fail(ctx, idem.FailParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "zombie"}})
 		},
-		"Release": func(f uint64) error { return s.Release(ctx, idem.ReleaseParams{Key: key, Fence: f, Now: at}) },
-		"Extend": func(f uint64) error {
-			return s.Extend(ctx, idem.ExtendParams{Key: key, Fence: f, Now: at, LeaseUntil: at + 10*lease})
+		"Release": func(f uint64, o string) error {
+			return s.Release(ctx, idem.ReleaseParams{Key: key, Fence: f, Owner: o, Now: at})
+		},
+		"Extend": func(f uint64, o string) error {
+			return s.Extend(ctx, idem.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, LeaseUntil: at + 10*lease})
 		},
 	}
+	stale := []struct {
+		what  string
+		fence uint64
+		owner string
+	}{
+		{"the zombie's claim", old.Fence, old.Owner},
+		{"a fence ahead of the record's", cur.Fence + 1, cur.Owner},
+		{"the record's fence under another owner", cur.Fence, old.Owner},
+	}
 	for name, w := range writes {
-		for _, f := range []uint64{old.Fence, cur.Fence + 1} {
-			err := w(f)
+		for _, c := range stale {
+			err := w(c.fence, c.owner)
 			var fe *idem.FencedError
 			if !errors.Is(err, idem.ErrFenced) || !errors.As(err, &fe) {
-				t.Errorf("%s with stale fence %d: %v, want a *FencedError", name, f, err)
-			} else if fe.Current != cur.Fence {
-				t.Errorf("%s: FencedError.Current = %d, want %d", name, fe.Current, cur.Fence)
+				t.Errorf("%s with %s (fence %d, owner %s): %v, want a *FencedError", name, c.what, c.fence, c.owner, err)
+			} else if fe.Current != cur.Fence || fe.CurrentOwner != cur.Owner || fe.Own() {
+				t.Errorf("%s with %s: FencedError names claim %d (%s), want the record's %d (%s)",
+					name, c.what, fe.Current, fe.CurrentOwner, cur.Fence, cur.Owner)
 			}
 		}
 		sameRecord(t, name+" by a zombie changed the record", mustGet(t, s, key), before)
 	}
-	// Completed records refuse every fenced write, even with their fence.
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: cur.Fence, Now: at, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
+	// Completed records refuse every fenced write, even with their claim,
+	// and say that the claim is the writer's own: how a Complete retried
+	// after its reply was lost learns that the first attempt landed.
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: cur.Fence, Owner: cur.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
 		t.Fatalf("Complete by the holder: %v", err)
 	}
 	done := mustGet(t, s, key)
 	for name, w := range writes {
-		if err := w(cur.Fence); !errors.Is(err, idem.ErrFenced) {
-			t.Errorf("%s of a COMPLETED record: %v, want ErrFenced", name, err)
+		err := w(cur.Fence, cur.Owner)
+		var fe *idem.FencedError
+		if !errors.As(err, &fe) {
+			t.Errorf("%s of a COMPLETED record: %v, want a *FencedError", name, err)
+		} else if !fe.Own() || fe.Status != idem.StatusCompleted {
+			t.Errorf("%s of its own COMPLETED record: FencedError %+v, want Own() and status COMPLETED", name, fe)
 		}
 		sameRecord(t, name+" changed a COMPLETED record", mustGet(t, s, key), done)
 	}
+}
+
+// TestReclaimAfterDeletion: a record that vanished — deleted by a TTL or
+// a sweeper after it expired, or released — and was claimed afresh may
+// start again at the same fence, but it is another claim: every write of
+// the first holder (Complete, Fail, Release, Extend) is refused and the
+// new record is unchanged. Without this, a holder that outlived its claim
+// deletes the next holder's live claim (a third caller then runs
+// concurrently) or stamps it with its own stale outcome. The TTL variant
+// runs on stores with the idem.Deleter power.
+func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	check := func(t *testing.T, key string, first *idem.Record, at int64) {
+		t.Helper()
+		before := mustGet(t, s, key)
+		writes := map[string]error{
+			"Complete": s.Complete(ctx, idem.CompleteParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("stale")}),
+			"Fail":     s.Fail(ctx, idem.FailParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "stale"}}),
+			"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, LeaseUntil: at + 10*lease}),
+			"Release":  s.Release(ctx, idem.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}),
+		}
+		for name, err := range writes {
+			if !errors.Is(err, idem.ErrFenced) {
+				t.Errorf("%s by the first holder (fence %d) into the new claim (fence %d): %v, want ErrFenced",
+					name, first.Fence, before.Fence, err)
+			}
+		}
+		sameRecord(t, "new claim after the first holder's writes", mustGet(t, s, key), before)
+	}
+	t.Run("Released", func(t *testing.T) {
+		key, now := newKey(t), base()
+		first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+		if err := s.Release(ctx, idem.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: now + 1}); err != nil {
+			t.Fatal(err)
+		}
+		second := claimAt(t, s, key, "owner-b", fp("a"), now+2)
+		if !second.Acquired {
+			t.Fatal("claim after Release did not acquire")
+		}
+		check(t, key, first, now+3) // the first holder's writes retried after a lost reply
+	})
+	t.Run("DeletedByTTL", func(t *testing.T) {
+		deleter, ok := s.(idem.Deleter)
+		if !ok {
+			t.Skip("store does not implement idem.Deleter")
+		}
+		key, now := newKey(t), base()
+		first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+		at := first.ExpiresAt
+		if err := deleter.Delete(ctx, key); err != nil { // as a TTL would, once expired
+			t.Fatal(err)
+		}
+		second := claimAt(t, s, key, "owner-b", fp("a"), at)
+		if !second.Acquired || second.Record.Fence != 1 {
+			t.Fatalf("claim after deletion: Acquired=%v fence %d, want a fresh claim with fence 1", second.Acquired, second.Record.Fence)
+		}
+		check(t, key, first, at+1) // the first holder still runs, and ends
+	})
 }
 
 // TestExtend: Extend moves the lease, so a takeover must wait for the new
@@ -416,7 +494,7 @@ func TestExtend(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	newLease := rec.LeaseUntil + 5*lease
-	if err := s.Extend(context.Background(), idem.ExtendParams{Key: key, Fence: rec.Fence, Now: now + 100, LeaseUntil: newLease}); err != nil {
+	if err := s.Extend(context.Background(), idem.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 100, LeaseUntil: newLease}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	if got := mustGet(t, s, key).LeaseUntil; got != newLease {
@@ -443,7 +521,7 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	key := newKey(t)
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	exp := now + 50_000
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: exp, Result: []byte("r")}); err != nil {
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: exp, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if res := claimAt(t, s, key, "owner-b", fp("a"), exp-1); res.Acquired {
@@ -466,10 +544,10 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	c := claimAt(t, s, key2, "owner-a", fp("a"), now).Record
 	at := c.ExpiresAt
 	errs := map[string]error{
-		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: c.Fence, Now: at, ExpiresAt: at + expiry, Result: []byte("late")}),
-		"Fail":     s.Fail(ctx, idem.FailParams{Key: key2, Fence: c.Fence, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "late"}}),
-		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key2, Fence: c.Fence, Now: at, LeaseUntil: at + lease}),
-		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key2, Fence: c.Fence, Now: at}),
+		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("late")}),
+		"Fail":     s.Fail(ctx, idem.FailParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "late"}}),
+		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, LeaseUntil: at + lease}),
+		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}),
 	}
 	for name, err := range errs {
 		if !errors.Is(err, idem.ErrNotFound) {
@@ -503,13 +581,13 @@ func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	if f.MaxResultBytes > 0 {
 		key := newKey(t)
 		rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-		err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + expiry, Result: append(big, 'x')})
+		err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: append(big, 'x')})
 		var tl *idem.TooLargeError
 		if !errors.Is(err, idem.ErrTooLarge) || !errors.As(err, &tl) {
 			t.Fatalf("Complete one byte over the limit: %v, want *TooLargeError", err)
 		}
 		sameRecord(t, "record after a refused large Complete", mustGet(t, s, key), rec)
-		err = s.Fail(ctx, idem.FailParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c", Body: append(big, 'x')}})
+		err = s.Fail(ctx, idem.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c", Body: append(big, 'x')}})
 		if !errors.Is(err, idem.ErrTooLarge) {
 			t.Fatalf("Fail with a body over the limit: %v, want ErrTooLarge", err)
 		}
@@ -517,7 +595,7 @@ func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	}
 	key := newKey(t)
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Now: now, ExpiresAt: now + expiry, Result: big}); err != nil {
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: big}); err != nil {
 		t.Fatalf("Complete with %d bytes (the limit): %v", len(big), err)
 	}
 	if got := mustGet(t, s, key).Result; !bytes.Equal(got, big) {
@@ -803,9 +881,9 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 		}
 		switch status {
 		case idem.StatusCompleted:
-			err = s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Now: now - 1000, ExpiresAt: now + expiry, Result: []byte("r")})
+			err = s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Result: []byte("r")})
 		case idem.StatusFailed:
-			err = s.Fail(ctx, idem.FailParams{Key: key, Fence: res.Record.Fence, Now: now - 1000, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}})
+			err = s.Fail(ctx, idem.FailParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}})
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -26,6 +26,7 @@ var broken = map[string]struct {
 	"early-takeover":             {func(m *memstore.Store) idem.Store { return &earlyTakeover{Store: m} }, "TakeoverOnlyAfterLease"},
 	"racy-claim":                 {func(m *memstore.Store) idem.Store { return &racyClaim{Store: m} }, "Storm"},
 	"truncates-results":          {func(m *memstore.Store) idem.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
+	"fence-without-owner":        {func(m *memstore.Store) idem.Store { return &noOwner{Store: m} }, "ReclaimAfterDeletion"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -136,4 +137,36 @@ func (s *truncating) Complete(ctx context.Context, p idem.CompleteParams) error 
 		p.Result = p.Result[:1024]
 	}
 	return s.Store.Complete(ctx, p)
+}
+
+// noOwner checks the fence of every write but not the owner: a record
+// deleted and claimed afresh (fence 1 again) takes the first holder's
+// writes.
+type noOwner struct{ *memstore.Store }
+
+func (s *noOwner) owner(ctx context.Context, key string, fence uint64) string {
+	if r, err := s.Store.Get(ctx, key); err == nil && r.Fence == fence {
+		return r.Owner
+	}
+	return ""
+}
+
+func (s *noOwner) Complete(ctx context.Context, p idem.CompleteParams) error {
+	p.Owner = s.owner(ctx, p.Key, p.Fence)
+	return s.Store.Complete(ctx, p)
+}
+
+func (s *noOwner) Fail(ctx context.Context, p idem.FailParams) error {
+	p.Owner = s.owner(ctx, p.Key, p.Fence)
+	return s.Store.Fail(ctx, p)
+}
+
+func (s *noOwner) Release(ctx context.Context, p idem.ReleaseParams) error {
+	p.Owner = s.owner(ctx, p.Key, p.Fence)
+	return s.Store.Release(ctx, p)
+}
+
+func (s *noOwner) Extend(ctx context.Context, p idem.ExtendParams) error {
+	p.Owner = s.owner(ctx, p.Key, p.Fence)
+	return s.Store.Extend(ctx, p)
 }

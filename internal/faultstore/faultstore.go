@@ -19,12 +19,15 @@ type Store struct {
 	// fail, keyed by method name, returns the error to inject for call n
 	// (1-based) of that method, or nil to pass the call through.
 	fail  map[string]func(n int64) error
+	// lost, keyed by method name, returns the error to answer call n with
+	// after it was applied (a lost reply), or nil.
+	lost  map[string]func(n int64) error
 	calls map[string]*atomic.Int64
 }
 
 // New wraps inner.
 func New(inner idem.Store) *Store {
-	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
+	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
 	for _, m := range []string{"claim", "complete", "fail", "release", "extend", "get"} {
 		s.calls[m] = new(atomic.Int64)
 	}
@@ -41,6 +44,19 @@ func (s *Store) FailWith(method string, f func(n int64) error) {
 		return
 	}
 	s.fail[method] = f
+}
+
+// LoseReplies makes method apply call n and then answer with the error f
+// returns for it (nil answers as usual): the write happened, and the caller
+// cannot know. A nil f removes the fault.
+func (s *Store) LoseReplies(method string, f func(n int64) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f == nil {
+		delete(s.lost, method)
+		return
+	}
+	s.lost[method] = f
 }
 
 // FailAlways makes every call of method fail with err.
@@ -71,6 +87,18 @@ func (s *Store) inject(method string) error {
 	return f(n)
 }
 
+// reply returns err, or the lost-reply fault for the last call of method
+// when err is nil.
+func (s *Store) reply(method string, err error) error {
+	s.mu.Lock()
+	f := s.lost[method]
+	s.mu.Unlock()
+	if err != nil || f == nil {
+		return err
+	}
+	return f(s.calls[method].Load())
+}
+
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
 	if err := s.inject("claim"); err != nil {
@@ -84,7 +112,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if err := s.inject("complete"); err != nil {
 		return err
 	}
-	return s.Inner.Complete(ctx, p)
+	return s.reply("complete", s.Inner.Complete(ctx, p))
 }
 
 // Fail implements idem.Store.
@@ -92,7 +120,7 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if err := s.inject("fail"); err != nil {
 		return err
 	}
-	return s.Inner.Fail(ctx, p)
+	return s.reply("fail", s.Inner.Fail(ctx, p))
 }
 
 // Release implements idem.Store.
@@ -100,7 +128,7 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 	if err := s.inject("release"); err != nil {
 		return err
 	}
-	return s.Inner.Release(ctx, p)
+	return s.reply("release", s.Inner.Release(ctx, p))
 }
 
 // Extend implements idem.Store.
@@ -108,7 +136,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	if err := s.inject("extend"); err != nil {
 		return err
 	}
-	return s.Inner.Extend(ctx, p)
+	return s.reply("extend", s.Inner.Extend(ctx, p))
 }
 
 // Get implements idem.Store.

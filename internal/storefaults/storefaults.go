@@ -37,6 +37,8 @@ func Run(t *testing.T, target string, open Open) {
 		{"ResetDuringClaim", resetDuringClaim},
 		{"LatencyAboveTimeout", latencyAboveTimeout},
 		{"ResetDuringComplete", resetDuringComplete},
+		{"ResetsDuringCompletePastTheLease", resetsDuringCompletePastTheLease},
+		{"LostCompleteReply", lostCompleteReply},
 		{"LostClaimReply", lostClaimReply},
 	}
 	for _, c := range cases {
@@ -49,23 +51,44 @@ type fixture struct {
 	via    idem.Store // through the proxy
 	direct idem.Store // straight to the server, same records
 	eng    *idem.Engine
+	obs    *idem.Counters
 	runs   atomic.Int64
 }
 
-func setup(t *testing.T, target string, open Open) *fixture {
+// setup builds the fixture; cfg (nil for the defaults below) configures the
+// engine that goes through the proxy.
+func setup(t *testing.T, target string, open Open, cfg *idem.Config) *fixture {
 	t.Helper()
 	p, err := faultproxy.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	f := &fixture{proxy: p}
+	f := &fixture{proxy: p, obs: &idem.Counters{}}
 	f.direct = open(t, target)
 	f.via = open(t, p.Addr())
-	if f.eng, err = idem.New(f.via, &idem.Config{RenewInterval: -1, WriteTimeout: Timeout}); err != nil {
+	if cfg == nil {
+		cfg = &idem.Config{RenewInterval: -1, WriteTimeout: 4 * Timeout}
+	}
+	cfg.Observer = f.obs
+	if f.eng, err = idem.New(f.via, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// record returns the record of r, read straight from the server.
+func (f *fixture) record(t *testing.T, r idem.Request) *idem.Record {
+	t.Helper()
+	id, err := r.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := f.direct.Get(context.Background(), id.Key.String())
+	if err != nil {
+		t.Fatalf("Get %s: %v", id.Key, err)
+	}
+	return rec
 }
 
 var seq atomic.Int64
@@ -92,7 +115,7 @@ func wantUnavailable(t *testing.T, what string, err error) {
 }
 
 func unreachable(t *testing.T, target string, open Open) {
-	f := setup(t, target, open)
+	f := setup(t, target, open, nil)
 	f.proxy.Down()
 	_, err := f.do(context.Background(), req(), nil)
 	wantUnavailable(t, "claim with the server unreachable", err)
@@ -108,7 +131,7 @@ func unreachable(t *testing.T, target string, open Open) {
 }
 
 func resetDuringClaim(t *testing.T, target string, open Open) {
-	f := setup(t, target, open)
+	f := setup(t, target, open, nil)
 	r := req()
 	f.proxy.ResetRequests(1)
 	_, err := f.do(context.Background(), r, nil)
@@ -123,7 +146,7 @@ func resetDuringClaim(t *testing.T, target string, open Open) {
 }
 
 func latencyAboveTimeout(t *testing.T, target string, open Open) {
-	f := setup(t, target, open)
+	f := setup(t, target, open, nil)
 	r := req()
 	f.proxy.SetLatency(4 * Timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
@@ -145,34 +168,106 @@ func latencyAboveTimeout(t *testing.T, target string, open Open) {
 	}
 }
 
+// resetDuringComplete: a Complete reset on the wire is retried and lands;
+// the record is COMPLETED and a retry replays.
 func resetDuringComplete(t *testing.T, target string, open Open) {
-	f := setup(t, target, open)
+	f := setup(t, target, open, nil)
 	r := req()
-	res, err := f.do(context.Background(), r, func() { f.proxy.ResetRequests(1) })
-	// The operation ran: its value is returned, the failed Complete is
-	// logged and counted, and the record stays IN_PROGRESS until its lease.
+	res, err := f.do(context.Background(), r, func() { f.proxy.ResetRequests(2) })
 	if err != nil || res.Value != 7 || f.runs.Load() != 1 {
 		t.Fatalf("call whose Complete was reset: %+v, %v, runs %d", res, err, f.runs.Load())
 	}
-	id, _ := r.Identity()
-	rec, err := f.direct.Get(context.Background(), id.Key.String())
-	if err != nil || rec.Status != idem.StatusInProgress {
-		t.Fatalf("record after a reset Complete: %+v, %v; want IN_PROGRESS", rec, err)
+	if f.proxy.Reset.Load() != 2 || f.obs.Count(idem.OutcomeWriteRetried) < 2 || f.obs.Count(idem.OutcomeCompleteFailed) != 0 {
+		t.Fatalf("resets %d, observer %v; want 2 resets, retried, nothing failed", f.proxy.Reset.Load(), f.obs.Snapshot())
 	}
-	_, err = f.do(context.Background(), r, nil)
-	if !errors.Is(err, idem.ErrInProgress) || f.runs.Load() != 1 {
-		t.Fatalf("retry within the lease: %v, runs %d; want ErrInProgress and no second run", err, f.runs.Load())
+	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {
+		t.Fatalf("record after a retried Complete: %+v; want COMPLETED", rec)
 	}
-	// The store call itself reports the fault as unavailable.
+	again, err := f.do(context.Background(), r, nil)
+	if err != nil || !again.Replayed || again.Value != 7 || f.runs.Load() != 1 {
+		t.Fatalf("retry: %+v, %v, runs %d; want the replay", again, err, f.runs.Load())
+	}
+}
+
+// resetsDuringCompletePastTheLease: every request is reset for longer
+// than the lease, from the moment the operation returns; the engine keeps
+// retrying the Complete (and renewing the lease) within WriteTimeout, the
+// Complete lands once the faults stop, and a retry after the original
+// lease replays: 0 second executions.
+func resetsDuringCompletePastTheLease(t *testing.T, target string, open Open) {
+	const lease = 4 * Timeout
+	f := setup(t, target, open, &idem.Config{Lease: lease, RenewInterval: lease / 4, WriteTimeout: 10 * lease})
+	other, err := idem.New(f.direct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req()
+	var start time.Time
+	res, err := f.do(context.Background(), r, func() {
+		start = time.Now()
+		f.proxy.ResetRequests(1 << 30)
+		time.AfterFunc(lease*3/2, func() { f.proxy.ResetRequests(0) })
+	})
+	if err != nil || res.Value != 7 {
+		t.Fatalf("call whose Complete met resets: %+v, %v", res, err)
+	}
+	if el := time.Since(start); el < lease {
+		t.Fatalf("Complete landed after %v, while every request was reset for %v", el, lease*3/2)
+	}
+	if f.obs.Count(idem.OutcomeCompleteFailed) != 0 || f.obs.Count(idem.OutcomeWriteRetried) == 0 {
+		t.Fatalf("observer %v; want retries and no failed complete", f.obs.Snapshot())
+	}
+	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {
+		t.Fatalf("record: %+v; want COMPLETED", rec)
+	}
+	// Another process, long after the original lease, replays.
+	again, err := idem.Do(context.Background(), other, r, func(context.Context) (int, error) {
+		f.runs.Add(1)
+		return 8, nil
+	})
+	if err != nil || !again.Replayed || again.Value != 7 || f.runs.Load() != 1 {
+		t.Fatalf("retry after the lease: %+v, %v, runs %d; want the replay and 1 execution", again, err, f.runs.Load())
+	}
+}
+
+// lostCompleteReply: the Complete reaches the server and its reply is
+// lost; the retry meets its own COMPLETED record and takes it as done.
+func lostCompleteReply(t *testing.T, target string, open Open) {
+	f := setup(t, target, open, nil)
+	// Prime the connection (scripts loaded, statements prepared) so the
+	// next request on the wire is the Complete itself.
+	if _, err := f.do(context.Background(), req(), nil); err != nil {
+		t.Fatal(err)
+	}
+	f.runs.Store(0)
+	r := req()
+	res, err := f.do(context.Background(), r, func() { f.proxy.DropReplies(1) })
+	if err != nil || res.Value != 7 || f.proxy.Dropped.Load() != 1 {
+		t.Fatalf("call whose Complete reply was lost: %+v, %v, dropped %d", res, err, f.proxy.Dropped.Load())
+	}
+	if n := f.obs.Count(idem.OutcomeCompleteFailed) + f.obs.Count(idem.OutcomeFenced); n != 0 {
+		t.Fatalf("own COMPLETED record counted as a failure: %v", f.obs.Snapshot())
+	}
+	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {
+		t.Fatalf("record: %+v; want COMPLETED", rec)
+	}
+	// The store call itself reports a reset as unavailable.
+	r2 := req()
+	id, _ := r2.Identity()
+	now := time.Now().UnixMilli()
+	c, err := f.direct.Claim(context.Background(), idem.ClaimParams{Key: id.Key.String(), Owner: "o", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.proxy.ResetRequests(1)
-	err = f.via.Complete(context.Background(), idem.CompleteParams{Key: id.Key.String(), Fence: rec.Fence, Now: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Result: []byte("7")})
+	err = f.via.Complete(context.Background(), idem.CompleteParams{Key: id.Key.String(), Fence: c.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("7")})
 	if !errors.Is(err, idem.ErrUnavailable) {
 		t.Fatalf("Complete reset on the wire: %v, want ErrUnavailable", err)
 	}
 }
 
 func lostClaimReply(t *testing.T, target string, open Open) {
-	f := setup(t, target, open)
+	f := setup(t, target, open, nil)
 	// Prime the connection (scripts loaded, session set up) so the next
 	// request on the wire is the claim itself.
 	if _, err := f.do(context.Background(), req(), nil); err != nil {

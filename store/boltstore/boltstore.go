@@ -257,7 +257,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 
 // fenced runs a fenced write: change modifies the held record, or returns
 // true to delete it.
-func (s *Store) fenced(ctx context.Context, key string, fence uint64, now int64, change func(r *idem.Record) (del bool)) error {
+func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, now int64, change func(r *idem.Record) (del bool)) error {
 	var refused error
 	err := s.batch(ctx, func(tx *bolt.Tx) error {
 		refused = nil
@@ -265,7 +265,7 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, now int64,
 		if err != nil {
 			return err
 		}
-		if refused = idem.CheckFence(r, key, fence, now); refused != nil {
+		if refused = idem.CheckFence(r, key, fence, owner, now); refused != nil {
 			return nil // an answer, not a failure: keep the batch going
 		}
 		if change(r) {
@@ -284,7 +284,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Now, func(r *idem.Record) bool {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *idem.Record) bool {
 		idem.ApplyComplete(r, p)
 		return false
 	})
@@ -295,7 +295,7 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Now, func(r *idem.Record) bool {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *idem.Record) bool {
 		idem.ApplyFail(r, p)
 		return false
 	})
@@ -303,12 +303,12 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 
 // Release implements [idem.Store].
 func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Now, func(*idem.Record) bool { return true })
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(*idem.Record) bool { return true })
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Now, func(r *idem.Record) bool {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *idem.Record) bool {
 		r.LeaseUntil = p.LeaseUntil
 		return false
 	})

@@ -71,11 +71,23 @@ type API interface {
 // rule of at least the idem expiry); a result whose object is gone fails
 // closed with idem.ErrCorrupt, never a replay of something else.
 type Spiller interface {
-	// Spill stores data for key's claim with the given fence, kept at least
-	// until expiresAt (ms), and returns a reference to it.
-	Spill(ctx context.Context, key string, fence uint64, expiresAt int64, data []byte) (ref string, err error)
+	// Spill stores p.Data for the claim p names, kept at least until
+	// p.ExpiresAt (ms), and returns a reference to it. Fence and owner
+	// together name the claim: a fence alone can repeat after the record
+	// was deleted and claimed afresh, so a spiller that names objects
+	// after the claim must use both.
+	Spill(ctx context.Context, p SpillParams) (ref string, err error)
 	// Load returns the data stored under ref.
 	Load(ctx context.Context, ref string) ([]byte, error)
+}
+
+// SpillParams are the arguments of [Spiller.Spill].
+type SpillParams struct {
+	Key       string
+	Fence     uint64
+	Owner     string
+	ExpiresAt int64
+	Data      []byte
 }
 
 // Config configures a [Store]. Table is required; every other field has a
@@ -313,7 +325,7 @@ func (s *Store) claimItem(r *idem.Record) map[string]types.AttributeValue {
 }
 
 // fenced is the condition of the four fenced writes.
-const fencedCond = "#fence = :fence AND #st = :ip AND #expms > :now"
+const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :ip AND #expms > :now"
 
 // Complete implements [idem.Store].
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
@@ -324,7 +336,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 		if s.cfg.Spiller == nil {
 			return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 		}
-		ref, err := s.cfg.Spiller.Spill(ctx, p.Key, p.Fence, p.ExpiresAt, p.Result)
+		ref, err := s.cfg.Spiller.Spill(ctx, SpillParams{Key: p.Key, Fence: p.Fence, Owner: p.Owner, ExpiresAt: p.ExpiresAt, Data: p.Result})
 		if err != nil {
 			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, idem.ErrUnavailable, err)
 		}
@@ -333,7 +345,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 		ph = []string{"#dref", "#data"}
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
-	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Now, set, vals, append(ph, "#exp", "#expms", "#completed"))
+	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.Now, set, vals, append(ph, "#exp", "#expms", "#completed"))
 }
 
 // Fail implements [idem.Store].
@@ -346,32 +358,32 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 		":failed": str(idem.StatusFailed.String()), ":code": str(p.Err.Code), ":msg": str(p.Err.Message),
 		":body": bin(p.Err.Body), ":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt),
 	}
-	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed"})
+	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed"})
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Now, "SET #lease = :lease",
+	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, p.Now, "SET #lease = :lease",
 		map[string]types.AttributeValue{":lease": num(p.LeaseUntil)}, []string{"#lease"})
 }
 
-func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
-	vals[":now"], vals[":ip"], vals[":fence"] = num(now), str(idem.StatusInProgress.String()), unum(fence)
+func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, owner string, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
+	vals[":now"], vals[":ip"], vals[":fence"], vals[":owner"] = num(now), str(idem.StatusInProgress.String()), unum(fence), str(owner)
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.cfg.Table),
 		Key:                                 s.itemKey(key),
 		UpdateExpression:                    aws.String(set),
 		ConditionExpression:                 aws.String(fencedCond),
-		ExpressionAttributeNames:            s.pick(append(ph, "#st", "#fence", "#expms")...),
+		ExpressionAttributeNames:            s.pick(append(ph, "#st", "#fence", "#owner", "#expms")...),
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, op, key, fence, now, err)
+	return s.fencedError(ctx, op, key, fence, owner, now, err)
 }
 
 // fencedError turns a failed fenced write into ErrNotFound or a
 // *FencedError from the item returned with the failure.
-func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, now int64, err error) error {
+func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, owner string, now int64, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -383,7 +395,7 @@ func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, n
 	if derr != nil {
 		return derr
 	}
-	if ferr := idem.CheckFence(rec, key, fence, now); ferr != nil {
+	if ferr := idem.CheckFence(rec, key, fence, owner, now); ferr != nil {
 		return ferr
 	}
 	return &idem.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
@@ -395,13 +407,13 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 		TableName:                aws.String(s.cfg.Table),
 		Key:                      s.itemKey(p.Key),
 		ConditionExpression:      aws.String(fencedCond),
-		ExpressionAttributeNames: s.pick("#st", "#fence", "#expms"),
+		ExpressionAttributeNames: s.pick("#st", "#fence", "#owner", "#expms"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()), ":fence": unum(p.Fence),
+			":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Now, err)
+	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Owner, p.Now, err)
 }
 
 // Get implements [idem.Store] with a strongly consistent GetItem.

@@ -198,7 +198,7 @@ func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 		t.Fatalf("retried claim = %+v (record %+v); want acquired with fence 1, its own", res, res.Record)
 	}
 	// The recognised claim is usable: complete it under fence 1.
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Now: now + 1, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Owner: "owner-1", Now: now + 1, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	// Another owner with the same fingerprint is still a conflict.
@@ -237,11 +237,11 @@ type memSpiller struct {
 	objs map[string][]byte
 }
 
-func (m *memSpiller) Spill(_ context.Context, key string, fence uint64, _ int64, data []byte) (string, error) {
+func (m *memSpiller) Spill(_ context.Context, p dynamostore.SpillParams) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ref := fmt.Sprintf("mem://%s/%d", key, fence)
-	m.objs[ref] = append([]byte(nil), data...)
+	ref := fmt.Sprintf("mem://%s/%d/%s", p.Key, p.Fence, p.Owner)
+	m.objs[ref] = append([]byte(nil), p.Data...)
 	return ref, nil
 }
 
@@ -306,7 +306,7 @@ func TestPowertoolsCompatibleItem(t *testing.T) {
 	if _, err := s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "abc", Owner: "o", Now: now, LeaseUntil: now + 5000, ExpiresAt: now + 3_600_500}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Now: now, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)})

@@ -44,7 +44,7 @@ func DoTx[T any](ctx context.Context, e *idem.Engine, s *Store, r idem.Request, 
 			return v, fmt.Errorf("pgstore: DoTx: encode result: %w", err)
 		}
 		now := idem.Millis(cfg.Clock.Now())
-		if err := s.CompleteTx(ctx, tx, idem.CompleteParams{Key: claim.Key, Fence: claim.Fence, Now: now, ExpiresAt: now + cfg.Expiry.Milliseconds(), Result: b}); err != nil {
+		if err := s.CompleteTx(ctx, tx, idem.CompleteParams{Key: claim.Key, Fence: claim.Fence, Owner: claim.Owner, Now: now, ExpiresAt: now + cfg.Expiry.Milliseconds(), Result: b}); err != nil {
 			return v, err
 		}
 		if err := tx.Commit(ctx); err != nil {

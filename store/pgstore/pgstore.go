@@ -206,8 +206,8 @@ func newStatements(t string) statements {
 	// fenced builds a fenced write that also reads the row as it was
 	// before the statement, to explain a refusal in the same round trip.
 	fenced := func(write string) string {
-		return "WITH w AS (" + write + " WHERE key = $1 AND fence = $2 AND status = 1 AND expires_at > $3 RETURNING 1) " +
-			"SELECT (SELECT count(*) FROM w), r.fence, r.status, r.expires_at FROM (SELECT 1) one LEFT JOIN " + t + " r ON r.key = $1"
+		return "WITH w AS (" + write + " WHERE key = $1 AND fence = $2 AND owner = $3 AND status = 1 AND expires_at > $4 RETURNING 1) " +
+			"SELECT (SELECT count(*) FROM w), r.fence, r.owner, r.status, r.expires_at FROM (SELECT 1) one LEFT JOIN " + t + " r ON r.key = $1"
 	}
 	return statements{
 		// A conflict takes no row lock, so a duplicate writes nothing and
@@ -222,10 +222,10 @@ func newStatements(t string) statements {
 			"result = NULL, err_code = NULL, err_message = NULL, err_body = NULL, ref = NULL, created_at = $6, completed_at = NULL, " +
 			"version = $7, takeover = expires_at > $6 " +
 			"WHERE key = $1 AND fence = $8 AND (expires_at <= $6 OR (status = 1 AND lease_until <= $6)) RETURNING true, " + columns,
-		complete: fenced("UPDATE " + t + " SET status = 2, result = $5, expires_at = $4, completed_at = $3"),
-		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $5, err_message = $6, err_body = $7, expires_at = $4, completed_at = $3"),
+		complete: fenced("UPDATE " + t + " SET status = 2, result = $6, expires_at = $5, completed_at = $4"),
+		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $6, err_message = $7, err_body = $8, expires_at = $5, completed_at = $4"),
 		release:  fenced("DELETE FROM " + t),
-		extend:   fenced("UPDATE " + t + " SET lease_until = $4"),
+		extend:   fenced("UPDATE " + t + " SET lease_until = $5"),
 		get:      "SELECT " + columns + " FROM " + t + " WHERE key = $1",
 		del:      "DELETE FROM " + t + " WHERE key = $1",
 		reap:     "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t + " WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
@@ -344,12 +344,13 @@ func scanRecord(row pgx.Row, first *bool) (*idem.Record, bool, error) {
 }
 
 // fenced runs a fenced statement and explains a refusal.
-func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, now int64, args ...any) error {
+func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, owner string, now int64, args ...any) error {
 	var n int64
 	var curFence *int64
+	var curOwner *string
 	var status *int16
 	var expires *int64
-	err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), now}, args...)...).Scan(&n, &curFence, &status, &expires)
+	err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), owner, now}, args...)...).Scan(&n, &curFence, &curOwner, &status, &expires)
 	if err != nil {
 		return s.translate(op, key, err)
 	}
@@ -359,7 +360,7 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 	if curFence == nil || *expires <= now {
 		return idem.ErrNotFound
 	}
-	return &idem.FencedError{Key: key, Fence: fence, Current: uint64(*curFence), Status: idem.Status(*status)}
+	return &idem.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: idem.Status(*status)}
 }
 
 // Complete implements [idem.Store].
@@ -382,7 +383,7 @@ func (s *Store) complete(ctx context.Context, db DB, p idem.CompleteParams) erro
 	if result == nil {
 		result = []byte{}
 	}
-	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Now, p.ExpiresAt, result)
+	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, result)
 }
 
 // Fail implements [idem.Store].
@@ -390,17 +391,17 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
+	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [idem.Store].
 func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
-	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Now)
+	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Owner, p.Now)
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Now, p.LeaseUntil)
+	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Owner, p.Now, p.LeaseUntil)
 }
 
 // Get implements [idem.Store].

@@ -259,8 +259,8 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []idem.ClaimParams) ([]idem.C
 }
 
 // fenced runs the fenced script for op.
-func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, now int64, extra ...any) error {
-	args := append([]any{op, fence, now}, extra...)
+func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner string, now int64, extra ...any) error {
+	args := append([]any{op, fence, owner, now}, extra...)
 	v, err := fencedScript.Run(ctx, s.c, []string{s.rkey(key)}, args...).Slice()
 	if err != nil {
 		return s.translate(op, key, err)
@@ -274,7 +274,8 @@ func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, now in
 	case 2:
 		cur, _ := v[1].(int64)
 		st, _ := v[2].(int64)
-		return &idem.FencedError{Key: key, Fence: fence, Current: uint64(cur), Status: idem.Status(st)}
+		o, _ := v[3].(string)
+		return &idem.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(cur), CurrentOwner: o, Status: idem.Status(st)}
 	}
 	return scriptCorrupt(key, v)
 }
@@ -284,7 +285,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "complete", p.Key, p.Fence, p.Now, p.ExpiresAt, p.Result)
+	return s.fenced(ctx, "complete", p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Result)
 }
 
 // Fail implements [idem.Store].
@@ -292,17 +293,17 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "fail", p.Key, p.Fence, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
+	return s.fenced(ctx, "fail", p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [idem.Store].
 func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
-	return s.fenced(ctx, "release", p.Key, p.Fence, p.Now)
+	return s.fenced(ctx, "release", p.Key, p.Fence, p.Owner, p.Now)
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.fenced(ctx, "extend", p.Key, p.Fence, p.Now, p.LeaseUntil)
+	return s.fenced(ctx, "extend", p.Key, p.Fence, p.Owner, p.Now, p.LeaseUntil)
 }
 
 // Get implements [idem.Store] with one HGETALL.

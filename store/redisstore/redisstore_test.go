@@ -153,7 +153,7 @@ func TestClaimBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "b#00", Fence: 1, Now: now, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "b#00", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
 	ps := make([]idem.ClaimParams, 10)
@@ -193,7 +193,7 @@ func TestNativeExpiryFollowsRecord(t *testing.T) {
 	if _, err := s.Claim(context.Background(), idem.ClaimParams{Key: "x#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "x#1", Fence: 1, Now: now, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
+	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "x#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	at, err := c.PExpireTime(context.Background(), s.Prefix()+"x#1").Result()
