@@ -177,7 +177,7 @@ func resetDuringComplete(t *testing.T, target string, open Open) {
 	if err != nil || res.Value != 7 || f.runs.Load() != 1 {
 		t.Fatalf("call whose Complete was reset: %+v, %v, runs %d", res, err, f.runs.Load())
 	}
-	if f.proxy.Reset.Load() != 2 || f.obs.Count(idem.OutcomeWriteRetried) < 2 || f.obs.Count(idem.OutcomeCompleteFailed) != 0 {
+	if f.proxy.Reset.Load() != 2 || f.obs.Count(idem.OutcomeWriteRetried) < 1 || f.obs.Count(idem.OutcomeCompleteFailed) != 0 {
 		t.Fatalf("resets %d, observer %v; want 2 resets, retried, nothing failed", f.proxy.Reset.Load(), f.obs.Snapshot())
 	}
 	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {

@@ -181,7 +181,7 @@ func crashChild() {
 			fmt.Println("claim:", key, err, res.Acquired)
 			os.Exit(4)
 		}
-		if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Now: now, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
+		if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
 			fmt.Println("complete:", err)
 			os.Exit(5)
 		}
