@@ -404,6 +404,7 @@ func (f *fleet) check() {
 
 	hist := map[string]map[int]int{"never in flight at a kill": {}, "in flight at a kill": {}}
 	broken := map[string]int{} // keys by promise broken
+	reruns := map[string]int{} // runs after the first, by what the run before them answered
 	bad := 0
 	for _, key := range slices.Sorted(maps.Keys(keys)) {
 		kl := keys[key]
@@ -425,6 +426,14 @@ func (f *fleet) check() {
 		}
 		for i := 1; i < len(kl.execs); i++ {
 			prev := f.attempts[kl.execs[i-1].attempt]
+			switch {
+			case prev.err == nil && prev.status/100 == 2:
+				reruns["after a 2xx answer: its outcome was not recorded"]++
+			case prev.err != nil && slices.ContainsFunc(kl.kills, func(k *fleetKill) bool { return k.slot == prev.slot && k.gen == prev.gen }):
+				reruns["after its gateway was killed"]++
+			default:
+				reruns["after "+prev.label()]++
+			}
 			// Store timestamps are whole milliseconds: a lease may end up
 			// to 1ms before start+lease.
 			if earliest := prev.start.Add(fleetLease - time.Millisecond); kl.execs[i].at.Before(earliest) {
@@ -472,6 +481,7 @@ func (f *fleet) check() {
 	for _, g := range []string{"never in flight at a kill", "in flight at a kill"} {
 		t.Logf("executions per key, %s: %s", g, histogram(hist[g]))
 	}
+	t.Logf("runs after the first, by what the previous run's request got: %v", reruns)
 	var ks []string
 	for _, k := range f.kills {
 		ks = append(ks, fmt.Sprintf("%v gw%d/%d (%s)", k.at.Sub(f.start).Round(time.Millisecond), k.slot, k.gen, k.key))
