@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,12 +154,16 @@ type upstream struct {
 	hold  atomic.Pointer[chan struct{}]
 	// arrived receives the key of every request that reached the handler.
 	arrived chan string
-	mu      sync.Mutex
-	times   map[string][]time.Time
+	// onRun, when set, is called as each request arrives, with its key and
+	// its run number for that key, before the request is held or answered.
+	onRun  atomic.Pointer[func(r *http.Request, key string, run int64)]
+	mu     sync.Mutex
+	times  map[string][]time.Time
+	bodies map[string][]string // key -> every 201 body written for it
 }
 
 func newUpstream(t *testing.T) *upstream {
-	u := &upstream{arrived: make(chan string, 1024), times: map[string][]time.Time{}}
+	u := &upstream{arrived: make(chan string, 1024), times: map[string][]time.Time{}, bodies: map[string][]string{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	return u
@@ -176,6 +181,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	select {
 	case u.arrived <- key:
 	default:
+	}
+	if f := u.onRun.Load(); f != nil {
+		(*f)(r, key, n)
 	}
 	if h := u.hold.Load(); h != nil {
 		select {
@@ -202,7 +210,18 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Proxy-Authenticate", `Basic`)
 	w.Header().Set("X-Upstream-Private", "internal")
 	w.WriteHeader(http.StatusCreated)
-	fmt.Fprintf(w, `{"key":%q,"run":%d,"principal":%q,"body":%q}`, key, n, r.Header.Get("Authorization"), body)
+	out := fmt.Sprintf(`{"key":%q,"run":%d,"principal":%q,"body":%q}`, key, n, r.Header.Get("Authorization"), body)
+	u.mu.Lock()
+	u.bodies[key] = append(u.bodies[key], out)
+	u.mu.Unlock()
+	io.WriteString(w, out)
+}
+
+// produced reports whether the upstream wrote body as a 201 for key.
+func (u *upstream) produced(key, body string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Contains(u.bodies[key], body)
 }
 
 // count returns how often key was executed.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/internal/testenv"
 )
 
@@ -17,29 +18,10 @@ import (
 // Redis or PostgreSQL store and sends every key to all of them at once:
 // each key reaches the upstream exactly once.
 func TestThreeGatewaysShareOneStore(t *testing.T) {
-	stamp := time.Now().UnixNano()
-	stores := map[string]func(t *testing.T) string{
-		"redis": func(t *testing.T) string {
-			addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
-			return fmt.Sprintf("redis://%s/0?prefix=gw3-%d:", addr, stamp)
-		},
-		"postgres": func(t *testing.T) string {
-			addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
-			table := fmt.Sprintf("gw3_%d", stamp)
-			url := fmt.Sprintf("postgres://%s@%s/test", pgUser(), addr)
-			t.Cleanup(func() {
-				c, err := pgx.Connect(context.Background(), url)
-				if err == nil {
-					_, _ = c.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
-					_ = c.Close(context.Background())
-				}
-			})
-			return url + "?table=" + table
-		},
-	}
-	for name, storeURL := range stores {
-		t.Run(name, func(t *testing.T) {
-			url := storeURL(t)
+	for _, kind := range []string{"redis", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			addr, via := sharedStore(t, kind)
+			url := via(addr)
 			up := newUpstream(t)
 			var gws []*proc
 			for range 3 {
@@ -77,6 +59,74 @@ func TestThreeGatewaysShareOneStore(t *testing.T) {
 				t.Errorf("%d replays, want %d", replays, want)
 			}
 		})
+	}
+}
+
+// sharedStore gives t a store several gateways can share: a fresh key
+// prefix on Redis, or a fresh table on PostgreSQL (kind "redis" or
+// "postgres"), removed when t ends. addr is the server's host:port; via
+// returns the -store URL that reaches the store through hostport (addr
+// itself, or a proxy in front of it).
+func sharedStore(t *testing.T, kind string) (addr string, via func(hostport string) string) {
+	t.Helper()
+	stamp := time.Now().UnixNano()
+	switch kind {
+	case "redis":
+		addr = testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+		via = func(hp string) string { return fmt.Sprintf("redis://%s/0?prefix=gwtest-%d:", hp, stamp) }
+		t.Cleanup(func() {
+			ctx := context.Background()
+			s, closeStore, err := openStore(ctx, via(addr))
+			if err != nil {
+				t.Errorf("cleanup: %v", err)
+				return
+			}
+			defer closeStore()
+			for _, r := range listRecords(t, s) {
+				if err := s.(idem.Deleter).Delete(ctx, r.Key); err != nil {
+					t.Errorf("cleanup: deleting %s: %v", r.Key, err)
+				}
+			}
+		})
+	case "postgres":
+		addr = testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
+		table := fmt.Sprintf("gwtest_%d", stamp)
+		base := func(hp string) string { return fmt.Sprintf("postgres://%s@%s/test", pgUser(), hp) }
+		via = func(hp string) string { return base(hp) + "?table=" + table }
+		t.Cleanup(func() {
+			ctx := context.Background()
+			c, err := pgx.Connect(ctx, base(addr))
+			if err != nil {
+				t.Errorf("cleanup: %v", err)
+				return
+			}
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+				t.Errorf("cleanup: dropping %s: %v", table, err)
+			}
+		})
+	default:
+		t.Fatalf("sharedStore: no store kind %q", kind)
+	}
+	return addr, via
+}
+
+// listRecords returns every live record of s.
+func listRecords(t *testing.T, s idem.Store) []*idem.Record {
+	t.Helper()
+	var out []*idem.Record
+	p := idem.ListParams{Now: idem.Millis(time.Now()), Limit: 500}
+	for {
+		page, err := s.(idem.Lister).List(context.Background(), p)
+		if err != nil {
+			t.Errorf("listing records: %v", err)
+			return out
+		}
+		out = append(out, page.Records...)
+		if page.Next == "" {
+			return out
+		}
+		p.Cursor = page.Next
 	}
 }
 
