@@ -18,7 +18,7 @@ type Store struct {
 	mu sync.Mutex
 	// fail, keyed by method name, returns the error to inject for call n
 	// (1-based) of that method, or nil to pass the call through.
-	fail  map[string]func(n int64) error
+	fail map[string]func(n int64) error
 	// lost, keyed by method name, returns the error to answer call n with
 	// after it was applied (a lost reply), or nil.
 	lost  map[string]func(n int64) error
