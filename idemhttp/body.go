@@ -5,8 +5,10 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"time"
 )
 
 // spool holds a request body read once to fingerprint it, for the handler
@@ -95,4 +97,29 @@ func (s *spool) close() {
 	err = errors.Join(err, os.Remove(name))
 	_ = err // a leftover temp file is not worth failing the request for
 	s.file = nil
+}
+
+// deadlineReader fails the first read that returns after deadline (by now),
+// so that a body trickling in is cut off even where the connection has no
+// read deadline. A read that reaches the end in time is never failed.
+type deadlineReader struct {
+	r        io.Reader
+	now      func() time.Time
+	deadline time.Time
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if err == nil && d.now().After(d.deadline) {
+		return n, os.ErrDeadlineExceeded
+	}
+	return n, err
+}
+
+// isTimeout reports whether a body read failed on a deadline: the
+// connection's (os.ErrDeadlineExceeded, also what HTTP/2 streams report) or
+// a deadlineReader's.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

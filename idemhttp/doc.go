@@ -10,8 +10,10 @@
 //   - the same key with another request (method, path, query, configured
 //     headers, body) gets 422;
 //   - a malformed or repeated key gets 400, and so does a missing one when
-//     Config.Required is set; a body over the limit gets 413 before anything
-//     is stored; an unreachable store gets 503 and the handler does not run;
+//     Config.Required is set; a body over the limit gets 413 and one that
+//     stalls or trickles in past Config.BodyTimeout (or the server's
+//     ReadTimeout) gets 408, both before anything is stored; an unreachable
+//     store gets 503 and the handler does not run;
 //   - responses with status below 500 are final; a 5xx or a panic releases
 //     the key so a retry runs the handler again.
 //

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -59,6 +60,20 @@ type Config struct {
 	// in TempDir (default os.TempDir). Default 64 KiB.
 	MemoryBodyBytes int64
 	TempDir         string
+
+	// BodyTimeout bounds the time to read a covered request's body, from
+	// when the middleware starts reading it to its end: a body that stalls
+	// or trickles in too slowly is answered 408 (problem "body-timeout")
+	// before any claim, and the connection is closed. The deadline is the
+	// connection's read deadline, set through [http.ResponseController]
+	// (it replaces http.Server.ReadTimeout's while the body is read) and
+	// lifted once the whole body is in, so the handler's own time is not
+	// bounded by it. Where the ResponseWriter cannot set a read deadline,
+	// the time is checked after every read instead: that cuts off a
+	// trickle, but not a body that stops altogether. Default 0: no limit of
+	// the middleware's own; a read that times out under the server's
+	// ReadTimeout is answered 408 all the same.
+	BodyTimeout time.Duration
 
 	// MaxResponseBytes caps the stored response body. A larger response
 	// still reaches its client, but is not stored: retries with the key
@@ -165,6 +180,8 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: idemhttp: MaxResponseBytes %d is negative", idem.ErrInvalidConfig, c.MaxResponseBytes)
 	case c.StoreRetryAfter < 0:
 		return nil, fmt.Errorf("%w: idemhttp: StoreRetryAfter %v is negative", idem.ErrInvalidConfig, c.StoreRetryAfter)
+	case c.BodyTimeout < 0:
+		return nil, fmt.Errorf("%w: idemhttp: BodyTimeout %v is negative; use 0 for no limit", idem.ErrInvalidConfig, c.BodyTimeout)
 	}
 	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, allow: map[string]bool{}, clock: eng.Config().Clock}
 	for _, meth := range c.Methods {
@@ -248,7 +265,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.refuse(w, r, err)
 		return
 	}
-	id, body, err := m.identify(r, key)
+	id, body, err := m.identify(w, r, key)
 	if err != nil {
 		m.refuse(w, r, err)
 		return
@@ -293,7 +310,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // identify reads the body and derives the store key and fingerprint.
-func (m *Middleware) identify(r *http.Request, key string) (idem.Identity, *spool, error) {
+func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string) (idem.Identity, *spool, error) {
 	if r.ContentLength > m.cfg.MaxBodyBytes {
 		return idem.Identity{}, nil, &BodyTooLargeError{Limit: m.cfg.MaxBodyBytes, Size: r.ContentLength}
 	}
@@ -316,11 +333,39 @@ func (m *Middleware) identify(r *http.Request, key string) (idem.Identity, *spoo
 	h := NewFingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Values, m.fpHeaders)
 	body := &spool{}
 	if r.Body != nil && r.Body != http.NoBody {
-		if body, err = readBody(r.Body, h, r.ContentLength, m.cfg.MaxBodyBytes, m.cfg.MemoryBodyBytes, m.cfg.TempDir); err != nil {
+		if body, err = m.spoolBody(w, r, h); err != nil {
 			return idem.Identity{}, nil, err
 		}
 	}
 	return idem.Identity{Key: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
+}
+
+// spoolBody reads r's body into h and a spool within Config.BodyTimeout.
+// A read that times out, under that deadline or the server's, fails with a
+// *BodyTimeoutError.
+func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Hash) (*spool, error) {
+	var src io.Reader = r.Body
+	var rc *http.ResponseController
+	if d := m.cfg.BodyTimeout; d > 0 {
+		// The connection's deadline is wall-clock time; the check after
+		// every read follows the engine's clock, like all other time here.
+		rc = http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(d)) != nil {
+			rc = nil // not supported: only the check after every read is left
+		}
+		src = &deadlineReader{r: r.Body, now: m.clock.Now, deadline: m.clock.Now().Add(d)}
+	}
+	body, err := readBody(src, h, r.ContentLength, m.cfg.MaxBodyBytes, m.cfg.MemoryBodyBytes, m.cfg.TempDir)
+	var be *BodyError
+	if errors.As(err, &be) && isTimeout(be.Err) {
+		return nil, &BodyTimeoutError{Timeout: m.cfg.BodyTimeout, Err: be.Err}
+	}
+	if err == nil && rc != nil {
+		// The body is in: the deadline must not bound the handler. After
+		// a refusal it stays, and bounds net/http's draining of the rest.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return body, err
 }
 
 // StoreKey is the store key of an Idempotency-Key: the key scoped by the

@@ -497,6 +497,7 @@ func TestConfigValidation(t *testing.T) {
 		"body":        {MaxBodyBytes: -1},
 		"response":    {MaxResponseBytes: -1},
 		"retry-after": {StoreRetryAfter: -time.Second},
+		"body-time":   {BodyTimeout: -time.Second},
 	} {
 		if _, err := idemhttp.New(eng, &cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)
@@ -522,7 +523,9 @@ func FuzzMiddleware(f *testing.F) {
 		f.Fatal(err)
 	}
 	var runs atomic.Int64
-	mw, err := idemhttp.New(eng, &idemhttp.Config{MaxBodyBytes: 64, Logger: slog.New(slog.DiscardHandler)})
+	// BodyTimeout: a recorder cannot set a read deadline, so the check
+	// after every read is what runs.
+	mw, err := idemhttp.New(eng, &idemhttp.Config{MaxBodyBytes: 64, BodyTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)
 	}

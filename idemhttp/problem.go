@@ -39,6 +39,7 @@ const (
 	ProblemUnauthenticated  = "unauthenticated"    // 401
 	ProblemBodyUnreadable   = "body-unreadable"    // 400
 	ProblemBodyTooLarge     = "body-too-large"     // 413
+	ProblemBodyTimeout      = "body-timeout"       // 408
 	ProblemInProgress       = "in-progress"        // 409
 	ProblemKeyReused        = "key-reused"         // 422
 	ProblemResponseNotSaved = "response-not-saved" // 410
@@ -71,6 +72,26 @@ func (e *BodyError) Error() string { return "idemhttp: reading the request body:
 // Unwrap returns the read error.
 func (e *BodyError) Unwrap() error { return e.Err }
 
+// BodyTimeoutError is returned when the request body did not arrive in
+// time: Config.BodyTimeout passed, or the server's read deadline, while it
+// stalled or trickled in. The request is answered 408 before any claim.
+type BodyTimeoutError struct {
+	// Timeout is Config.BodyTimeout; 0 when the deadline was the server's.
+	Timeout time.Duration
+	// Err is the read error.
+	Err error
+}
+
+func (e *BodyTimeoutError) Error() string {
+	if e.Timeout > 0 {
+		return fmt.Sprintf("idemhttp: request body not received within %v: %v", e.Timeout, e.Err)
+	}
+	return "idemhttp: request body not received in time: " + e.Err.Error()
+}
+
+// Unwrap returns the read error.
+func (e *BodyTimeoutError) Unwrap() error { return e.Err }
+
 // PrincipalError is returned when Config.Principal refused the request.
 type PrincipalError struct{ Err error }
 
@@ -86,6 +107,7 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 	var (
 		khe *KeyHeaderError
 		tle *BodyTooLargeError
+		bte *BodyTimeoutError
 		be  *BodyError
 		pe  *PrincipalError
 		ipe *idem.InProgressError
@@ -106,6 +128,13 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 	case errors.As(err, &tle):
 		return p(http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
 			fmt.Sprintf("the body may be at most %d bytes", tle.Limit))
+	case errors.As(err, &bte):
+		detail := "the request body was not received in time"
+		if bte.Timeout > 0 {
+			detail = fmt.Sprintf("the request body was not received within %v", bte.Timeout)
+		}
+		return p(http.StatusRequestTimeout, ProblemBodyTimeout, "Request body too slow",
+			detail+"; the request was not processed, send it again with the same Idempotency-Key")
 	case errors.As(err, &be):
 		return p(http.StatusBadRequest, ProblemBodyUnreadable, "Request body unreadable", be.Err.Error())
 	case errors.As(err, &ipe):

@@ -22,10 +22,16 @@ type Config struct {
 
 	// KeyJMESPath selects the idempotency key from the event, as
 	// Powertools' event_key_jmespath: "body", "powertools_json(body).[user, order_id]",
-	// "detail.orderId". The selected value is hashed (canonical JSON). The
-	// Powertools functions powertools_json, powertools_base64 and
-	// powertools_base64_gzip are available. Each adapter documents its
-	// default.
+	// "detail.orderId". The selected value is hashed (canonical JSON, as
+	// idem.Canonicalize makes it). The Powertools functions
+	// powertools_json, powertools_base64 and powertools_base64_gzip are
+	// available. Each adapter documents its default.
+	//
+	// Numbers are read exactly: 9007199254740993 and 1E700 are keys of
+	// their own, not rounded to a float64 or refused. A number a float64
+	// holds exactly is a number to JMESPath as usual; any other is not
+	// (comparing it gives null, numeric functions refuse it), but it can
+	// still be selected.
 	KeyJMESPath string
 
 	// ValidationJMESPath selects the part of the event that must be the
@@ -158,13 +164,19 @@ func (k *keyer) identityOf(material []byte, event any) (idem.Identity, bool, err
 }
 
 // canonical is v as canonical JSON, so that key order and spacing do not
-// change a key.
+// change a key. A value the root package refuses to canonicalise (a number
+// with an exponent of a billion, nesting deeper than idem.MaxJSONDepth)
+// fails with an error that is idem.ErrInvalidPayload.
 func canonical(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("idemlambda: selected value cannot be encoded: %w", err)
 	}
-	return idem.Canonicalize(b)
+	c, err := idem.Canonicalize(b)
+	if err != nil {
+		return nil, fmt.Errorf("idemlambda: selected value: %w", err)
+	}
+	return c, nil
 }
 
 // FuncConfig configures [Wrap].

@@ -5,11 +5,16 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	jmespath "github.com/jmespath-community/go-jmespath/pkg/api"
 	"github.com/jmespath-community/go-jmespath/pkg/functions"
+
+	"github.com/seed-a1b882c0/idem"
 )
 
 // ExprError says that a JMESPath expression does not compile, or failed on
@@ -36,8 +41,8 @@ var powertoolsFunctions = []functions.FunctionEntry{
 		Name:      "powertools_json",
 		Arguments: []functions.ArgSpec{{Types: []functions.JpType{functions.JpString}}},
 		Handler: func(args []any) (any, error) {
-			var v any
-			if err := json.Unmarshal([]byte(args[0].(string)), &v); err != nil {
+			v, err := decodeJSON([]byte(args[0].(string)))
+			if err != nil {
 				return nil, fmt.Errorf("powertools_json: %w", err)
 			}
 			return v, nil
@@ -132,13 +137,76 @@ func missing(v any) bool {
 	return false
 }
 
-// decode parses a raw event for JMESPath. Numbers become float64, as
-// JMESPath functions expect: a numeric key above 2^53 loses precision, so
-// select such ids as strings.
+// decode parses a raw event for JMESPath (see [decodeJSON]).
 func decode(raw []byte) (any, error) {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	v, err := decodeJSON(raw)
+	if err != nil {
 		return nil, fmt.Errorf("idemlambda: event is not JSON: %w", err)
 	}
 	return v, nil
+}
+
+// decodeJSON parses a JSON document with its numbers read exactly: a
+// number becomes a float64 when the float64's shortest decimal form is the
+// same number, as [idem.Canonicalize] reads both (1, 1.0, 0.1, 2e10), so
+// that JMESPath's comparisons, arithmetic and functions work on it as before;
+// any other number (9007199254740993, 0.10000000000000001, 1E700) stays a
+// json.Number holding its text, so that a key selected from it is the
+// canonical form of what was sent, never a rounded neighbour or an error.
+// JMESPath sees such a json.Number as no number: comparing it gives null,
+// and functions that take numbers reject it.
+func decodeJSON(raw []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after the JSON value")
+	}
+	return exactNumbers(v), nil
+}
+
+// exactNumbers replaces, in place, every json.Number in v that a float64
+// holds exactly by that float64.
+func exactNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if f, ok := exactFloat(x); ok {
+			return f
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = exactNumbers(e)
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = exactNumbers(e)
+		}
+	}
+	return v
+}
+
+// exactFloat returns n as a float64 when that loses nothing: the float64's
+// shortest decimal form and n have the same canonical form.
+func exactFloat(n json.Number) (float64, bool) {
+	s := string(n)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil { // out of range
+		return 0, false
+	}
+	// Fast path: an integer of up to 15 digits is exact in a float64.
+	if len(s) <= 15 && !strings.ContainsAny(s, ".eE") {
+		return f, true
+	}
+	want, err := idem.Canonicalize([]byte(s))
+	if err != nil { // an exponent Canonicalize refuses
+		return 0, false
+	}
+	got, err := idem.Canonicalize(strconv.AppendFloat(nil, f, 'g', -1, 64))
+	if err != nil || !bytes.Equal(got, want) {
+		return 0, false
+	}
+	return f, true
 }

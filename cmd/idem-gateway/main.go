@@ -7,7 +7,8 @@
 //	idem-gateway -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000 \
 //	  [-store bolt:///path/idem.db | memory: | redis://… | postgres://… | dynamodb://TABLE?endpoint=…&region=…] \
 //	  [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
-//	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH]
+//	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
+//	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m]
 //
 // Run idem-gateway -h for every flag.
 package main
@@ -57,6 +58,8 @@ type options struct {
 	principalHeader                string
 	expiry, lease, wait            time.Duration
 	upstreamTimeout, grace         time.Duration
+	readHeaderTimeout, bodyTimeout time.Duration
+	readTimeout, idleTimeout       time.Duration
 	maxBody, maxResponse           int64
 	cacheEntries                   int
 	cacheBytes                     int64
@@ -79,6 +82,10 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long an in-flight request holds its key before a retry may take it over (renewed while the upstream works)")
 	fs.DurationVar(&o.wait, "wait", 0, "how long a duplicate waits for the first request to finish before 409 (0: answer 409 at once)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 25*time.Second, "how long to wait for the upstream's response headers; then 504, and the key stays held until its lease ends")
+	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "how long a client may take to send a request's headers; then the connection is closed (0: no limit)")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "how long a covered request's body may take to arrive, stalled or trickling; then 408, nothing is stored and the connection is closed (0: only -read-timeout)")
+	fs.DurationVar(&o.readTimeout, "read-timeout", time.Minute, "how long a whole request, headers and body, may take to arrive; bounds requests passed through unprotected (a covered request's body has -body-timeout instead) (0: no limit)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long a kept-alive connection may wait idle for its next request (0: no limit)")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	maxBody := fs.String("max-body", "1MiB", "largest request body (413 above it)")
 	maxResponse := fs.String("max-response", "1MiB", "largest response body stored for replay (retries of a larger one get 410)")
@@ -106,6 +113,14 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if o.cacheEntries < 0 {
 		return nil, fmt.Errorf("-cache-entries %d is negative", o.cacheEntries)
+	}
+	for name, d := range map[string]time.Duration{
+		"-read-header-timeout": o.readHeaderTimeout, "-body-timeout": o.bodyTimeout,
+		"-read-timeout": o.readTimeout, "-idle-timeout": o.idleTimeout,
+	} {
+		if d < 0 {
+			return nil, fmt.Errorf("%s %v is negative; use 0 for no limit", name, d)
+		}
 	}
 	o.methods = list(strings.ToUpper(*methods))
 	o.replayHeaders, o.fpHeaders = list(*replay), list(*fp)
@@ -185,6 +200,7 @@ func newGateway(o *options, store idem.Store, log *slog.Logger) (*gateway, error
 		ReplayHeaders:      o.replayHeaders,
 		MaxBodyBytes:       o.maxBody,
 		MaxResponseBytes:   int(o.maxResponse),
+		BodyTimeout:        o.bodyTimeout,
 		Logger:             log,
 	}
 	if h := o.principalHeader; h != "" {
@@ -315,7 +331,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := o.server(g.handler, log)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	var admin *http.Server
@@ -327,7 +343,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		adminAddr = aln.Addr().String()
-		admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		admin = o.server(g.adminHandler(), log)
 		go func() { errc <- admin.Serve(aln) }()
 	}
 	if err := checkStore(ctx, store); err != nil {
@@ -354,6 +370,28 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// server returns an http.Server for h with the -read-header-timeout,
+// -read-timeout and -idle-timeout limits, so that a client that opens
+// connections and sends nothing, or sends slowly, cannot hold them.
+// (-body-timeout is the middleware's, per request.)
+func (o *options) server(h http.Handler, log *slog.Logger) *http.Server {
+	// For http.Server a zero ReadHeaderTimeout or IdleTimeout means "as
+	// ReadTimeout"; for the flags 0 means no limit, which is negative here.
+	noLimit := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return -1
+		}
+		return d
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: noLimit(o.readHeaderTimeout),
+		ReadTimeout:       o.readTimeout,
+		IdleTimeout:       noLimit(o.idleTimeout),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // redact hides a password in a store URL for the logs.
