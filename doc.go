@@ -5,8 +5,9 @@
 // The first execution's result is stored under an idempotency key and
 // replayed to every later call with that key; a duplicate that arrives while
 // the first is running is held off; a caller that died is taken over once
-// its lease runs out, and fencing tokens make sure the dead caller can never
-// overwrite the record afterwards.
+// its lease runs out, and every write names its claim (fence and owner), so
+// the dead caller can never change the record afterwards — not even after
+// the record was deleted and claimed afresh.
 //
 // # The engine
 //
@@ -43,13 +44,17 @@
 //     [ErrLeaseLost].
 //  5. Success → COMPLETED. A [*TerminalError] (see [Terminal]) → FAILED,
 //     replayed later. Any other error, or a panic → the claim is released so
-//     a retry can run. A success whose outcome cannot be recorded is still
-//     returned to its caller, logged and counted.
+//     a retry can run. An outcome write that fails on a transient fault is
+//     retried with backoff within Config.WriteTimeout while the lease is
+//     renewed; a success whose outcome still cannot be recorded is returned
+//     to its caller, logged and counted.
 //
 // # Guarantees, plainly
 //
-// The operation runs at most once per key per expiry window while claims
-// are honoured, and the outcome is durable once the store acknowledged it.
+// The operation runs at most once per key per expiry window, provided no
+// holder outlives its lease (a holder killed, frozen or cut off from the
+// store for longer than its lease loses the key), and the outcome is durable
+// once the store acknowledged it.
 // After a crash mid-operation, a retry after the lease runs the operation
 // again: exactly-once effects need the downstream call to be idempotent too,
 // which is what [Claim.DownstreamKey] is for. A store that cannot be reached
