@@ -102,40 +102,88 @@ func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Cont
 // When fn succeeds but its outcome cannot be recorded, the value is still
 // returned; the failure is logged and counted (OutcomeCompleteFailed).
 func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error)) (Result[T], error) {
+	return doTyped(ctx, e, id, func(ctx context.Context, _ *Completion[T]) (T, error) { return fn(ctx) })
+}
+
+// DoCompleting is [Do] for an operation that records its own success, in
+// the same transaction as its own writes (pgstore.DoTx is built on it):
+// the business write and the COMPLETED record then commit together or not
+// at all. fn calls c.Params(v) to get the Complete for this call's claim
+// (the value encoded once, with the engine's codec), makes it in its
+// transaction, and returns v with a nil error only once that transaction
+// committed. The engine then writes nothing more: no second encode, no
+// Complete. If fn returns an error the transaction must have rolled back;
+// the error is handled as by Do (stored if terminal, else the key is
+// released). A nil error without a call to Params is recorded as by Do.
+func DoCompleting[T any](ctx context.Context, e *Engine, req Request, fn func(ctx context.Context, c *Completion[T]) (T, error)) (Result[T], error) {
+	id, err := req.Identity()
+	if err != nil {
+		return Result[T]{}, err
+	}
+	return doTyped(ctx, e, id, fn)
+}
+
+// Completion hands an operation run by [DoCompleting] the Complete of its
+// own claim.
+type Completion[T any] struct {
+	e      *Engine
+	claim  Claim
+	result []byte
+}
+
+// Params encodes v with the engine's codec and returns the parameters of
+// the Complete that records it under this call's claim. The operation makes
+// that Complete itself, inside its own transaction.
+func (c *Completion[T]) Params(v T) (CompleteParams, error) {
+	b, err := c.e.cfg.Codec.Marshal(v)
+	if err != nil {
+		return CompleteParams{}, &encodeError{err}
+	}
+	c.result = b
+	now := Millis(c.e.cfg.Clock.Now())
+	return CompleteParams{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now,
+		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
+}
+
+func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	var (
 		res Result[T]
 		ran bool
 	)
+	c := &call{e: e, key: id.Key.String(), name: id.Key.Name, fingerprint: id.Fingerprint}
+	res.Key = c.key
 	if e.cfg.Disabled {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeUnprotected)
-		v, err := fn(ctx)
+		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
+		v, err := fn(ctx, &Completion[T]{e: e})
 		res.Value = v
 		return res, err
 	}
 	keep := e.cache != nil && cacheable[T]()
-	op := func(ctx context.Context) ([]byte, any, error) {
-		v, err := fn(ctx)
+	c.op = func(ctx context.Context) (ran_ opResult, err error) {
+		claim, _ := FromContext(ctx)
+		comp := &Completion[T]{e: e, claim: claim}
+		v, err := fn(ctx, comp)
 		res.Value, ran = v, true
 		if err != nil {
-			return nil, nil, err
+			return opResult{}, err
 		}
-		b, err := e.cfg.Codec.Marshal(v)
-		if err != nil {
-			return nil, nil, &encodeError{err}
+		out := opResult{result: comp.result, settled: comp.result != nil}
+		if !out.settled {
+			if out.result, err = e.cfg.Codec.Marshal(v); err != nil {
+				return opResult{}, &encodeError{err}
+			}
 		}
 		if keep {
-			return b, v, nil
+			out.value = v
 		}
-		return b, nil, nil
+		return out, nil
 	}
-	key := id.Key.String()
-	res.Key = key
-	out, err := e.run(ctx, key, id, op)
+	out, err := c.run(ctx)
 	if err != nil && !ran && e.cfg.FailOpen && isClaimFailure(err) {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeUnprotected)
+		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
-			"key", key, "err", err)
-		v, ferr := fn(ctx)
+			"key", c.key, "err", err)
+		v, ferr := fn(ctx, &Completion[T]{e: e})
 		res.Value = v
 		return res, ferr
 	}
@@ -144,15 +192,21 @@ func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(cont
 		res.Value = v
 	} else if !ran && out.result != nil {
 		if uerr := e.cfg.Codec.Unmarshal(out.result, &res.Value); uerr != nil {
-			return res, &CorruptError{Key: key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
+			return res, &CorruptError{Key: c.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
 		}
 	}
 	return res, err
 }
 
-// opFunc runs the operation and returns its encoded result, and the value
-// itself when the local cache may keep it (see cacheable).
-type opFunc func(context.Context) (result []byte, value any, err error)
+// opResult is what the operation hands back to the engine.
+type opResult struct {
+	result  []byte // the encoded value
+	value   any    // the value itself, when the local cache may keep it (see cacheable)
+	settled bool   // the operation recorded its own success ([DoCompleting])
+}
+
+// opFunc runs the operation.
+type opFunc func(context.Context) (opResult, error)
 
 type encodeError struct{ err error }
 
@@ -161,7 +215,7 @@ func (e *encodeError) Unwrap() error { return e.err }
 
 func isClaimFailure(err error) bool {
 	var se *StoreError
-	return errors.As(err, &se) && se.Op == "claim"
+	return errors.As(err, &se) && se.Op == StoreClaim
 }
 
 // outcome is what run hands back to the typed layer.
@@ -170,6 +224,16 @@ type outcome struct {
 	result   []byte // encoded value to decode, on a replay
 	value    any    // the value itself, from the local cache
 	fence    uint64 // fence held while running, when this call ran fn
+}
+
+// call is one call through the engine, before it holds a claim: what every
+// step needs, derived once.
+type call struct {
+	e           *Engine
+	key         string // the store key
+	name        string // the operation's name (the key's scope), for the Observer
+	fingerprint string
+	op          opFunc
 }
 
 // flight lets concurrent duplicates inside one process share one claim.
@@ -207,15 +271,24 @@ func (e *Engine) land(key string, f *flight, final *Record) {
 	close(f.done)
 }
 
-func (e *Engine) run(ctx context.Context, key string, id Identity, op opFunc) (outcome, error) {
-	scope := id.Key.Name
+// mismatch checks the call's fingerprint against a stored one: the one
+// check of every path (cache, store conflict, in-process flight).
+func (c *call) mismatch(stored string) error {
+	if stored == c.fingerprint {
+		return nil
+	}
+	c.e.cfg.Observer.Observe(c.name, OutcomeMismatch)
+	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
+}
+
+func (c *call) run(ctx context.Context) (outcome, error) {
+	e := c.e
 	if e.cache != nil {
-		if ent, ok := e.cache.get(key, Millis(e.cfg.Clock.Now())); ok {
-			if ent.fingerprint != id.Fingerprint {
-				e.cfg.Observer.Observe(scope, OutcomeMismatch)
-				return outcome{}, &MismatchError{Key: key, Stored: ent.fingerprint, Got: id.Fingerprint}
+		if ent, ok := e.cache.get(c.key, Millis(e.cfg.Clock.Now())); ok {
+			if err := c.mismatch(ent.fingerprint); err != nil {
+				return outcome{}, err
 			}
-			e.cfg.Observer.Observe(scope, OutcomeCacheHit)
+			e.cfg.Observer.Observe(c.name, OutcomeCacheHit)
 			return outcome{replayed: true, result: ent.result, value: ent.value}, nil
 		}
 	}
@@ -230,10 +303,10 @@ func (e *Engine) run(ctx context.Context, key string, id Identity, op opFunc) (o
 			err   error
 			retry bool
 		)
-		if f, leader := e.join(key); leader {
-			out, err = e.lead(ctx, f, key, id, op)
+		if f, leader := e.join(c.key); leader {
+			out, err = c.lead(ctx, f)
 		} else {
-			out, err, retry = e.follow(ctx, f, key, id, deadline)
+			out, retry, err = c.follow(ctx, f, deadline)
 			if retry {
 				continue
 			}
@@ -247,7 +320,7 @@ func (e *Engine) run(ctx context.Context, key string, id Identity, op opFunc) (o
 			}
 		}
 		if ipe != nil {
-			e.cfg.Observer.Observe(scope, OutcomeInProgress)
+			e.cfg.Observer.Observe(c.name, OutcomeInProgress)
 		}
 		return out, err
 	}
@@ -273,78 +346,77 @@ func (e *Engine) pause(ctx context.Context, deadline time.Time, backoff *time.Du
 
 // follow handles a duplicate that found its key already in flight in this
 // process. retry asks the caller to go round again (the leader released).
-func (e *Engine) follow(ctx context.Context, f *flight, key string, id Identity, deadline time.Time) (outcome, error, bool) {
+func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out outcome, retry bool, err error) {
+	e := c.e
 	select {
 	case <-f.claimed:
 	case <-ctx.Done():
-		return outcome{}, ctx.Err(), false
+		return outcome{}, false, ctx.Err()
 	}
 	if f.claimErr != nil {
-		return outcome{}, f.claimErr, false
+		return outcome{}, false, f.claimErr
 	}
 	if !f.acquired {
-		out, err := e.existing(key, id, f.claimRec)
-		return out, err, false
+		out, err := c.existing(f.claimRec)
+		return out, false, err
 	}
 	rec := f.claimRec
-	if rec.Fingerprint != id.Fingerprint {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeMismatch)
-		return outcome{}, &MismatchError{Key: key, Stored: rec.Fingerprint, Got: id.Fingerprint}, false
+	if err := c.mismatch(rec.Fingerprint); err != nil {
+		return outcome{}, false, err
 	}
 	// The lease as last renewed; while the leader writes the outcome it may
 	// have run out in this process's view, but the key is still held.
 	until := FromMillis(max(f.leaseUntil.Load(), Millis(e.cfg.Clock.Now())))
-	busy := &InProgressError{Key: key, LeaseUntil: until, Owner: rec.Owner}
+	busy := &InProgressError{Key: c.key, LeaseUntil: until, Owner: rec.Owner}
 	if e.cfg.Wait == 0 {
-		return outcome{}, busy, false
+		return outcome{}, false, busy
 	}
 	var timeout <-chan time.Time
 	if d := deadline.Sub(e.cfg.Clock.Now()); d > 0 {
 		timeout = e.cfg.Clock.After(d)
 	} else {
-		return outcome{}, busy, false
+		return outcome{}, false, busy
 	}
 	select {
 	case <-f.done:
 	case <-ctx.Done():
-		return outcome{}, ctx.Err(), false
+		return outcome{}, false, ctx.Err()
 	case <-timeout:
-		return outcome{}, busy, false
+		return outcome{}, false, busy
 	}
 	if f.final == nil {
-		return outcome{}, nil, true
+		return outcome{}, true, nil
 	}
-	out, err := e.replay(key, f.final)
-	return out, err, false
+	out, err = c.replay(f.final)
+	return out, false, err
 }
 
 // existing answers a call from a live record held by someone else.
-func (e *Engine) existing(key string, id Identity, rec *Record) (outcome, error) {
-	if rec.Fingerprint != id.Fingerprint {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeMismatch)
-		return outcome{}, &MismatchError{Key: key, Stored: rec.Fingerprint, Got: id.Fingerprint}
+func (c *call) existing(rec *Record) (outcome, error) {
+	if err := c.mismatch(rec.Fingerprint); err != nil {
+		return outcome{}, err
 	}
 	switch rec.Status {
 	case StatusCompleted, StatusFailed:
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeReplayed)
-		if e.cache != nil {
-			e.cache.put(rec, nil)
+		c.e.cfg.Observer.Observe(c.name, OutcomeReplayed)
+		if c.e.cache != nil {
+			c.e.cache.put(rec, nil)
 		}
-		return e.replay(key, rec)
+		return c.replay(rec)
 	case StatusInProgress:
-		return outcome{}, &InProgressError{Key: key, LeaseUntil: FromMillis(rec.LeaseUntil), Owner: rec.Owner}
+		return outcome{}, &InProgressError{Key: c.key, LeaseUntil: FromMillis(rec.LeaseUntil), Owner: rec.Owner}
 	}
-	return outcome{}, &CorruptError{Key: key, Reason: "record has invalid status " + rec.Status.String()}
+	return outcome{}, &CorruptError{Key: c.key, Reason: "record has invalid status " + rec.Status.String()}
 }
 
-func (e *Engine) replay(key string, rec *Record) (outcome, error) {
+func (c *call) replay(rec *Record) (outcome, error) {
 	switch rec.Status {
 	case StatusCompleted:
 		return outcome{replayed: true, result: rec.Result}, nil
 	case StatusFailed:
 		return outcome{replayed: true}, terminalFromRecord(rec.Err)
 	}
-	return outcome{}, &CorruptError{Key: key, Reason: "replay of a record in status " + rec.Status.String()}
+	return outcome{}, &CorruptError{Key: c.key, Reason: "replay of a record in status " + rec.Status.String()}
 }
 
 // owner returns a claim owner unique to this call: the engine's owner
@@ -362,7 +434,8 @@ func (e *Engine) owner() string {
 }
 
 // lead claims the key for this call and, when acquired, runs the operation.
-func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, op opFunc) (outcome, error) {
+func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
+	e := c.e
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
 	if dl, ok := ctx.Deadline(); ok {
@@ -374,62 +447,52 @@ func (e *Engine) lead(ctx context.Context, f *flight, key string, id Identity, o
 		}
 		f.claimErr = err
 		close(f.claimed)
-		e.land(key, f, nil)
+		e.land(c.key, f, nil)
 		return outcome{}, err
 	}
 	lease = min(lease, e.cfg.Expiry)
 	nowMs := Millis(now)
 	p := ClaimParams{
-		Key:         key,
-		Fingerprint: id.Fingerprint,
+		Key:         c.key,
+		Fingerprint: c.fingerprint,
 		Owner:       e.owner(),
 		Now:         nowMs,
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
 	}
 	var res ClaimResult
-	err := e.timed(opClaim, func() (err error) {
+	err := e.timed(StoreClaim, func() (err error) {
 		res, err = e.store.Claim(ctx, p)
 		return err
 	})
 	if err == nil && res.Record == nil {
-		err = &CorruptError{Key: key, Reason: "store answered a claim with no record"}
+		err = &CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeStoreError)
-		f.claimErr = &StoreError{Op: opClaim, Key: key, Err: err}
+		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
+		f.claimErr = &StoreError{Op: StoreClaim, Key: c.key, Err: err}
 		close(f.claimed)
-		e.land(key, f, nil)
+		e.land(c.key, f, nil)
 		return outcome{}, f.claimErr
 	}
 	f.claimRec, f.acquired = res.Record, res.Acquired
 	f.leaseUntil.Store(res.Record.LeaseUntil)
 	close(f.claimed)
 	if !res.Acquired {
-		e.land(key, f, nil)
-		return e.existing(key, id, res.Record)
+		e.land(c.key, f, nil)
+		return c.existing(res.Record)
 	}
-	e.cfg.Observer.Observe(id.Key.Name, OutcomeAcquired)
+	e.cfg.Observer.Observe(c.name, OutcomeAcquired)
 	if res.Takeover {
-		e.cfg.Observer.Observe(id.Key.Name, OutcomeTakeover)
-		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", key, "fence", res.Record.Fence)
+		e.cfg.Observer.Observe(c.name, OutcomeTakeover)
+		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", c.key, "fence", res.Record.Fence)
 	}
-	h := &holder{e: e, key: key, scope: id.Key.Name, fingerprint: id.Fingerprint,
-		fence: res.Record.Fence, owner: res.Record.Owner, expiresAt: res.Record.ExpiresAt, lease: lease, flight: f}
-	return h.execute(ctx, op)
+	h := &holder{call: c, fence: res.Record.Fence, owner: res.Record.Owner, expiresAt: res.Record.ExpiresAt, lease: lease, flight: f}
+	return h.execute(ctx)
 }
 
-// The store operations, as the Observer and StoreError name them.
-const (
-	opClaim    = "claim"
-	opComplete = "complete"
-	opFail     = "fail"
-	opRelease  = "release"
-	opExtend   = "extend"
-)
-
 // timed runs one store call and reports its latency to the Observer.
-func (e *Engine) timed(op string, call func() error) error {
+func (e *Engine) timed(op StoreOp, call func() error) error {
 	start := e.cfg.Clock.Now()
 	err := call()
 	e.cfg.Observer.StoreCall(op, e.cfg.Clock.Now().Sub(start), err)
@@ -439,21 +502,19 @@ func (e *Engine) timed(op string, call func() error) error {
 // holder is one call that holds a claim: everything its outcome writes
 // need.
 type holder struct {
-	e           *Engine
-	key, scope  string
-	fingerprint string
-	fence       uint64
-	owner       string
-	expiresAt   int64
-	lease       time.Duration
-	flight      *flight
-	renew       *renewer
+	*call
+	fence     uint64
+	owner     string
+	expiresAt int64
+	lease     time.Duration
+	flight    *flight
+	renew     *renewer
 }
 
 // execute runs op under the claim and records its outcome. The lease is
 // renewed until the outcome is written (or the engine gives up on it), so
 // that retried outcome writes never hand the key to a second execution.
-func (h *holder) execute(ctx context.Context, op opFunc) (outcome, error) {
+func (h *holder) execute(ctx context.Context) (outcome, error) {
 	e := h.e
 	opCtx, cancel := context.WithCancelCause(ctx)
 	opCtx = NewContext(opCtx, Claim{Key: h.key, Fence: h.fence, Owner: h.owner})
@@ -477,7 +538,7 @@ func (h *holder) execute(ctx context.Context, op opFunc) (outcome, error) {
 		h.release(ctx)
 		e.land(h.key, h.flight, nil)
 	}()
-	result, value, opErr := op(opCtx)
+	res, opErr := h.op(opCtx)
 	finished = true
 	cancel(nil)
 	defer h.renew.stop()
@@ -491,8 +552,16 @@ func (h *holder) execute(ctx context.Context, op opFunc) (outcome, error) {
 		h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
 		e.land(h.key, h.flight, nil)
 		return out, nil
+	case opErr == nil && res.settled:
+		// The operation recorded its own success (DoCompleting).
+		done := h.settled(res.result)
+		if e.cache != nil {
+			e.cache.put(done, res.value)
+		}
+		e.land(h.key, h.flight, done)
+		return out, nil
 	case opErr == nil:
-		done := h.complete(ctx, result, value)
+		done := h.complete(ctx, res.result, res.value)
 		e.land(h.key, h.flight, done)
 		return out, nil
 	case errors.As(opErr, &term):
@@ -502,7 +571,7 @@ func (h *holder) execute(ctx context.Context, op opFunc) (outcome, error) {
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
 		// that no retry runs the operation again before then.
-		e.cfg.Observer.Observe(h.scope, OutcomeUncertain)
+		e.cfg.Observer.Observe(h.name, OutcomeUncertain)
 		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
 			"key", h.key, "fence", h.fence, "err", unc.Err)
 		e.land(h.key, h.flight, nil)
@@ -527,9 +596,9 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *Record
 			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
 	}
 	var done *Record
-	err := h.write(ctx, opComplete, StatusCompleted, func(wctx context.Context, now int64) error {
-		done = &Record{Key: h.key, Status: StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
-			Result: result, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
+	err := h.write(ctx, StoreComplete, StatusCompleted, func(wctx context.Context, now int64) error {
+		done = h.settled(result)
+		done.CompletedAt, done.ExpiresAt = now, now+e.cfg.Expiry.Milliseconds()
 		return e.store.Complete(wctx, CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result})
 	})
 	var tl *TooLargeError
@@ -537,7 +606,7 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *Record
 		return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
 	}
 	if err != nil {
-		h.writeFailed(opComplete, err)
+		h.writeFailed(StoreComplete, err)
 		return nil
 	}
 	if e.cache != nil {
@@ -546,12 +615,19 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *Record
 	return done
 }
 
+// settled is the COMPLETED record of this claim with result, as of now.
+func (h *holder) settled(result []byte) *Record {
+	now := Millis(h.e.cfg.Clock.Now())
+	return &Record{Key: h.key, Status: StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
+		Result: result, ExpiresAt: now + h.e.cfg.Expiry.Milliseconds(), CompletedAt: now}
+}
+
 // storeUnreplayable marks a successful call whose result cannot be stored
 // as FAILED with code, so that retries get a clear error instead of running
 // the operation a second time. The message is cut to fit limit (0: none).
 func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) *Record {
 	e := h.e
-	e.cfg.Observer.Observe(h.scope, OutcomeCompleteFailed)
+	e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
 		"key", h.key, "code", code, "reason", msg)
 	return h.fail(ctx, boundedError(code, msg, limit))
@@ -576,7 +652,7 @@ func boundedError(code, msg string, limit int) ErrorRecord {
 func (h *holder) fail(ctx context.Context, er ErrorRecord) *Record {
 	e := h.e
 	var final *Record
-	err := h.write(ctx, opFail, StatusFailed, func(wctx context.Context, now int64) error {
+	err := h.write(ctx, StoreFail, StatusFailed, func(wctx context.Context, now int64) error {
 		final = &Record{Key: h.key, Status: StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
 			Err: &er, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
 		return e.store.Fail(wctx, FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er})
@@ -588,17 +664,17 @@ func (h *holder) fail(ctx context.Context, er ErrorRecord) *Record {
 		marker := boundedError(CodeResultTooLarge,
 			fmt.Sprintf("terminal error %q of %d bytes is over the store's limit of %d", er.Code, er.Size(), tl.Limit), tl.Limit)
 		if marker.Size() < er.Size() {
-			e.cfg.Observer.Observe(h.scope, OutcomeCompleteFailed)
+			e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
 			e.cfg.Logger.Error("idem: terminal error too large to store; a bounded marker is stored instead",
 				"key", h.key, "code", er.Code, "size", er.Size(), "limit", tl.Limit)
 			return h.fail(ctx, marker)
 		}
 	}
 	if err != nil {
-		h.writeFailed(opFail, err)
+		h.writeFailed(StoreFail, err)
 		return nil
 	}
-	e.cfg.Observer.Observe(h.scope, OutcomeFailed)
+	e.cfg.Observer.Observe(h.name, OutcomeFailed)
 	return final
 }
 
@@ -607,14 +683,14 @@ func (h *holder) fail(ctx context.Context, er ErrorRecord) *Record {
 // was lost) is released.
 func (h *holder) release(ctx context.Context) {
 	e := h.e
-	err := h.write(ctx, opRelease, 0, func(wctx context.Context, now int64) error {
+	err := h.write(ctx, StoreRelease, 0, func(wctx context.Context, now int64) error {
 		return e.store.Release(wctx, ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now})
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		h.writeFailed(opRelease, err)
+		h.writeFailed(StoreRelease, err)
 		return
 	}
-	e.cfg.Observer.Observe(h.scope, OutcomeReleased)
+	e.cfg.Observer.Observe(h.name, OutcomeReleased)
 }
 
 // Outcome writes are retried with capped exponential backoff and jitter
@@ -630,7 +706,7 @@ const (
 // record already settled (status settled) under this very claim learns
 // that an earlier attempt landed and its reply was lost: success. The
 // writes go on when the caller's context is cancelled.
-func (h *holder) write(ctx context.Context, op string, settled Status, try func(ctx context.Context, now int64) error) error {
+func (h *holder) write(ctx context.Context, op StoreOp, settled Status, try func(ctx context.Context, now int64) error) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx)
 	deadline := e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
@@ -655,7 +731,7 @@ func (h *holder) write(ctx context.Context, op string, settled Status, try func(
 				"key", h.key, "op", op, "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
 			return err
 		}
-		e.cfg.Observer.Observe(h.scope, OutcomeWriteRetried)
+		e.cfg.Observer.Observe(h.name, OutcomeWriteRetried)
 		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", op, "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
@@ -670,19 +746,19 @@ func transient(err error) bool {
 		!errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrCorrupt)
 }
 
-func (h *holder) writeFailed(method string, err error) {
+func (h *holder) writeFailed(op StoreOp, err error) {
 	e := h.e
 	level := slog.LevelError
 	if errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
-		e.cfg.Observer.Observe(h.scope, OutcomeFenced)
+		e.cfg.Observer.Observe(h.name, OutcomeFenced)
 		level = slog.LevelWarn
 	} else {
-		e.cfg.Observer.Observe(h.scope, OutcomeStoreError)
+		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
 	}
-	if method == opComplete {
-		e.cfg.Observer.Observe(h.scope, OutcomeCompleteFailed)
+	if op == StoreComplete {
+		e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
 	}
-	e.cfg.Logger.Log(context.Background(), level, "idem: store "+method+" failed after the operation ran",
+	e.cfg.Logger.Log(context.Background(), level, "idem: store "+string(op)+" failed after the operation ran",
 		"key", h.key, "fence", h.fence, "err", err)
 }
 
@@ -718,7 +794,7 @@ func (r *renewer) fire() {
 	now := Millis(e.cfg.Clock.Now())
 	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.WriteTimeout)
-	err := e.timed(opExtend, func() error {
+	err := e.timed(StoreExtend, func() error {
 		return e.store.Extend(ctx, ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
 	})
 	cancel()
@@ -732,14 +808,14 @@ func (r *renewer) fire() {
 		r.stopped = true
 		return
 	case errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound):
-		e.cfg.Observer.Observe(h.scope, OutcomeFenced)
+		e.cfg.Observer.Observe(h.name, OutcomeFenced)
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
 			"key", h.key, "fence", h.fence, "err", err)
 		r.stopped = true
 		r.cancel(ErrLeaseLost)
 		return
 	default:
-		e.cfg.Observer.Observe(h.scope, OutcomeStoreError)
+		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
 		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
 	}
 	if until >= h.expiresAt {

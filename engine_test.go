@@ -969,19 +969,29 @@ func TestCacheNeverSharesMutableValues(t *testing.T) {
 	}
 }
 
-// An operation may complete its own record (in its own transaction, as
-// pgstore.DoTx does); the engine's Complete then meets its own fence
-// COMPLETED and takes it as done, not as a failed write.
+// An operation may complete its own record, in its own transaction
+// (DoCompleting, as pgstore.DoTx does): the engine encodes the value once,
+// makes no Complete of its own, and replays the record.
 func TestOperationCompletedItsOwnRecord(t *testing.T) {
-	en := setup(t, idem.Config{RenewInterval: -1})
+	en := setup(t, idem.Config{RenewInterval: -1, Cache: &idem.CacheConfig{}})
 	ctx := context.Background()
-	res, err := idem.Do(ctx, en.eng, req("self"), func(ctx context.Context) (string, error) {
-		c, _ := idem.FromContext(ctx)
-		now := idem.Millis(en.clock.Now())
-		return "v", en.mem.Complete(ctx, idem.CompleteParams{Key: c.Key, Fence: c.Fence, Owner: c.Owner, Now: now, ExpiresAt: now + 60_000, Result: []byte(`"v"`)})
+	codec := &countingCodec{}
+	en.eng = en.another(t, idem.Config{RenewInterval: -1, Codec: codec, Observer: en.obs})
+	res, err := idem.DoCompleting(ctx, en.eng, req("self"), func(ctx context.Context, c *idem.Completion[string]) (string, error) {
+		p, err := c.Params("v")
+		if err != nil {
+			return "", err
+		}
+		return "v", en.mem.Complete(ctx, p) // the operation's own transaction
 	})
 	if err != nil || res.Value != "v" {
-		t.Fatalf("Do: %+v, %v", res, err)
+		t.Fatalf("DoCompleting: %+v, %v", res, err)
+	}
+	if n := en.store.Calls("complete"); n != 0 {
+		t.Fatalf("engine made %d Complete calls for a self-completed record, want 0", n)
+	}
+	if codec.marshals.Load() != 1 {
+		t.Fatalf("value encoded %d times, want once", codec.marshals.Load())
 	}
 	if n := en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeFenced); n != 0 {
 		t.Fatalf("self-completed record counted %d failed/fenced writes", n)
@@ -990,6 +1000,16 @@ func TestOperationCompletedItsOwnRecord(t *testing.T) {
 	if err != nil || !again.Replayed || again.Value != "v" {
 		t.Fatalf("replay: %+v, %v", again, err)
 	}
+}
+
+type countingCodec struct {
+	idem.JSONCodec
+	marshals atomic.Int32
+}
+
+func (c *countingCodec) Marshal(v any) ([]byte, error) {
+	c.marshals.Add(1)
+	return c.JSONCodec.Marshal(v)
 }
 
 func TestUncertainOutcomeKeepsTheClaimUntilItsLeaseEnds(t *testing.T) {

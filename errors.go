@@ -216,8 +216,8 @@ func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // StoreError wraps a store failure seen by the engine.
 type StoreError struct {
-	// Op is the store operation: claim, complete, fail, release, extend, get.
-	Op  string
+	// Op is the store operation.
+	Op  StoreOp
 	Key string
 	Err error
 }

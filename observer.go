@@ -79,9 +79,9 @@ func Outcomes() []Outcome {
 type Observer interface {
 	// Observe counts one outcome of a call in the named operation.
 	Observe(op string, o Outcome)
-	// StoreCall reports one store call: the method ("claim", "complete",
-	// "fail", "release", "extend", "get"), its duration and its error.
-	StoreCall(method string, d time.Duration, err error)
+	// StoreCall reports one store call: its operation ([StoreClaim],
+	// [StoreComplete], ...), its duration and its error.
+	StoreCall(op StoreOp, d time.Duration, err error)
 }
 
 // Counters is an [Observer] that counts outcomes and store calls in memory.
@@ -101,7 +101,7 @@ func (c *Counters) Observe(_ string, o Outcome) {
 }
 
 // StoreCall implements [Observer].
-func (c *Counters) StoreCall(_ string, d time.Duration, err error) {
+func (c *Counters) StoreCall(_ StoreOp, d time.Duration, err error) {
 	c.storeCalls.Add(1)
 	c.storeNanos.Add(int64(d))
 	if err != nil {
@@ -135,5 +135,18 @@ func (c *Counters) Snapshot() map[string]uint64 {
 
 type nopObserver struct{}
 
-func (nopObserver) Observe(string, Outcome)                {}
-func (nopObserver) StoreCall(string, time.Duration, error) {}
+func (nopObserver) Observe(string, Outcome)                 {}
+func (nopObserver) StoreCall(StoreOp, time.Duration, error) {}
+
+// StoreOp names a store operation, as [Observer.StoreCall] and
+// [StoreError] report it; its string is the metric label.
+type StoreOp string
+
+// The store operations the engine makes.
+const (
+	StoreClaim    StoreOp = "claim"
+	StoreComplete StoreOp = "complete"
+	StoreFail     StoreOp = "fail"
+	StoreRelease  StoreOp = "release"
+	StoreExtend   StoreOp = "extend"
+)

@@ -58,12 +58,12 @@ func (m *metrics) Observe(op string, o idem.Outcome) {
 }
 
 // StoreCall implements idem.Observer.
-func (m *metrics) StoreCall(method string, d time.Duration, err error) {
+func (m *metrics) StoreCall(op idem.StoreOp, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	m.storeCall.WithLabelValues(method, result).Observe(d.Seconds())
+	m.storeCall.WithLabelValues(string(op), result).Observe(d.Seconds())
 }
 
 func (m *metrics) handler() http.Handler {

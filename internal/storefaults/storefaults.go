@@ -283,7 +283,7 @@ func lostClaimReply(t *testing.T, target string, open Open) {
 		t.Fatalf("proxy dropped %d replies (err %v)", f.proxy.Dropped.Load(), err)
 	}
 	if err != nil {
-		wantUnavailable(t, "claim whose reply was lost", &idem.StoreError{Op: "claim", Err: err})
+		wantUnavailable(t, "claim whose reply was lost", &idem.StoreError{Op: idem.StoreClaim, Err: err})
 	}
 	res, err := f.via.Claim(context.Background(), p)
 	if err != nil || !res.Acquired || res.Record.Fence != 1 || res.Record.Owner != "owner-1" {

@@ -25,8 +25,7 @@ import (
 //
 // A duplicate is replayed from the record without running fn.
 func DoTx[T any](ctx context.Context, e *idem.Engine, s *Store, r idem.Request, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (idem.Result[T], error) {
-	cfg := e.Config()
-	return idem.Do(ctx, e, r, func(ctx context.Context) (v T, err error) {
+	return idem.DoCompleting(ctx, e, r, func(ctx context.Context, c *idem.Completion[T]) (v T, err error) {
 		claim, ok := idem.FromContext(ctx)
 		if !ok {
 			return v, errors.New("pgstore: DoTx: no claim in the operation's context")
@@ -39,12 +38,11 @@ func DoTx[T any](ctx context.Context, e *idem.Engine, s *Store, r idem.Request, 
 		if v, err = fn(ctx, tx); err != nil {
 			return v, err
 		}
-		b, err := cfg.Codec.Marshal(v)
+		p, err := c.Params(v)
 		if err != nil {
-			return v, fmt.Errorf("pgstore: DoTx: encode result: %w", err)
+			return v, fmt.Errorf("pgstore: DoTx: %w", err)
 		}
-		now := idem.Millis(cfg.Clock.Now())
-		if err := s.CompleteTx(ctx, tx, idem.CompleteParams{Key: claim.Key, Fence: claim.Fence, Owner: claim.Owner, Now: now, ExpiresAt: now + cfg.Expiry.Milliseconds(), Result: b}); err != nil {
+		if err := s.CompleteTx(ctx, tx, p); err != nil {
 			return v, err
 		}
 		if err := tx.Commit(ctx); err != nil {
