@@ -6,13 +6,16 @@ STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck
 
 DEMO_ARGS ?=
 
-.PHONY: help demo test test-modules race bench bench-modules fuzz lint tools
+.PHONY: help demo demo-reset test test-modules race bench bench-modules fuzz lint tools
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 demo: ## idem-gateway on the embedded file store in front of the example orders service (:8080 → :9000)
 	@scripts/demo $(DEMO_ARGS)
+
+demo-reset: ## forget every key the demo stored (removes .cache/demo)
+	rm -rf .cache/demo
 
 test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local
 	@scripts/dynamodb-local run $(MAKE) --no-print-directory test-modules

@@ -25,7 +25,7 @@
 //
 // # One call
 //
-//  1. The store key ("<scope>#<sha256>") and the payload fingerprint are
+//  1. The store key ("<operation>[/<tenant>]#<sha256>") and the payload fingerprint are
 //     derived once, before the operation runs. JSON payloads are
 //     canonicalised first ([Canonicalize]), so key order and white space
 //     do not matter, while different values never collapse.

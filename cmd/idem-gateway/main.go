@@ -86,7 +86,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "how long a covered request's body may take to arrive, stalled or trickling; then 408, nothing is stored and the connection is closed (0: only -read-timeout)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", time.Minute, "how long a whole request, headers and body, may take to arrive; bounds requests passed through unprotected (a covered request's body has -body-timeout instead) (0: no limit)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long a kept-alive connection may wait idle for its next request (0: no limit)")
-	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	fs.DurationVar(&o.grace, "grace", 30*time.Second, "on SIGTERM or SIGINT, how long in-flight requests may take to finish")
 	maxBody := fs.String("max-body", "1MiB", "largest request body (413 above it)")
 	maxResponse := fs.String("max-response", "1MiB", "largest response body stored for replay (retries of a larger one get 410)")
 	fs.IntVar(&o.cacheEntries, "cache-entries", 10000, "completed responses kept in memory for replay without a store call (0: no cache)")
