@@ -326,11 +326,11 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := StoreKey(m.cfg.Scope, principal, r.Method, route, key)
+	k, err := storeKey(m.cfg.Scope, principal, r.Method, route, key)
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
-	h := NewFingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Values, m.fpHeaders)
+	h := m.fingerprint(r)
 	body := &spool{}
 	if r.Body != nil && r.Body != http.NoBody {
 		if body, err = m.spoolBody(w, r, h); err != nil {
@@ -368,10 +368,9 @@ func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Ha
 	return body, err
 }
 
-// StoreKey is the store key of an Idempotency-Key: the key scoped by the
-// caller's principal (hashed; "" for none), the method and the route. The
-// Lambda adapters use it too, so that both answer alike.
-func StoreKey(scope, principal, method, route, key string) (idem.Key, error) {
+// storeKey is the store key of an Idempotency-Key: the key scoped by the
+// caller's principal (hashed; "" for none), the method and the route.
+func storeKey(scope, principal, method, route, key string) (idem.Key, error) {
 	tenant := ""
 	if principal != "" {
 		sum := sha256.Sum256([]byte("idemhttp-principal\x00" + principal))
@@ -380,18 +379,18 @@ func StoreKey(scope, principal, method, route, key string) (idem.Key, error) {
 	return idem.NewKey(scope, tenant, []byte(method+"\x00"+route+"\x00"+key))
 }
 
-// NewFingerprint starts a request fingerprint: a SHA-256 over the method,
-// path, query and the named headers (values from header), each
-// length-prefixed so that no two field lists hash alike. Write the body to
-// it, then hex-encode its sum.
-func NewFingerprint(method, path, query string, header func(name string) []string, names []string) hash.Hash {
+// fingerprint starts the fingerprint of r: a SHA-256 over the method,
+// escaped path, raw query and Config.FingerprintHeaders, each
+// length-prefixed so that no two field lists hash alike. The body is
+// written to it as it is read.
+func (m *Middleware) fingerprint(r *http.Request) hash.Hash {
 	h := sha256.New()
-	field(h, method)
-	field(h, path)
-	field(h, query)
-	for _, name := range names {
+	field(h, r.Method)
+	field(h, r.URL.EscapedPath())
+	field(h, r.URL.RawQuery)
+	for _, name := range m.fpHeaders {
 		field(h, name)
-		field(h, strings.Join(header(name), "\x00"))
+		field(h, strings.Join(r.Header.Values(name), "\x00"))
 	}
 	return h
 }
