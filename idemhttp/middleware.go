@@ -81,9 +81,13 @@ type Config struct {
 	// not run again. Default 1 MiB; the store's own limit may be lower.
 	MaxResponseBytes int
 
-	// ReplayHeaders are the response headers stored and replayed, on top
-	// of DefaultReplayHeaders. The headers in [NeverReplayed] cannot be
-	// listed.
+	// ReplayHeaders, when not empty, is a strict allowlist: only these
+	// response headers are stored and replayed. By default every header
+	// is, custom ones (X-Charge-Id) included, but those in
+	// [NeverReplayed], which cannot be listed. Replaying them is safe
+	// because a replay reaches only a caller who sent the same key under
+	// the same principal (see Principal): the caller of the first request,
+	// where Principal is set.
 	ReplayHeaders []string
 
 	// Release decides, from the handler's status, that the response is
@@ -104,31 +108,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultReplayHeaders are the response headers always stored and
-// replayed.
-var DefaultReplayHeaders = []string{
-	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
-	"Content-Location", "Content-Type", "Etag", "Expires", "Last-Modified", "Link",
-	"Location", "Vary",
-}
-
-// NeverReplayed are the response headers that are never stored: credentials,
-// cookies, authentication challenges, hop-by-hop headers and those the
-// server computes for each response.
-var NeverReplayed = []string{
-	"Set-Cookie", "Authorization", "Proxy-Authorization", "Www-Authenticate", "Proxy-Authenticate",
-	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Content-Length", "Date", ReplayedHeader,
-}
-
 // Middleware applies Idempotency-Key semantics to the requests it covers.
 type Middleware struct {
-	eng       *idem.Engine
-	cfg       Config
-	methods   map[string]bool
-	allow     map[string]bool
-	fpHeaders []string
-	clock     idem.Clock
+	eng           *idem.Engine
+	cfg           Config
+	methods       map[string]bool
+	replayHeaders *replayPolicy
+	fpHeaders     []string
+	clock         idem.Clock
 }
 
 // New returns a middleware over eng. It fails with [idem.ErrInvalidConfig]
@@ -183,19 +170,16 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 	case c.BodyTimeout < 0:
 		return nil, fmt.Errorf("%w: idemhttp: BodyTimeout %v is negative; use 0 for no limit", idem.ErrInvalidConfig, c.BodyTimeout)
 	}
-	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, allow: map[string]bool{}, clock: eng.Config().Clock}
+	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, clock: eng.Config().Clock}
 	for _, meth := range c.Methods {
 		if meth == "" || strings.ToUpper(meth) != meth {
 			return nil, fmt.Errorf("%w: idemhttp: method %q must be upper case", idem.ErrInvalidConfig, meth)
 		}
 		m.methods[meth] = true
 	}
-	for _, h := range append(slices.Clone(DefaultReplayHeaders), c.ReplayHeaders...) {
-		ch := http.CanonicalHeaderKey(h)
-		if slices.Contains(NeverReplayed, ch) {
-			return nil, fmt.Errorf("%w: idemhttp: ReplayHeaders: %s is never replayed", idem.ErrInvalidConfig, ch)
-		}
-		m.allow[ch] = true
+	var never string
+	if m.replayHeaders, never = newReplayPolicy(c.ReplayHeaders); never != "" {
+		return nil, fmt.Errorf("%w: idemhttp: ReplayHeaders: %s is never replayed", idem.ErrInvalidConfig, never)
 	}
 	for _, h := range c.FingerprintHeaders {
 		m.fpHeaders = append(m.fpHeaders, http.CanonicalHeaderKey(h))
@@ -281,7 +265,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if body.size == 0 {
 			r2.Body = http.NoBody
 		}
-		cw := &capture{w: w, allow: m.allow, limit: m.cfg.MaxResponseBytes}
+		cw := &capture{w: w, replay: m.replayHeaders, limit: m.cfg.MaxResponseBytes}
 		next.ServeHTTP(cw, r2)
 		cw.finish()
 		switch {
@@ -413,11 +397,9 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 func (m *Middleware) replay(w http.ResponseWriter, resp Response) {
 	h := w.Header()
 	// Filtered again on the way out: a header stored under an earlier,
-	// wider allowlist is not replayed once it was taken off.
-	for name, vs := range resp.Header {
-		if m.allow[name] {
-			h[name] = vs
-		}
+	// wider policy is not replayed once it was taken off.
+	for name, vs := range m.replayHeaders.filter(resp.Header) {
+		h[name] = vs
 	}
 	h.Set(ReplayedHeader, "true")
 	status := resp.Status

@@ -35,7 +35,10 @@ type HTTPConfig[E any] struct {
 	// FingerprintHeaders are request headers fingerprinted with the
 	// method, path, query and body.
 	FingerprintHeaders []string
-	// ReplayHeaders are replayed besides idemhttp.DefaultReplayHeaders.
+	// ReplayHeaders, when set, are the only response headers replayed.
+	// By default every header is, but those in idemhttp.NeverReplayed.
+	// (Keys are scoped by Principal: a replay only reaches the caller
+	// that sent the first request.)
 	ReplayHeaders []string
 	// MaxBodyBytes caps the request body (decoded from base64 where it
 	// was); a larger one gets 413. Default 6 MiB, Lambda's own limit on an
