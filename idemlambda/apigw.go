@@ -18,8 +18,8 @@ import (
 // package idemhttp's middleware, so they answer exactly as it does: the
 // Idempotency-Key header (an RFC 8941 string, or a bare token), refusals as
 // problem+json proxy responses, replays marked "Idempotent-Replayed: true".
-// Each field is the idemhttp.Config field of the same name; E is the event
-// type.
+// Each field but Principal, which reads the event, is the idemhttp.Config
+// field of the same name; the route is the event's. E is the event type.
 type HTTPConfig[E any] struct {
 	// Scope is the operation name; default as in [Config].
 	Scope string
