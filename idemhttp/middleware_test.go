@@ -482,7 +482,10 @@ func TestLargeBodyIsSpooledAndFingerprintedAlike(t *testing.T) {
 func TestFlushAndHijackThroughTheCaptureWriter(t *testing.T) {
 	t.Parallel()
 	flushed := make(chan struct{})
-	en := setup(t, idem.Config{}, nil, func(w http.ResponseWriter, r *http.Request) {
+	// Wait: the client of a hijacked connection has its answer before the
+	// handler returns and the key is released; a retry then waits for the
+	// release instead of getting 409.
+	en := setup(t, idem.Config{Wait: time.Hour}, nil, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hijack" {
 			conn, rw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
