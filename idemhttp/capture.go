@@ -7,11 +7,11 @@ import (
 )
 
 // capture passes a handler's response through to the client and keeps a
-// copy of its status, allowlisted headers and body (up to a limit) for the
-// store.
+// copy of its status, the headers its replay policy keeps, and body (up to
+// a limit) for the store.
 type capture struct {
 	w        http.ResponseWriter
-	allow    map[string]bool // canonical header names kept for replay
+	replay   *replayPolicy
 	limit    int
 	status   int
 	header   http.Header
@@ -93,13 +93,4 @@ func (c *capture) finish() {
 	}
 }
 
-func (c *capture) snapshot() {
-	for name, vs := range c.w.Header() {
-		if c.allow[name] && len(vs) > 0 {
-			if c.header == nil {
-				c.header = make(http.Header, len(c.allow))
-			}
-			c.header[name] = append([]string(nil), vs...)
-		}
-	}
-}
+func (c *capture) snapshot() { c.header = c.replay.filter(c.w.Header()) }

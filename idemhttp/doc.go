@@ -2,9 +2,12 @@
 // the IETF Idempotency-Key header (draft-ietf-httpapi-idempotency-key-header):
 //
 //   - a covered request (POST and PATCH by default) with an Idempotency-Key
-//     runs its handler once; its response (status, allowlisted headers,
-//     body) is stored and replayed to every retry with the same key, marked
-//     "Idempotent-Replayed: true";
+//     runs its handler once; its response (status, headers, body) is stored
+//     and replayed to every retry with the same key, marked
+//     "Idempotent-Replayed: true". Every header is replayed but cookies,
+//     credentials, authentication challenges, hop-by-hop headers, Date and
+//     Content-Length ([NeverReplayed]), or only those in
+//     Config.ReplayHeaders when it is set;
 //   - a retry while the first is still running gets 409 with Retry-After
 //     (or waits, when the engine's Config.Wait is set);
 //   - the same key with another request (method, path, query, configured
@@ -22,6 +25,8 @@
 // the answer.
 //
 // The key's scope holds the caller's principal (Config.Principal), the
-// method and the route: without a principal, every caller shares one key
-// space, so set one in any service with more than one client.
+// method and the route, so a replay only ever reaches the caller that made
+// the original request. Without a principal, every caller shares one key
+// space and gets any response stored under a key it learns or guesses, so
+// set one in any service with more than one client.
 package idemhttp

@@ -81,9 +81,13 @@ type Config struct {
 	// not run again. Default 1 MiB; the store's own limit may be lower.
 	MaxResponseBytes int
 
-	// ReplayHeaders are the response headers stored and replayed, on top
-	// of DefaultReplayHeaders. The headers in [NeverReplayed] cannot be
-	// listed.
+	// ReplayHeaders, when not empty, is a strict allowlist: only these
+	// response headers are stored and replayed. By default every header
+	// is, custom ones (X-Charge-Id) included, but those in
+	// [NeverReplayed], which cannot be listed. Replaying them is safe
+	// because a replay reaches only a caller who sent the same key under
+	// the same principal (see Principal): the caller of the first request,
+	// where Principal is set.
 	ReplayHeaders []string
 
 	// Release decides, from the handler's status, that the response is
@@ -104,31 +108,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultReplayHeaders are the response headers always stored and
-// replayed.
-var DefaultReplayHeaders = []string{
-	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
-	"Content-Location", "Content-Type", "Etag", "Expires", "Last-Modified", "Link",
-	"Location", "Vary",
-}
-
-// NeverReplayed are the response headers that are never stored: credentials,
-// cookies, authentication challenges, hop-by-hop headers and those the
-// server computes for each response.
-var NeverReplayed = []string{
-	"Set-Cookie", "Authorization", "Proxy-Authorization", "Www-Authenticate", "Proxy-Authenticate",
-	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Content-Length", "Date", ReplayedHeader,
-}
-
 // Middleware applies Idempotency-Key semantics to the requests it covers.
 type Middleware struct {
-	eng       *idem.Engine
-	cfg       Config
-	methods   map[string]bool
-	allow     map[string]bool
-	fpHeaders []string
-	clock     idem.Clock
+	eng           *idem.Engine
+	cfg           Config
+	methods       map[string]bool
+	replayHeaders *replayPolicy
+	fpHeaders     []string
+	clock         idem.Clock
 }
 
 // New returns a middleware over eng. It fails with [idem.ErrInvalidConfig]
@@ -183,19 +170,16 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 	case c.BodyTimeout < 0:
 		return nil, fmt.Errorf("%w: idemhttp: BodyTimeout %v is negative; use 0 for no limit", idem.ErrInvalidConfig, c.BodyTimeout)
 	}
-	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, allow: map[string]bool{}, clock: eng.Config().Clock}
+	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, clock: eng.Config().Clock}
 	for _, meth := range c.Methods {
 		if meth == "" || strings.ToUpper(meth) != meth {
 			return nil, fmt.Errorf("%w: idemhttp: method %q must be upper case", idem.ErrInvalidConfig, meth)
 		}
 		m.methods[meth] = true
 	}
-	for _, h := range append(slices.Clone(DefaultReplayHeaders), c.ReplayHeaders...) {
-		ch := http.CanonicalHeaderKey(h)
-		if slices.Contains(NeverReplayed, ch) {
-			return nil, fmt.Errorf("%w: idemhttp: ReplayHeaders: %s is never replayed", idem.ErrInvalidConfig, ch)
-		}
-		m.allow[ch] = true
+	var never string
+	if m.replayHeaders, never = newReplayPolicy(c.ReplayHeaders); never != "" {
+		return nil, fmt.Errorf("%w: idemhttp: ReplayHeaders: %s is never replayed", idem.ErrInvalidConfig, never)
 	}
 	for _, h := range c.FingerprintHeaders {
 		m.fpHeaders = append(m.fpHeaders, http.CanonicalHeaderKey(h))
@@ -281,7 +265,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if body.size == 0 {
 			r2.Body = http.NoBody
 		}
-		cw := &capture{w: w, allow: m.allow, limit: m.cfg.MaxResponseBytes}
+		cw := &capture{w: w, replay: m.replayHeaders, limit: m.cfg.MaxResponseBytes}
 		next.ServeHTTP(cw, r2)
 		cw.finish()
 		switch {
@@ -326,11 +310,11 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := StoreKey(m.cfg.Scope, principal, r.Method, route, key)
+	k, err := storeKey(m.cfg.Scope, principal, r.Method, route, key)
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
-	h := NewFingerprint(r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Values, m.fpHeaders)
+	h := m.fingerprint(r)
 	body := &spool{}
 	if r.Body != nil && r.Body != http.NoBody {
 		if body, err = m.spoolBody(w, r, h); err != nil {
@@ -368,10 +352,9 @@ func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Ha
 	return body, err
 }
 
-// StoreKey is the store key of an Idempotency-Key: the key scoped by the
-// caller's principal (hashed; "" for none), the method and the route. The
-// Lambda adapters use it too, so that both answer alike.
-func StoreKey(scope, principal, method, route, key string) (idem.Key, error) {
+// storeKey is the store key of an Idempotency-Key: the key scoped by the
+// caller's principal (hashed; "" for none), the method and the route.
+func storeKey(scope, principal, method, route, key string) (idem.Key, error) {
 	tenant := ""
 	if principal != "" {
 		sum := sha256.Sum256([]byte("idemhttp-principal\x00" + principal))
@@ -380,18 +363,18 @@ func StoreKey(scope, principal, method, route, key string) (idem.Key, error) {
 	return idem.NewKey(scope, tenant, []byte(method+"\x00"+route+"\x00"+key))
 }
 
-// NewFingerprint starts a request fingerprint: a SHA-256 over the method,
-// path, query and the named headers (values from header), each
-// length-prefixed so that no two field lists hash alike. Write the body to
-// it, then hex-encode its sum.
-func NewFingerprint(method, path, query string, header func(name string) []string, names []string) hash.Hash {
+// fingerprint starts the fingerprint of r: a SHA-256 over the method,
+// escaped path, raw query and Config.FingerprintHeaders, each
+// length-prefixed so that no two field lists hash alike. The body is
+// written to it as it is read.
+func (m *Middleware) fingerprint(r *http.Request) hash.Hash {
 	h := sha256.New()
-	field(h, method)
-	field(h, path)
-	field(h, query)
-	for _, name := range names {
+	field(h, r.Method)
+	field(h, r.URL.EscapedPath())
+	field(h, r.URL.RawQuery)
+	for _, name := range m.fpHeaders {
 		field(h, name)
-		field(h, strings.Join(header(name), "\x00"))
+		field(h, strings.Join(r.Header.Values(name), "\x00"))
 	}
 	return h
 }
@@ -414,11 +397,9 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 func (m *Middleware) replay(w http.ResponseWriter, resp Response) {
 	h := w.Header()
 	// Filtered again on the way out: a header stored under an earlier,
-	// wider allowlist is not replayed once it was taken off.
-	for name, vs := range resp.Header {
-		if m.allow[name] {
-			h[name] = vs
-		}
+	// wider policy is not replayed once it was taken off.
+	for name, vs := range m.replayHeaders.filter(resp.Header) {
+		h[name] = vs
 	}
 	h.Set(ReplayedHeader, "true")
 	status := resp.Status

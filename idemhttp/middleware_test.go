@@ -122,7 +122,7 @@ func created(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/orders/1")
 	w.Header().Set("Set-Cookie", "session=secret")
 	w.Header().Set("Www-Authenticate", "Bearer")
-	w.Header().Set("X-Internal", "not allowlisted")
+	w.Header().Set("X-Charge-Id", "ch_1")
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, `{"id":1,"echo":%q}`, b)
 }
@@ -136,10 +136,11 @@ func TestReplayReturnsTheStoredResponse(t *testing.T) {
 	}
 	again := en.do(t, "POST", "/orders", `{"amount":10}`, "Idempotency-Key", `"k-1"`)
 	if again.status != 201 || again.body != first.body || again.header.Get("Location") != "/orders/1" ||
-		again.header.Get("Content-Type") != "application/json" || again.header.Get(idemhttp.ReplayedHeader) != "true" {
+		again.header.Get("Content-Type") != "application/json" || again.header.Get("X-Charge-Id") != "ch_1" ||
+		again.header.Get(idemhttp.ReplayedHeader) != "true" {
 		t.Fatalf("replay: %+v", again)
 	}
-	for _, h := range []string{"Set-Cookie", "Www-Authenticate", "X-Internal"} {
+	for _, h := range []string{"Set-Cookie", "Www-Authenticate"} {
 		if v := again.header.Get(h); v != "" {
 			t.Errorf("replay carries %s: %q", h, v)
 		}
@@ -150,6 +151,96 @@ func TestReplayReturnsTheStoredResponse(t *testing.T) {
 	// A bare token is the same key as its quoted form.
 	if bare := en.do(t, "POST", "/orders", `{"amount":10}`, "Idempotency-Key", `k-1`); bare.header.Get(idemhttp.ReplayedHeader) != "true" {
 		t.Fatalf("bare token: %+v", bare)
+	}
+}
+
+func TestReplayedHeaders(t *testing.T) {
+	t.Parallel()
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Charge-Id", "ch_1")
+		h.Add("Vary", "Accept")
+		h.Add("Vary", "Accept-Encoding")
+		h["set-cookie"] = []string{"session=secret"} // not canonical: still never replayed
+		h.Set("Authentication-Info", `nextnonce="n"`)
+		h.Set("Connection", "X-Hop")
+		h.Set("X-Hop", "named by Connection: hop-by-hop")
+		h.Set("Trailer", "X-Checksum")
+		w.WriteHeader(201)
+		io.WriteString(w, "ok")
+		h.Set("X-Checksum", "c") // a trailer, sent after the body
+	}
+	for _, c := range []struct {
+		name      string
+		only      []string
+		want      map[string]string
+		notWanted []string
+	}{
+		{"default", nil,
+			map[string]string{"Content-Type": "application/json", "X-Charge-Id": "ch_1", "Vary": "Accept, Accept-Encoding"},
+			[]string{"Set-Cookie", "Authentication-Info", "X-Hop", "X-Checksum"}},
+		{"strict", []string{"content-type", "Vary"},
+			map[string]string{"Content-Type": "application/json", "Vary": "Accept, Accept-Encoding"},
+			[]string{"X-Charge-Id", "Set-Cookie", "Authentication-Info", "X-Hop", "X-Checksum"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			en := setup(t, idem.Config{}, &idemhttp.Config{ReplayHeaders: c.only}, handler)
+			first := en.do(t, "POST", "/x", "", "Idempotency-Key", "h")
+			if first.header.Get("X-Charge-Id") != "ch_1" || first.header.Get("Set-Cookie") == "" {
+				t.Fatalf("first: %+v", first)
+			}
+			again := en.do(t, "POST", "/x", "", "Idempotency-Key", "h")
+			if again.header.Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("not a replay: %+v", again)
+			}
+			for name, want := range c.want {
+				if got := strings.Join(again.header.Values(name), ", "); got != want {
+					t.Errorf("replayed %s: %q, want %q", name, got, want)
+				}
+			}
+			for _, name := range c.notWanted {
+				if v := again.header.Values(name); len(v) > 0 {
+					t.Errorf("replay carries %s: %q", name, v)
+				}
+			}
+		})
+	}
+}
+
+// A header stored under an earlier, wider policy is not replayed once the
+// policy no longer keeps it: the filter runs on the way out too.
+func TestReplayFiltersWhatWasStored(t *testing.T) {
+	t.Parallel()
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	eng, err := idem.New(mem, &idem.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(only []string) *httptest.ResponseRecorder {
+		mw, err := idemhttp.New(eng, &idemhttp.Config{ReplayHeaders: only, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/x", nil)
+		r.Header.Set("Idempotency-Key", "k")
+		mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("X-Charge-Id", "ch_1")
+			w.WriteHeader(201)
+		})).ServeHTTP(w, r)
+		return w
+	}
+	serve(nil)
+	if w := serve(nil); w.Header().Get("X-Charge-Id") != "ch_1" {
+		t.Fatalf("default replay: %v", w.Header())
+	}
+	if w := serve([]string{"Content-Type"}); w.Header().Get("X-Charge-Id") != "" || w.Header().Get("Content-Type") != "text/plain" ||
+		w.Header().Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("strict replay of a record stored by default: %v", w.Header())
 	}
 }
 
@@ -391,7 +482,10 @@ func TestLargeBodyIsSpooledAndFingerprintedAlike(t *testing.T) {
 func TestFlushAndHijackThroughTheCaptureWriter(t *testing.T) {
 	t.Parallel()
 	flushed := make(chan struct{})
-	en := setup(t, idem.Config{}, nil, func(w http.ResponseWriter, r *http.Request) {
+	// Wait: the client of a hijacked connection has its answer before the
+	// handler returns and the key is released; a retry then waits for the
+	// release instead of getting 409.
+	en := setup(t, idem.Config{Wait: time.Hour}, nil, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hijack" {
 			conn, rw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
@@ -492,6 +586,7 @@ func TestConfigValidation(t *testing.T) {
 	defer eng.Store().(*memstore.Store).Close()
 	for name, cfg := range map[string]idemhttp.Config{
 		"set-cookie":  {ReplayHeaders: []string{"set-cookie"}},
+		"date":        {ReplayHeaders: []string{"Content-Type", "date"}},
 		"scope":       {Scope: "has space"},
 		"method":      {Methods: []string{"post"}},
 		"body":        {MaxBodyBytes: -1},

@@ -163,31 +163,22 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 	return p(http.StatusInternalServerError, ProblemInternal, "Internal error", "")
 }
 
-// Render returns p as an application/problem+json body and the headers
-// that go with it (Content-Type, Cache-Control: no-store, and Retry-After
-// in whole seconds, rounded up, when p.RetryAfter is positive).
-func (p Problem) Render() (body []byte, header map[string]string) {
-	b, err := json.Marshal(p)
-	if err != nil { // cannot happen: only strings and an int
-		b = []byte(`{"type":"about:blank","status":500}`)
-	}
-	header = map[string]string{"Content-Type": "application/problem+json", "Cache-Control": "no-store"}
-	if p.RetryAfter > 0 {
-		header["Retry-After"] = strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10)
-	}
-	return b, header
-}
-
-// WriteProblem writes p (see [Problem.Render]); Instance defaults to the
-// request path.
+// WriteProblem writes p as an application/problem+json body, with
+// Cache-Control: no-store and, when p.RetryAfter is positive, Retry-After in
+// whole seconds, rounded up. Instance defaults to the request path.
 func WriteProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	if p.Instance == "" && r != nil {
 		p.Instance = r.URL.Path
 	}
-	b, header := p.Render()
+	b, err := json.Marshal(p)
+	if err != nil { // cannot happen: only strings and an int
+		b = []byte(`{"type":"about:blank","status":500}`)
+	}
 	h := w.Header()
-	for k, v := range header {
-		h.Set(k, v)
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
 	}
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(p.Status)

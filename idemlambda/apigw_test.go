@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -61,7 +62,7 @@ func TestAPIGatewayV1(t *testing.T) {
 	}
 	again, err := h(ctx, ev)
 	if err != nil || again.StatusCode != 201 || again.Body != first.Body || again.Headers[idemhttp.ReplayedHeader] != "true" ||
-		again.Headers["Location"] != "/orders/ord_1" || again.Headers["Set-Cookie"] != "" || again.Headers["X-Private"] != "" || len(again.MultiValueHeaders) != 0 {
+		again.Headers["Location"] != "/orders/ord_1" || again.Headers["Set-Cookie"] != "" || again.Headers["X-Private"] != "p" || len(again.MultiValueHeaders) != 0 {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
 	if runs.Load() != 1 {
@@ -193,5 +194,60 @@ func TestHandlerErrorsReleaseAndSurface(t *testing.T) {
 	}
 	if r, err := h(context.Background(), ev); err != nil || r.StatusCode != 201 || runs.Load() != 2 {
 		t.Fatalf("retry: %+v %v", r, err)
+	}
+}
+
+func TestHTTPConfigIsCheckedAsIdemhttpChecksIt(t *testing.T) {
+	t.Parallel()
+	eng := engine(t, idem.Config{})
+	fn := func(context.Context, events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+		return events.LambdaFunctionURLResponse{}, nil
+	}
+	for name, cfg := range map[string]idemlambda.HTTPConfig[events.LambdaFunctionURLRequest]{
+		"lower-case method":    {Methods: []string{"post"}},
+		"negative body limit":  {MaxBodyBytes: -1},
+		"negative response":    {MaxResponseBytes: -1},
+		"negative retry-after": {StoreRetryAfter: -time.Second},
+		"never replayed":       {ReplayHeaders: []string{"set-cookie"}},
+		"scope":                {Scope: "has space"},
+	} {
+		if _, err := idemlambda.FunctionURL(eng, "orders", fn, &cfg); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := idemlambda.FunctionURL(eng, "orders", nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil handler: %v", err)
+	}
+	if _, err := idemlambda.FunctionURL(nil, "orders", fn, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("nil engine: %v", err)
+	}
+}
+
+// The handler's context is the middleware's request context: it holds the
+// claim, and MarkUncertain keeps the key until the lease ends.
+func TestHandlerContextIsTheMiddlewares(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int64
+	h, err := idemlambda.FunctionURL(engine(t, idem.Config{}), "orders", func(ctx context.Context, e events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+		runs.Add(1)
+		if c, ok := idem.FromContext(ctx); !ok || c.Fence != 1 {
+			t.Errorf("claim %+v, %v", c, ok)
+		}
+		if !idemhttp.MarkUncertain(ctx) {
+			t.Error("MarkUncertain: not a request of the middleware")
+		}
+		return events.LambdaFunctionURLResponse{StatusCode: 504}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.LambdaFunctionURLRequest
+	load(t, "function-url.json", &ev)
+	if r, err := h(context.Background(), ev); err != nil || r.StatusCode != 504 {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	r, _ := h(context.Background(), ev)
+	if problemType(t, r.StatusCode, r.Headers, r.Body) != idemhttp.ProblemInProgress || r.StatusCode != 409 || runs.Load() != 1 {
+		t.Fatalf("after an uncertain outcome: %+v, runs %d", r, runs.Load())
 	}
 }

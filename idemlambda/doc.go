@@ -12,13 +12,32 @@
 //     powertools_json, powertools_base64 and powertools_base64_gzip
 //     functions); a second expression validates the payload.
 //   - [APIGatewayV1], [APIGatewayV2] and [FunctionURL] answer with the
-//     Idempotency-Key header semantics of package idemhttp: problem+json
-//     400/409/422/503 proxy responses, replays marked
-//     "Idempotent-Replayed: true".
+//     Idempotency-Key header semantics of package idemhttp, because they
+//     run its middleware: problem+json 400/401/409/410/413/422/503 proxy
+//     responses, replays marked "Idempotent-Replayed: true".
 //   - [SQS] runs the records of a batch concurrently, each under its own
 //     key, and reports partial batch failures; FIFO batches run in order.
 //   - [EventBridge] keys on the event id, or on a selection of the event.
 //
 // The README's Lambda section maps every Powertools idempotency option to
 // its idem counterpart.
+//
+// # HTTP events
+//
+// The HTTP adapters convert at the edge, as aws-lambda-go's lambdaurl
+// does: an event becomes an *http.Request, idemhttp's middleware decides
+// (key, scope, fingerprint, body limit, claim, replay or refusal), and its
+// answer becomes the proxy response. When the middleware passes the
+// request on, the handler runs on the original event, the caller gets the
+// handler's response as returned, and the middleware stores what was
+// written from it. A handler error aborts the request, so the middleware
+// releases the key, and is returned to Lambda. The handler's context is
+// the middleware's: idem.FromContext gives the claim, and
+// idemhttp.MarkUncertain works as in an http.Handler.
+//
+// So there is one implementation of the HTTP rules, not a copy per
+// transport that drifts from it. The price is a conversion per event,
+// small beside a store round trip, and that a replayed body is sent
+// base64-encoded exactly when it is not UTF-8, whatever the first
+// response's IsBase64Encoded was.
 package idemlambda

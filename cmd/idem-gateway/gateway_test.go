@@ -24,16 +24,30 @@ func TestGatewayAnswers(t *testing.T) {
 			t.Fatalf("first: %+v", first)
 		}
 		again := send("POST", gw.url("/orders"), `{"amount":10}`, "Idempotency-Key", `"replay-1"`)
-		if again.status != 201 || !again.replayed() || again.body != first.body || again.header.Get("Location") != `/orders/"replay-1"` {
+		if again.status != 201 || !again.replayed() || again.body != first.body || again.header.Get("Location") != `/orders/"replay-1"` ||
+			again.header.Get("X-Upstream-Private") != "internal" {
 			t.Fatalf("replay: %+v", again)
 		}
-		for _, h := range []string{"Set-Cookie", "Www-Authenticate", "Proxy-Authenticate", "X-Upstream-Private"} {
+		for _, h := range []string{"Set-Cookie", "Www-Authenticate", "Proxy-Authenticate"} {
 			if v := again.header.Get(h); v != "" {
 				t.Errorf("replay carries %s: %q", h, v)
 			}
 		}
 		if n := up.count(`"replay-1"`); n != 1 {
 			t.Fatalf("upstream ran %d times", n)
+		}
+	})
+	t.Run("strict -replay-headers", func(t *testing.T) {
+		strict := startGateway(t, "-upstream", up.srv.URL, "-store", "memory:", "-replay-headers", "Content-Type, location")
+		send("POST", strict.url("/orders"), `{}`, "Idempotency-Key", "strict-1")
+		again := send("POST", strict.url("/orders"), `{}`, "Idempotency-Key", "strict-1")
+		if !again.replayed() || again.header.Get("Content-Type") != "application/json" || again.header.Get("Location") != "/orders/strict-1" {
+			t.Fatalf("replay: %+v", again)
+		}
+		for _, h := range []string{"Set-Cookie", "Www-Authenticate", "Proxy-Authenticate", "X-Upstream-Private"} {
+			if v := again.header.Get(h); v != "" {
+				t.Errorf("replay carries %s: %q", h, v)
+			}
 		}
 	})
 	t.Run("422", func(t *testing.T) {

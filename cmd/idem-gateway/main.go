@@ -92,7 +92,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.IntVar(&o.cacheEntries, "cache-entries", 10000, "completed responses kept in memory for replay without a store call (0: no cache)")
 	cacheBytes := fs.String("cache-bytes", "64MiB", "memory the replay cache may use")
 	methods := fs.String("methods", "POST,PATCH", "methods covered, comma separated")
-	replay := fs.String("replay-headers", "", "response headers replayed besides the defaults, comma separated")
+	replay := fs.String("replay-headers", "", "replay only these response headers, comma separated (default: every header but cookies, credentials, authentication challenges, hop-by-hop headers, Date and Content-Length); with -principal-header, keys are scoped by caller, so a replay only reaches the caller that sent the first request")
 	fp := fs.String("fingerprint-headers", "", "request headers that are part of the payload fingerprint, comma separated")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
