@@ -2,8 +2,10 @@ package storetest_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -26,6 +28,7 @@ var broken = map[string]struct {
 	"early-takeover":             {func(m *memstore.Store) idem.Store { return &earlyTakeover{Store: m} }, "TakeoverOnlyAfterLease"},
 	"racy-claim":                 {func(m *memstore.Store) idem.Store { return &racyClaim{Store: m} }, "Storm"},
 	"truncates-results":          {func(m *memstore.Store) idem.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
+	"gives-up-under-contention":  {func(m *memstore.Store) idem.Store { return &givesUp{Store: m} }, "Linearizability"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -136,4 +139,19 @@ func (s *truncating) Complete(ctx context.Context, p idem.CompleteParams) error 
 		p.Result = p.Result[:1024]
 	}
 	return s.Store.Complete(ctx, p)
+}
+
+type givesUp struct{ *memstore.Store }
+
+// Claim retries while the record changes between two reads, and gives up
+// after two rounds with ErrUnavailable: contention reported as a fault.
+func (s *givesUp) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	for range 2 {
+		before, _ := s.Store.Get(ctx, p.Key)
+		runtime.Gosched()
+		if after, _ := s.Store.Get(ctx, p.Key); reflect.DeepEqual(before, after) {
+			return s.Store.Claim(ctx, p)
+		}
+	}
+	return idem.ClaimResult{}, fmt.Errorf("claim %s: the record changed under 2 attempts: %w", p.Key, idem.ErrUnavailable)
 }
