@@ -39,14 +39,20 @@ func dsn(addr string) string {
 	return fmt.Sprintf("postgres://%s@%s/test?sslmode=disable&connect_timeout=2", user, addr)
 }
 
-// newPool returns a pool to addr, closed when the test ends.
+// newPool returns a pool to addr, closed when the test ends, with the
+// fault suite's connect timeout.
 func newPool(t testing.TB, addr string, maxConns int32) *pgxpool.Pool {
+	return newPoolTimeout(t, addr, maxConns, storefaults.Timeout)
+}
+
+// newPoolTimeout is newPool with another connect timeout.
+func newPoolTimeout(t testing.TB, addr string, maxConns int32, connect time.Duration) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(dsn(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.ConnectTimeout = storefaults.Timeout
+	cfg.ConnConfig.ConnectTimeout = connect
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +83,12 @@ func newSchema(t testing.TB, pool *pgxpool.Pool) string {
 	return table
 }
 
+// newStore returns a store on a fresh table. Its pool connects with a
+// timeout of 10s: the fault suite's 300 ms is for a server that does not
+// answer, and on a busy machine (tests under -race beside others) a new
+// connection to a healthy PostgreSQL sometimes takes longer than that.
 func newStore(t testing.TB, cfg pgstore.Config) (*pgstore.Store, *pgxpool.Pool) {
-	pool := newPool(t, hostPort(t), 32)
+	pool := newPoolTimeout(t, hostPort(t), 32, 10*time.Second)
 	cfg.Table = newSchema(t, pool)
 	if cfg.ReapInterval == 0 {
 		cfg.ReapInterval = -1
