@@ -29,6 +29,11 @@ type Store interface {
 	//   - any other live record (conflict): nothing is written; Acquired =
 	//     false and Record is the existing record, returned by the same round
 	//     trip. The caller compares fingerprints; the store never does.
+	//
+	// Contention is not a fault: a claim racing any number of calls on the
+	// key still answers with one of the outcomes above. [ErrUnavailable]
+	// means the backend could not be reached or did not answer in time,
+	// never that the claim lost races.
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 
 	// Complete stores a result and marks the record COMPLETED, setting

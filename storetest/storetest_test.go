@@ -2,8 +2,10 @@ package storetest_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -27,6 +29,7 @@ var broken = map[string]struct {
 	"racy-claim":                 {func(m *memstore.Store) idem.Store { return &racyClaim{Store: m} }, "Storm"},
 	"truncates-results":          {func(m *memstore.Store) idem.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
 	"fence-without-owner":        {func(m *memstore.Store) idem.Store { return &noOwner{Store: m} }, "ReclaimAfterDeletion"},
+	"gives-up-under-contention":  {func(m *memstore.Store) idem.Store { return &givesUp{Store: m} }, "Linearizability"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -169,4 +172,19 @@ func (s *noOwner) Release(ctx context.Context, p idem.ReleaseParams) error {
 func (s *noOwner) Extend(ctx context.Context, p idem.ExtendParams) error {
 	p.Owner = s.owner(ctx, p.Key, p.Fence)
 	return s.Store.Extend(ctx, p)
+}
+
+type givesUp struct{ *memstore.Store }
+
+// Claim retries while the record changes between two reads, and gives up
+// after two rounds with ErrUnavailable: contention reported as a fault.
+func (s *givesUp) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	for range 2 {
+		before, _ := s.Store.Get(ctx, p.Key)
+		runtime.Gosched()
+		if after, _ := s.Store.Get(ctx, p.Key); reflect.DeepEqual(before, after) {
+			return s.Store.Claim(ctx, p)
+		}
+	}
+	return idem.ClaimResult{}, fmt.Errorf("claim %s: the record changed under 2 attempts: %w", p.Key, idem.ErrUnavailable)
 }

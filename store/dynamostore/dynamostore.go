@@ -6,9 +6,10 @@
 // on conflict DynamoDB returns the existing item with the failure
 // (ReturnValuesOnConditionCheckFailure=ALL_OLD), so a duplicate costs one
 // request and no read. An item that is expired, or IN_PROGRESS past its
-// lease, is replaced by a second PutItem conditional on the fence just seen
-// and still claimable, which writes fence + 1: a takeover costs two
-// requests, and of two racing claimers exactly one wins. Complete, Fail,
+// lease, is taken over by an UpdateItem conditional on its being claimable
+// at the caller's Now, which adds 1 to the fence of the item it finds: a
+// takeover costs two requests, of racing claimers exactly one wins, and a
+// claim never needs a third. Complete, Fail,
 // Release and Extend are single writes conditional on the fence; Get is a
 // strongly consistent GetItem. A new call therefore costs two requests
 // (claim + complete) and a duplicate one.
@@ -253,60 +254,103 @@ func (s *Store) pick(ph ...string) map[string]string {
 	return m
 }
 
-// claimCond is the condition of a claim over an item the claimer has seen
-// with fence :old: it is still that item and still claimable.
-const claimCond = "#fence = :old AND (#expms <= :now OR (#st = :ip AND #lease <= :now))"
+// takeoverCond is the condition of a claim over an item seen claimable:
+// the key is absent, or its item is claimable at :now, whatever its fence.
+const takeoverCond = "attribute_not_exists(#pk) OR #expms <= :now OR (#st = :ip AND #lease <= :now)"
 
-// claimAttempts bounds the claim loop. Each failed round means another
-// claimer wrote the item in between; its claim is normally live, which ends
-// the loop with a conflict. Only claimers whose clocks put each other's
-// fresh leases in the past can keep it going.
-const claimAttempts = 32
+// takeoverUpdate writes a new claim over the item it finds, adding 1 to
+// that item's fence (an absent fence counts as 0), and removes what the
+// old item held.
+const takeoverUpdate = "SET #st = :ip, #owner = :owner, #lease = :lease, #exp = :exp, #expms = :expms, #val = :fp, #created = :now, #v = :v " +
+	"REMOVE #data, #dref, #completed, #ecode, #emsg, #ebody, #ref ADD #fence :one"
 
-// Claim implements [idem.Store]. The common cases are one PutItem: a new
-// key (condition attribute_not_exists) and a duplicate (the condition fails
-// and DynamoDB returns the live item with the failure). An expired item or
-// one past its lease costs a second PutItem, conditional on the fence just
-// seen, which writes fence + 1.
+// Claim implements [idem.Store] in one conditional PutItem for a new key
+// or a duplicate (DynamoDB returns the live item with the failed
+// condition), and at most one more request, which always decides: a
+// contended claim never loops, so it cannot run out of attempts.
+//
+// An item that is expired or past its lease is taken over by an
+// UpdateItem whose condition is claimability at Now, not the fence seen:
+// DynamoDB evaluates it on the current item and adds 1 to that item's
+// fence. If another claimer took the item over in between and its claim is
+// claimable at Now too, this claim takes it over in turn; if not, the
+// condition fails and DynamoDB returns that claimer's item, a conflict.
+// (Conditioning the write on the fence seen instead fails whenever the item
+// changed in between, and under contention it can fail that way every
+// round.)
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	var seen *idem.Record // the item as last returned; nil: absent
-	var ref string        // its spill reference
-	for range claimAttempts {
-		res, write := idem.ApplyClaim(seen, p)
-		if write == nil {
-			if err := s.loadSpilled(ctx, res.Record, ref); err != nil {
-				return idem.ClaimResult{}, err
-			}
-			return res, nil
-		}
-		in := &dynamodb.PutItemInput{
-			TableName:                           aws.String(s.cfg.Table),
-			Item:                                s.claimItem(write),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}
-		if seen == nil {
-			in.ConditionExpression = aws.String("attribute_not_exists(#pk)")
-			in.ExpressionAttributeNames = s.pick("#pk")
-		} else {
-			in.ConditionExpression = aws.String(claimCond)
-			in.ExpressionAttributeNames = s.pick("#fence", "#expms", "#st", "#lease")
-			in.ExpressionAttributeValues = map[string]types.AttributeValue{
-				":old": unum(seen.Fence), ":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()),
-			}
-		}
-		_, err := s.api.PutItem(ctx, in)
-		if err == nil {
-			return res, nil
-		}
-		old, failed := conditionFailed(err)
+	res, write := idem.ApplyClaim(nil, p)
+	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.cfg.Table),
+		Item:                                s.claimItem(write),
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames:            s.pick("#pk"),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return res, nil
+	}
+	item, failed := conditionFailed(err)
+	if !failed {
+		return idem.ClaimResult{}, s.translate("claim", p.Key, err)
+	}
+	if res, done, err := s.claimAnswer(ctx, p, item); done || err != nil {
+		return res, err
+	}
+	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:           aws.String(s.cfg.Table),
+		Key:                 s.itemKey(p.Key),
+		ConditionExpression: aws.String(takeoverCond),
+		UpdateExpression:    aws.String(takeoverUpdate),
+		ExpressionAttributeNames: s.pick("#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
+			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()), ":owner": str(p.Owner), ":lease": num(p.LeaseUntil),
+			":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt), ":fp": str(p.Fingerprint),
+			":v": num(int64(idem.RecordVersion)), ":one": num(1),
+		},
+		ReturnValues:                        types.ReturnValueAllOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err != nil {
+		item, failed := conditionFailed(err)
 		if !failed {
 			return idem.ClaimResult{}, s.translate("claim", p.Key, err)
 		}
-		if seen, ref, err = s.decodeMeta(p.Key, old); err != nil {
-			return idem.ClaimResult{}, err
+		res, done, err := s.claimAnswer(ctx, p, item)
+		if err == nil && !done {
+			err = &idem.CorruptError{Key: p.Key, Reason: "takeover condition refused a claimable item"}
 		}
+		return res, err
 	}
-	return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim %s: the item changed under %d claim attempts: %w", p.Key, claimAttempts, idem.ErrUnavailable)
+	// The old item, as the update found it, decides the answer.
+	old, _, err := s.decodeMeta(p.Key, out.Attributes)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	res, write = idem.ApplyClaim(old, p)
+	if write == nil {
+		return idem.ClaimResult{}, &idem.CorruptError{Key: p.Key, Reason: "takeover replaced an item that was not claimable"}
+	}
+	return res, nil
+}
+
+// claimAnswer answers a claim from the item a failed condition returned,
+// when that item is not claimable (a conflict, or this owner's own claim
+// whose reply was lost); done is false when the item is claimable.
+func (s *Store) claimAnswer(ctx context.Context, p idem.ClaimParams, item map[string]types.AttributeValue) (res idem.ClaimResult, done bool, err error) {
+	seen, ref, err := s.decodeMeta(p.Key, item)
+	if err != nil {
+		return idem.ClaimResult{}, true, err
+	}
+	res, write := idem.ApplyClaim(seen, p)
+	if write != nil {
+		return idem.ClaimResult{}, false, nil
+	}
+	if err := s.loadSpilled(ctx, res.Record, ref); err != nil {
+		return idem.ClaimResult{}, true, err
+	}
+	return res, true, nil
 }
 
 // claimItem is the whole item of a new claim.

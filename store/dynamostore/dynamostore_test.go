@@ -488,3 +488,81 @@ func TestFaults(t *testing.T) {
 		return s
 	})
 }
+
+// interleaving is an API that calls between(n) before the n-th write
+// (from 0) sent through it, so a test can commit another process's write
+// between a claim's requests; n counts the writes.
+type interleaving struct {
+	dynamostore.API
+	n       int
+	between func(n int)
+}
+
+func (a *interleaving) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	a.between(a.n)
+	a.n++
+	return a.API.PutItem(ctx, in, opts...)
+}
+
+func (a *interleaving) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	a.between(a.n)
+	a.n++
+	return a.API.UpdateItem(ctx, in, opts...)
+}
+
+// A claim whose view of the item is outdated by the time it writes still
+// decides, on the current item: here another process takes the item over
+// between the claim's two requests. The claim used to retry on the fence
+// it had seen and could lose that race every round (32 of them, then
+// ErrUnavailable).
+func TestClaimDecidesWhenTheItemChangesUnderIt(t *testing.T) {
+	c := newClient(endpoint(t))
+	const t0 = int64(1_000_000)
+	for _, tc := range []struct {
+		name      string
+		lease     int64 // of the claims taken between the racer's requests
+		wantFence uint64
+		wantOwner string
+	}{
+		{"current item claimable: taken over", 1, 3, "racer"},
+		{"current item live: conflict", 1_000, 2, "other-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, c, dynamostore.Config{})
+			ctx := context.Background()
+			claim := func(s *dynamostore.Store, owner string, now, leaseUntil int64) idem.ClaimResult {
+				t.Helper()
+				res, err := s.Claim(ctx, idem.ClaimParams{Key: "k", Owner: owner, Fingerprint: "f", Now: now, LeaseUntil: leaseUntil, ExpiresAt: t0 + 3_600_000})
+				if err != nil {
+					t.Fatalf("claim by %s: %v", owner, err)
+				}
+				return res
+			}
+			claim(s, "first", t0, t0+1)
+			api := &interleaving{API: c}
+			api.between = func(n int) {
+				if n >= 1 { // before every write after the first
+					now := t0 + 10 + int64(n)
+					if res := claim(s, fmt.Sprintf("other-%d", n), now, now+tc.lease); !res.Takeover {
+						t.Fatalf("claim %d between the racer's requests did not take over: %+v", n, res)
+					}
+				}
+			}
+			racer, err := dynamostore.New(api, s.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := claim(racer, "racer", t0+100, t0+200)
+			if res.Acquired != (tc.wantOwner == "racer") || res.Takeover != res.Acquired || res.Record.Owner != tc.wantOwner || res.Record.Fence != tc.wantFence {
+				t.Fatalf("claim = %+v, record %+v; want owner %s, fence %d", res, res.Record, tc.wantOwner, tc.wantFence)
+			}
+			got, err := s.Get(ctx, "k")
+			if err != nil || got.Owner != tc.wantOwner || got.Fence != tc.wantFence || got.LeaseUntil != res.Record.LeaseUntil {
+				t.Errorf("item after the claim %+v, %v; want the answer's record %+v", got, err, res.Record)
+			}
+			if api.n != 2 {
+				t.Errorf("claim sent %d writes, want 2", api.n)
+			}
+		})
+	}
+}

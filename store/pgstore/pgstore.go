@@ -5,8 +5,10 @@
 // Claim is one INSERT … ON CONFLICT DO NOTHING, which returns either the
 // new claim or, on conflict, the existing row in the same round trip; a
 // duplicate takes no lock and writes nothing. Replacing an expired row or
-// one past its lease is a second statement, an UPDATE conditional on the
-// fence just read. Complete, Fail, Release and
+// one past its lease is a second statement, INSERT … ON CONFLICT DO
+// UPDATE, which decides on the row's newest version under its lock; a
+// claim that raced another's insert reads once more first. A claim is at
+// most three statements, whatever the contention. Complete, Fail, Release and
 // Extend are one fenced UPDATE or DELETE each, whose statement also reads
 // the row, so a refused write is explained (not found / fenced) without a
 // second round trip.
@@ -199,7 +201,7 @@ func (s *Store) translate(op, key string, err error) error {
 const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover"
 
 type statements struct {
-	claim, takeover, complete, fail, release, extend, get, del, reap string
+	claim, upsert, complete, fail, release, extend, get, del, reap string
 }
 
 func newStatements(t string) statements {
@@ -217,11 +219,7 @@ func newStatements(t string) statements {
 			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING RETURNING " + columns + ") " +
 			"SELECT true, " + columns + " FROM ins UNION ALL " +
 			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
-		// Replaces a row seen claimable with fence $8, if it still is.
-		takeover: "UPDATE " + t + " SET status = 1, fence = fence + 1, owner = $2, lease_until = $3, expires_at = $4, fingerprint = $5, " +
-			"result = NULL, err_code = NULL, err_message = NULL, err_body = NULL, ref = NULL, created_at = $6, completed_at = NULL, " +
-			"version = $7, takeover = expires_at > $6 " +
-			"WHERE key = $1 AND fence = $8 AND (expires_at <= $6 OR (status = 1 AND lease_until <= $6)) RETURNING true, " + columns,
+		upsert:   claimUpsert(t),
 		complete: fenced("UPDATE " + t + " SET status = 2, result = $6, expires_at = $5, completed_at = $4"),
 		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $6, err_message = $7, err_body = $8, expires_at = $5, completed_at = $4"),
 		release:  fenced("DELETE FROM " + t),
@@ -232,42 +230,100 @@ func newStatements(t string) statements {
 	}
 }
 
-// claimRounds bounds the claim's statements. A claim meeting a row
-// inserted by a transaction that committed after the statement's snapshot
-// cannot read it, and a takeover meeting a row changed since it was read
-// changes nothing; the next round, with a new snapshot, sees the row.
-const claimRounds = 8
+// claimUpsert builds the claim's last statement. ON CONFLICT DO UPDATE
+// either inserts or locks the conflicting row and updates its newest
+// committed version, even one the statement's snapshot cannot see; that
+// is PostgreSQL's guarantee for this clause in READ COMMITTED, and what
+// the first statement (DO NOTHING, reading its snapshot) lacks. Every
+// column is set from a CASE on one condition, the record's claimability
+// at $6 (the rule of [idem.ApplyClaim]), evaluated on the locked version:
+// when claimable, a new claim with fence + 1; otherwise the row's own
+// value, so no field changes (the row gets a new version with the same
+// values) and RETURNING still gives the row.
+//
+// Its first column says whether the caller holds the claim: IN_PROGRESS
+// with the caller's owner and fingerprint. That is exactly the claim
+// just written, or a row that was not claimable and that ApplyClaim
+// would answer as acquired (the same owner's retried claim).
+func claimUpsert(t string) string {
+	claimable := "(cur.expires_at <= $6 OR (cur.status = 1 AND cur.lease_until <= $6))"
+	set := ""
+	for _, c := range []struct{ col, claimed string }{
+		{"status", "1"}, {"fence", "cur.fence + 1"}, {"owner", "$2"}, {"lease_until", "$3"}, {"expires_at", "$4"},
+		{"fingerprint", "$5"}, {"result", "NULL"}, {"err_code", "NULL"}, {"err_message", "NULL"}, {"err_body", "NULL"},
+		{"ref", "NULL"}, {"created_at", "$6"}, {"completed_at", "NULL"}, {"version", "$7"},
+		{"takeover", "cur.expires_at > $6"},
+	} {
+		if set != "" {
+			set += ", "
+		}
+		set += c.col + " = CASE WHEN " + claimable + " THEN " + c.claimed + " ELSE cur." + c.col + " END"
+	}
+	return "INSERT INTO " + t + " AS cur (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
+		"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO UPDATE SET " + set +
+		" RETURNING (cur.status = 1 AND cur.owner = $2 AND cur.fingerprint = $5), " + columns
+}
 
-// Claim implements [idem.Store]. A new key or a duplicate is one statement
-// (INSERT … ON CONFLICT DO NOTHING returning the new row, or the existing
-// one); replacing an expired row or one past its lease costs a second, an
-// UPDATE conditional on the fence just read.
+// Claim implements [idem.Store]. It sends at most three statements and
+// never loops on what it reads, so contention cannot exhaust it: the
+// last statement always decides.
+//
+// The first, INSERT … ON CONFLICT DO NOTHING, inserts a new claim, or
+// returns the conflicting row as of its snapshot without locking or
+// writing it. When that row is live and not claimable, the answer (a
+// conflict, or the same owner's retry) was true when the snapshot was
+// taken, within the call: a duplicate is one statement and writes
+// nothing. Two cases cannot be decided from the snapshot:
+//
+//   - The conflicting row is not in the snapshot: the transaction that
+//     inserted it committed after the statement began (the INSERT waited
+//     for it). The statement is sent once more; its new snapshot is taken
+//     after that commit, so it sees the row unless the row was deleted
+//     since. That is the common race of duplicates, and they still write
+//     nothing.
+//   - The row is claimable in the snapshot, but a concurrent claim may
+//     already have replaced it. A write conditional on the fence read
+//     would then change nothing, and reading again and retrying can lose
+//     the same way every round under contention: each read is outdated
+//     by the next takeover before the write arrives.
+//
+// Either way (or when the row is missing from the second snapshot too),
+// the last statement is the upsert of claimUpsert, which decides on the
+// row's newest version under its lock. A retried claim answered by the
+// upsert reports as Takeover how it was first acquired.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
 	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, idem.RecordVersion}
-	sql := s.sql.claim
-	for range claimRounds {
-		rec, acquired, takeover, err := s.claimRow(ctx, sql, args)
+	for range 2 {
+		rec, acquired, takeover, err := s.claimRow(ctx, s.sql.claim, args)
 		if err != nil {
 			return idem.ClaimResult{}, err
-		}
-		sql = s.sql.claim
-		args = args[:7]
-		if rec == nil {
-			continue
 		}
 		if acquired {
 			return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
 		}
-		res, write := idem.ApplyClaim(rec, p)
-		if write == nil {
-			return res, nil
+		if rec != nil {
+			if res, write := idem.ApplyClaim(rec, p); write == nil {
+				return res, nil
+			}
+			break
 		}
-		sql, args = s.sql.takeover, append(args, int64(rec.Fence))
 	}
-	return idem.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the row changed under %d attempts: %w", p.Key, claimRounds, idem.ErrUnavailable)
+	rec, acquired, takeover, err := s.claimRow(ctx, s.sql.upsert, args)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if rec == nil {
+		// Not an outcome of INSERT … ON CONFLICT DO UPDATE without a
+		// WHERE, which inserts or updates exactly one row.
+		return idem.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the upsert returned no row: %w", p.Key, idem.ErrUnavailable)
+	}
+	if !acquired {
+		return idem.ClaimResult{Record: rec}, nil
+	}
+	return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
 }
 
-// claimRow runs a claim or takeover statement: nil when it returned no row.
+// claimRow runs a claim or upsert statement: nil when it returned no row.
 func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *idem.Record, acquired, takeover bool, err error) {
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,14 +39,20 @@ func dsn(addr string) string {
 	return fmt.Sprintf("postgres://%s@%s/test?sslmode=disable&connect_timeout=2", user, addr)
 }
 
-// newPool returns a pool to addr, closed when the test ends.
+// newPool returns a pool to addr, closed when the test ends, with the
+// fault suite's connect timeout.
 func newPool(t testing.TB, addr string, maxConns int32) *pgxpool.Pool {
+	return newPoolTimeout(t, addr, maxConns, storefaults.Timeout)
+}
+
+// newPoolTimeout is newPool with another connect timeout.
+func newPoolTimeout(t testing.TB, addr string, maxConns int32, connect time.Duration) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(dsn(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.ConnectTimeout = storefaults.Timeout
+	cfg.ConnConfig.ConnectTimeout = connect
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +83,12 @@ func newSchema(t testing.TB, pool *pgxpool.Pool) string {
 	return table
 }
 
+// newStore returns a store on a fresh table. Its pool connects with a
+// timeout of 10s: the fault suite's 300 ms is for a server that does not
+// answer, and on a busy machine (tests under -race beside others) a new
+// connection to a healthy PostgreSQL sometimes takes longer than that.
 func newStore(t testing.TB, cfg pgstore.Config) (*pgstore.Store, *pgxpool.Pool) {
-	pool := newPool(t, hostPort(t), 32)
+	pool := newPoolTimeout(t, hostPort(t), 32, 10*time.Second)
 	cfg.Table = newSchema(t, pool)
 	if cfg.ReapInterval == 0 {
 		cfg.ReapInterval = -1
@@ -367,4 +378,165 @@ func TestDamagedRowFailsClosed(t *testing.T) {
 			t.Fatalf("damaged row: %v, ran %v; want ErrCorrupt and no run", err, ran)
 		}
 	}
+}
+
+// interleaving is a DB that calls between(n) before the n-th statement
+// (from 0) sent through it, so a test can commit another process's write
+// in the gap between a claim's statements; n counts the statements.
+type interleaving struct {
+	pgstore.DB
+	n       int
+	between func(n int)
+}
+
+func (d *interleaving) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	d.between(d.n)
+	d.n++
+	return d.DB.Query(ctx, sql, args...)
+}
+
+// racingStore returns a store on s's table whose statements go through an
+// interleaving DB.
+func racingStore(t *testing.T, s *pgstore.Store, pool *pgxpool.Pool, between func(n int)) (*pgstore.Store, *interleaving) {
+	db := &interleaving{DB: pool, between: between}
+	r, err := pgstore.New(db, &pgstore.Config{Table: s.Config().Table, ReapInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, db
+}
+
+// A claim whose read of the row is outdated by the time it writes still
+// decides, on the row's newest version: here another process takes the
+// row over between the claim's two statements. The claim used to retry
+// on a fence it had read, lose the same race each round and fail with
+// ErrUnavailable after 8 statements.
+func TestClaimDecidesWhenTheRowChangesUnderIt(t *testing.T) {
+	const t0 = int64(1_000_000)
+	for _, c := range []struct {
+		name      string
+		lease     int64 // of the claims taken between the racer's statements
+		wantFence uint64
+		wantOwner string
+	}{
+		{"newest version claimable: taken over", 1, 3, "racer"},
+		{"newest version live: conflict", 1_000, 2, "other-1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, pool := newStore(t, pgstore.Config{})
+			ctx := context.Background()
+			claim := func(s *pgstore.Store, owner string, now, leaseUntil int64) idem.ClaimResult {
+				t.Helper()
+				res, err := s.Claim(ctx, idem.ClaimParams{Key: "k", Owner: owner, Fingerprint: "f", Now: now, LeaseUntil: leaseUntil, ExpiresAt: t0 + 3_600_000})
+				if err != nil {
+					t.Fatalf("claim by %s: %v", owner, err)
+				}
+				return res
+			}
+			claim(s, "first", t0, t0+1)
+			racer, db := racingStore(t, s, pool, func(n int) {
+				if n >= 1 { // before every statement after the first read
+					now := t0 + 10 + int64(n)
+					if res := claim(s, fmt.Sprintf("other-%d", n), now, now+c.lease); !res.Takeover {
+						t.Fatalf("claim %d between the racer's statements did not take over: %+v", n, res)
+					}
+				}
+			})
+			res := claim(racer, "racer", t0+100, t0+200)
+			if res.Acquired != (c.wantOwner == "racer") || res.Takeover != res.Acquired || res.Record.Owner != c.wantOwner || res.Record.Fence != c.wantFence {
+				t.Fatalf("claim = %+v, record %+v; want owner %s, fence %d", res, res.Record, c.wantOwner, c.wantFence)
+			}
+			if got := mustGet(t, s, "k"); !reflect.DeepEqual(got, res.Record) {
+				t.Errorf("row after the claim %+v, want %+v", got, res.Record)
+			}
+			if db.n != 2 {
+				t.Errorf("claim sent %d statements, want 2", db.n)
+			}
+		})
+	}
+}
+
+// A claim whose first statement meets a row its snapshot cannot see (the
+// inserting transaction commits while the INSERT waits for it) reads once
+// more and answers from the row; if the row it meets then is again one
+// its snapshot cannot see, the upsert decides. Either way the holder's row
+// is unchanged.
+func TestClaimSeesARowCommittedDuringItsStatement(t *testing.T) {
+	const now = int64(1_000_000)
+	for _, c := range []struct {
+		name  string
+		twice bool
+		want  int // statements
+	}{
+		{"once: read again", false, 2},
+		{"twice: upsert", true, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, pool := newStore(t, pgstore.Config{})
+			ctx := context.Background()
+			table := s.Config().Table
+			// insert begins a transaction inserting the holder's row and
+			// commits it once another session waits for it.
+			insert := func(holder string) {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var pid uint32
+				if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version) VALUES ('k', 1, 1, $1, $2, $3, 'f', $4, $5)",
+					holder, now+10_000, now+3_600_000, now, idem.RecordVersion); err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					for waited := false; !waited; {
+						if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
+							t.Error(err)
+							break
+						}
+					}
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			racer, db := racingStore(t, s, pool, func(n int) {
+				if n == 1 && c.twice { // the row is replaced, uncommitted again
+					if _, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE key = 'k'"); err != nil {
+						t.Error(err)
+					}
+					insert("holder-2")
+				}
+			})
+			insert("holder")
+			res, err := racer.Claim(ctx, idem.ClaimParams{Key: "k", Owner: "racer", Fingerprint: "f", Now: now + 1, LeaseUntil: now + 10_001, ExpiresAt: now + 3_600_001})
+			if err != nil || res.Acquired || res.Record == nil {
+				t.Fatalf("claim = %+v, %v; want a conflict", res, err)
+			}
+			got := mustGet(t, s, "k")
+			want := idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 1, Owner: "holder", LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000,
+				Fingerprint: "f", CreatedAt: now, Version: idem.RecordVersion}
+			if c.twice {
+				want.Owner = "holder-2"
+			}
+			if !reflect.DeepEqual(*got, want) || !reflect.DeepEqual(*res.Record, want) {
+				t.Fatalf("claim answered %+v, row is %+v; want both %+v", res.Record, got, want)
+			}
+			if db.n != c.want {
+				t.Errorf("claim sent %d statements, want %d", db.n, c.want)
+			}
+		})
+	}
+}
+
+func mustGet(t *testing.T, s *pgstore.Store, key string) *idem.Record {
+	t.Helper()
+	r, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -54,8 +54,12 @@ func newPrefix(t testing.TB, c *redis.Client) string {
 	return p
 }
 
+// newStore returns a store on the Redis under test, with a client that
+// has go-redis's default timeouts (3s): the fault suite's short timeout
+// (newClient's default) is for a server that does not answer, and on a
+// busy machine a healthy Redis sometimes answers later than that.
 func newStore(t testing.TB, cfg redisstore.Config) (*redisstore.Store, *redis.Client) {
-	c := newClient(t, addr(t))
+	c := newClient(t, addr(t), func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = 0, 0 })
 	cfg.Prefix = newPrefix(t, c)
 	s, err := redisstore.New(c, &cfg)
 	if err != nil {
