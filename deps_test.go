@@ -23,10 +23,9 @@ func TestProductionImportsAreStandardLibraryOnly(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, p := range strings.Fields(string(out)) {
-		// internal/sweep is production code; every other internal package
-		// is a test kit.
+		// Every internal package is a test kit.
 		if !strings.HasPrefix(p, "github.com/seed-a1b882c0/idem") || strings.Contains(p, "storetest") ||
-			(strings.Contains(p, "internal/") && !strings.HasSuffix(p, "internal/sweep")) {
+			strings.Contains(p, "internal/") {
 			t.Errorf("production package imports %s", p)
 		}
 	}
