@@ -6,7 +6,7 @@ STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck
 
 DEMO_ARGS ?=
 
-.PHONY: help demo test test-modules race bench bench-modules fuzz lint tools
+.PHONY: help demo test test-modules race bench bench-modules fuzz lint tools modcheck tidy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -33,6 +33,12 @@ FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseKey .:FuzzUnmarshalRecord idemhttp
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@set -e; for t in $(FUZZ_TARGETS); do d=$${t%%:*}; f=$${t##*:}; echo "== $$d $$f"; \
 		(cd $$d && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) .); done
+
+modcheck: ## install idem-gateway@VERSION and build and vet every module as users get them: GOWORK=off, from a file-system module proxy of this tree (scripts/modcheck)
+	@scripts/modcheck
+
+tidy: ## go mod tidy in every module through that proxy (a plain go mod tidy cannot resolve the unpublished VERSION)
+	@scripts/modcheck tidy
 
 tools: ## install staticcheck
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0
