@@ -44,5 +44,5 @@ tools: ## install staticcheck
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
 lint: ## gofmt, go vet and staticcheck over every module
-	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt needed"; exit 1)
+	@test -z "$$(find . -path './.*' -prune -o -name '*.go' -print | xargs gofmt -l | tee /dev/stderr)" || (echo "gofmt needed"; exit 1)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done
