@@ -41,7 +41,7 @@ func roundTrip(t *testing.T, s idem.Store) {
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Now: now, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
+	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, key)
