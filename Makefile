@@ -6,7 +6,7 @@ STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck
 
 DEMO_ARGS ?=
 
-.PHONY: help demo demo-reset test test-modules race bench bench-modules fuzz lint tools
+.PHONY: help demo demo-reset test test-modules race bench bench-modules fuzz lint tools modcheck tidy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,9 +37,15 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@set -e; for t in $(FUZZ_TARGETS); do d=$${t%%:*}; f=$${t##*:}; echo "== $$d $$f"; \
 		(cd $$d && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) .); done
 
+modcheck: ## install idem-gateway@VERSION and build and vet every module as users get them: GOWORK=off, from a file-system module proxy of this tree (scripts/modcheck)
+	@scripts/modcheck
+
+tidy: ## go mod tidy in every module through that proxy (a plain go mod tidy cannot resolve the unpublished VERSION)
+	@scripts/modcheck tidy
+
 tools: ## install staticcheck
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
 lint: ## gofmt, go vet and staticcheck over every module
-	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt needed"; exit 1)
+	@test -z "$$(find . -path './.*' -prune -o -name '*.go' -print | xargs gofmt -l | tee /dev/stderr)" || (echo "gofmt needed"; exit 1)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done

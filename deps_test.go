@@ -1,33 +1,146 @@
 package idem_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
-// The core's production packages import the standard library only; test
-// kits (storetest, with porcupine) stay out of them.
+// repo is the import path prefix of every module in this repository.
+const repo = "github.com/seed-a1b882c0/idem"
+
+// isKit reports whether p is a test kit: storetest, idemtest/..., the
+// core's internal/faultstore, or a test library.
+func isKit(p string) bool {
+	return p == repo+"/storetest" || p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
+		p == repo+"/internal/faultstore" ||
+		strings.HasPrefix(p, "go.uber.org/goleak") || strings.HasPrefix(p, "github.com/anishathalye/porcupine")
+}
+
+type listedPackage struct {
+	ImportPath string
+	Standard   bool
+	ForTest    string
+	Module     *struct{ Path string }
+	Imports    []string
+	Deps       []string
+	Error      *struct{ Err string }
+}
+
+// listPackages lists every package of pattern with its dependencies and
+// test variants, as `go list -deps -test` sees them.
+func listPackages(t *testing.T, pattern string) []listedPackage {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		testenv.Missing(t, "go tool not on PATH")
+	}
+	cmd := exec.Command("go", "list", "-e", "-deps", "-test",
+		"-json=ImportPath,Standard,ForTest,Module,Imports,Deps,Error", pattern)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	var pkgs []listedPackage
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p listedPackage
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			return pkgs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if p.Error != nil {
+			t.Errorf("go list %s: %s", p.ImportPath, p.Error.Err)
+		}
+		pkgs = append(pkgs, p)
+	}
+}
+
+// production reports whether p is a non-test package of this repository
+// that is not a test kit.
+func production(p listedPackage) bool {
+	return p.ForTest == "" && !strings.HasSuffix(p.ImportPath, ".test") &&
+		(p.ImportPath == repo || strings.HasPrefix(p.ImportPath, repo+"/")) && !isKit(p.ImportPath)
+}
+
+// The core's production packages import the standard library and each
+// other only; test kits (storetest, with porcupine; idemtest) stay out.
 func TestProductionImportsAreStandardLibraryOnly(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("go"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("go tool not on PATH in CI")
-		}
-		t.Skip("go tool not on PATH")
+	pkgs := listPackages(t, "./...")
+	std := map[string]bool{}
+	for _, p := range pkgs {
+		std[p.ImportPath] = p.Standard
 	}
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
-		".", "./memstore").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		// internal/sweep is production code; every other internal package
-		// is a test kit.
-		if !strings.HasPrefix(p, "github.com/seed-a1b882c0/idem") || strings.Contains(p, "storetest") ||
-			(strings.Contains(p, "internal/") && !strings.HasSuffix(p, "internal/sweep")) {
-			t.Errorf("production package imports %s", p)
+	checked := 0
+	for _, p := range pkgs {
+		if !production(p) || p.Module == nil || p.Module.Path != repo {
+			continue
 		}
+		checked++
+		for _, d := range p.Deps {
+			if !std[d] && (!strings.HasPrefix(d, repo) || isKit(d)) {
+				t.Errorf("production package %s imports %s", p.ImportPath, d)
+			}
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("only %d production packages found in the core", checked)
+	}
+}
+
+// Over every module of the workspace: no production package reaches a test
+// kit (they stay out of the gateway's binary and of users' builds), and no
+// package, tests included, imports another module's internal packages. A
+// module compiles against whatever version of the core its user selects,
+// and internal packages promise nothing across versions.
+func TestModulesKeepTheirBoundaries(t *testing.T) {
+	t.Parallel()
+	if gowork, err := exec.Command("go", "env", "GOWORK").Output(); err != nil || len(bytes.TrimSpace(gowork)) == 0 {
+		testenv.Missing(t, "not in the repository's workspace (go.work), so the other modules cannot be listed")
+	}
+	if _, err := os.Stat("go.work"); err != nil {
+		testenv.Missing(t, "go.work not found beside the core module: "+err.Error())
+	}
+	pkgs := listPackages(t, repo+"/...")
+	module := map[string]string{}
+	for _, p := range pkgs {
+		if p.Module != nil {
+			module[p.ImportPath] = p.Module.Path
+		}
+	}
+	var modules []string
+	for _, p := range pkgs {
+		if p.Module == nil || !strings.HasPrefix(p.ImportPath, repo) {
+			continue
+		}
+		if !slices.Contains(modules, p.Module.Path) {
+			modules = append(modules, p.Module.Path)
+		}
+		if production(p) {
+			for _, d := range p.Deps {
+				if isKit(d) {
+					t.Errorf("production package %s imports test kit %s", p.ImportPath, d)
+				}
+			}
+		}
+		for _, imp := range p.Imports {
+			imp, _, _ = strings.Cut(imp, " ") // "p [q.test]" names a test variant of p
+			if strings.HasPrefix(imp, repo) && strings.Contains(imp+"/", "/internal/") && module[imp] != p.Module.Path {
+				t.Errorf("%s (module %s) imports %s of module %s", p.ImportPath, p.Module.Path, imp, module[imp])
+			}
+		}
+	}
+	if len(modules) < 2 {
+		t.Fatalf("only the modules %v were listed; expected every module of go.work", modules)
 	}
 }

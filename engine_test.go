@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/internal/faultstore"
 	"github.com/seed-a1b882c0/idem/memstore"
 )

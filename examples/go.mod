@@ -1,16 +1,16 @@
 module github.com/seed-a1b882c0/idem/examples
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
-	github.com/seed-a1b882c0/idem v0.0.0
-	github.com/seed-a1b882c0/idem/idemlambda v0.0.0
-	github.com/seed-a1b882c0/idem/store/boltstore v0.0.0
-	github.com/seed-a1b882c0/idem/store/dynamostore v0.0.0
+	github.com/seed-a1b882c0/idem v0.1.0
+	github.com/seed-a1b882c0/idem/idemlambda v0.1.0
+	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0
 )
 
 require (
@@ -30,12 +30,5 @@ require (
 	github.com/jmespath-community/go-jmespath v1.1.1 // indirect
 	go.etcd.io/bbolt v1.4.3 // indirect
 	golang.org/x/exp v0.0.0-20230314191032-db074128a8ec // indirect
-	golang.org/x/sys v0.29.0 // indirect
-)
-
-replace (
-	github.com/seed-a1b882c0/idem => ../
-	github.com/seed-a1b882c0/idem/idemlambda => ../idemlambda
-	github.com/seed-a1b882c0/idem/store/boltstore => ../store/boltstore
-	github.com/seed-a1b882c0/idem/store/dynamostore => ../store/dynamostore
+	golang.org/x/sys v0.48.0 // indirect
 )

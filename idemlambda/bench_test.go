@@ -10,8 +10,8 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemlambda"
-	"github.com/seed-a1b882c0/idem/internal/faultproxy"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
 

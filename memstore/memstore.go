@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/sweep"
 )
 
 // ErrFull is returned (wrapping idem.ErrUnavailable) when a claim of a new
@@ -90,8 +89,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// sweepLoop sweeps every SweepInterval on the store's clock until Close.
 func (s *Store) sweepLoop() {
-	sweep.Loop(s.stop, s.done, s.cfg.Clock, s.cfg.SweepInterval, func(now int64) { s.Sweep(now) })
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
+			s.Sweep(idem.Millis(s.cfg.Clock.Now()))
+		}
+	}
 }
 
 // Sweep deletes every record expired at now (ms) and returns how many.

@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 )
 
 // Features tells the suite what the store can do and how hard to push it.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a1b882c0/idem/internal/benchkit"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 // The gateway benchmarks put the gateway (in process, on a loopback

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a1b882c0/idem/internal/faultproxy"
+	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 )
 
 // The fleet's load and chaos.

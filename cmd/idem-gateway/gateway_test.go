@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a1b882c0/idem/internal/faultproxy"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 func TestGatewayAnswers(t *testing.T) {

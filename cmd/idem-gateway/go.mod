@@ -8,11 +8,11 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/seed-a1b882c0/idem v0.0.0
-	github.com/seed-a1b882c0/idem/store/boltstore v0.0.0
-	github.com/seed-a1b882c0/idem/store/dynamostore v0.0.0
-	github.com/seed-a1b882c0/idem/store/pgstore v0.0.0
-	github.com/seed-a1b882c0/idem/store/redisstore v0.0.0
+	github.com/seed-a1b882c0/idem v0.1.0
+	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0
+	github.com/seed-a1b882c0/idem/store/pgstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -46,12 +46,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/seed-a1b882c0/idem => ../..
-	github.com/seed-a1b882c0/idem/store/boltstore => ../../store/boltstore
-	github.com/seed-a1b882c0/idem/store/dynamostore => ../../store/dynamostore
-	github.com/seed-a1b882c0/idem/store/pgstore => ../../store/pgstore
-	github.com/seed-a1b882c0/idem/store/redisstore => ../../store/redisstore
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 // TestThreeGatewaysShareOneStore runs three gateway processes over one

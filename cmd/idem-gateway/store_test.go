@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 func TestStoreURLErrors(t *testing.T) {

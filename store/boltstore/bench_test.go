@@ -11,7 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/benchkit"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
 )
 

@@ -37,7 +37,6 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/sweep"
 )
 
 // ErrLocked is returned by [Open] when another process holds the file
@@ -394,8 +393,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// sweepLoop sweeps every SweepInterval on the store's clock until Close.
 func (s *Store) sweepLoop() {
-	sweep.Loop(s.stop, s.done, s.cfg.Clock, s.cfg.SweepInterval, func(now int64) { _, _ = s.Sweep(now) })
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
+			_, _ = s.Sweep(idem.Millis(s.cfg.Clock.Now()))
+		}
+	}
 }
 
 // Sweep deletes records expired at now (ms), SweepBatch per transaction,

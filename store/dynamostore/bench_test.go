@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/benchkit"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
 

@@ -22,9 +22,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/faultproxy"
-	"github.com/seed-a1b882c0/idem/internal/storefaults"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
+	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 	"github.com/seed-a1b882c0/idem/storetest"
 )

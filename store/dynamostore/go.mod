@@ -1,12 +1,12 @@
 module github.com/seed-a1b882c0/idem/store/dynamostore
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/smithy-go v1.28.8
-	github.com/seed-a1b882c0/idem v0.0.0
+	github.com/seed-a1b882c0/idem v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -17,5 +17,3 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.10 // indirect
 )
-
-replace github.com/seed-a1b882c0/idem => ../..

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/benchkit"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
 

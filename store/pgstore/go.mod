@@ -1,10 +1,10 @@
 module github.com/seed-a1b882c0/idem/store/pgstore
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/seed-a1b882c0/idem v0.0.0
+	github.com/seed-a1b882c0/idem v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -16,5 +16,3 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/seed-a1b882c0/idem => ../..

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/sweep"
 )
 
 // List implements [idem.Lister], in key order (the cursor is the last key
@@ -58,13 +57,20 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 	return out, nil
 }
 
+// reapLoop reaps every ReapInterval on the store's clock until Close.
 func (s *Store) reapLoop() {
-	sweep.Loop(s.stop, s.done, s.cfg.Clock, s.cfg.ReapInterval, func(now int64) {
-		n, err := s.Reap(context.Background(), now)
-		if s.cfg.OnReap != nil {
-			s.cfg.OnReap(n, err)
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.cfg.Clock.After(s.cfg.ReapInterval):
+			n, err := s.Reap(context.Background(), idem.Millis(s.cfg.Clock.Now()))
+			if s.cfg.OnReap != nil {
+				s.cfg.OnReap(n, err)
+			}
 		}
-	})
+	}
 }
 
 // Reap deletes rows expired at now (ms), ReapBatch per statement, and

@@ -17,9 +17,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/clocktest"
-	"github.com/seed-a1b882c0/idem/internal/storefaults"
-	"github.com/seed-a1b882c0/idem/internal/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 	"github.com/seed-a1b882c0/idem/storetest"
 )

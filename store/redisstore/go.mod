@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/seed-a1b882c0/idem v0.0.0
+	github.com/seed-a1b882c0/idem v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -14,5 +14,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/seed-a1b882c0/idem => ../..

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/faultproxy"
+	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 )
 
 // Open returns an isolated store that reaches the server at addr

@@ -1,0 +1,20 @@
+// Package idemtest holds the test kits of idem's modules, one package each:
+//
+//   - [github.com/seed-a1b882c0/idem/idemtest/clocktest]: a manual idem.Clock.
+//   - [github.com/seed-a1b882c0/idem/idemtest/faultproxy]: a TCP proxy that
+//     delays, loses and resets traffic to a real server.
+//   - [github.com/seed-a1b882c0/idem/idemtest/storefaults]: the network-fault
+//     suite for stores that talk to a server, built on faultproxy.
+//   - [github.com/seed-a1b882c0/idem/idemtest/testenv]: skip outside CI, fail
+//     in CI, when a test's server is missing.
+//   - [github.com/seed-a1b882c0/idem/idemtest/benchkit]: the store benchmark
+//     harness.
+//
+// They are exported, not internal, because the stores, idemlambda and
+// idem-gateway are modules of their own: a module that imported the core's
+// internal packages would compile against whatever core version its user
+// selects, and the kits are as usable for a store written outside this
+// repository. No production package imports them (deps_test.go checks
+// every module). Like [github.com/seed-a1b882c0/idem/storetest], they are
+// for tests only and change with the module's version.
+package idemtest
