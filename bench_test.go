@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/internal/faultstore"
+	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
 	"github.com/seed-a1b882c0/idem/memstore"
 )
 

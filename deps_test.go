@@ -17,11 +17,10 @@ import (
 // repo is the import path prefix of every module in this repository.
 const repo = "github.com/seed-a1b882c0/idem"
 
-// isKit reports whether p is a test kit: storetest, idemtest/..., the
-// core's internal/faultstore, or a test library.
+// isKit reports whether p is a test kit: storetest, idemtest/..., or a
+// test library.
 func isKit(p string) bool {
 	return p == repo+"/storetest" || p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
-		p == repo+"/internal/faultstore" ||
 		strings.HasPrefix(p, "go.uber.org/goleak") || strings.HasPrefix(p, "github.com/anishathalye/porcupine")
 }
 

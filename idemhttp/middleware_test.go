@@ -22,7 +22,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
-	"github.com/seed-a1b882c0/idem/internal/faultstore"
+	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
 	"github.com/seed-a1b882c0/idem/memstore"
 )
 
