@@ -10,7 +10,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // The engine's overhead over memstore, against calling the bare function.

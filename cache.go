@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"reflect"
 	"sync"
+
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // cacheable reports whether values of T may be handed to several callers
@@ -104,8 +106,8 @@ func (c *lru) get(key string, now int64) (lruEntry, bool) {
 
 // put caches a COMPLETED record, with its decoded value when the caller
 // has it and the type is cacheable; anything else is ignored.
-func (c *lru) put(r *Record, value any) {
-	if r.Status != StatusCompleted || len(r.Result) > c.maxBytes/4 {
+func (c *lru) put(r *store.Record, value any) {
+	if r.Status != store.StatusCompleted || len(r.Result) > c.maxBytes/4 {
 		return
 	}
 	c.mu.Lock()

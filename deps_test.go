@@ -17,10 +17,10 @@ import (
 // repo is the import path prefix of every module in this repository.
 const repo = "github.com/seed-a1b882c0/idem"
 
-// isKit reports whether p is a test kit: storetest, idemtest/..., or a
+// isKit reports whether p is a test kit: store/storetest, idemtest/..., or a
 // test library.
 func isKit(p string) bool {
-	return p == repo+"/storetest" || p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
+	return p == repo+"/store/storetest" || p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
 		strings.HasPrefix(p, "go.uber.org/goleak") || strings.HasPrefix(p, "github.com/anishathalye/porcupine")
 }
 

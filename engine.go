@@ -11,12 +11,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Engine runs operations at most once per key. It is safe for concurrent
 // use; create one per store and share it.
 type Engine struct {
-	store Store
+	store store.Store
 	cfg   Config
 	cache *lru
 	// ownerPrefix starts the owner of every claim: the configured owner and
@@ -31,7 +33,7 @@ type Engine struct {
 
 // New returns an engine over store. A nil cfg means all defaults. It fails
 // with [ErrInvalidConfig] when a field is out of range, saying which.
-func New(store Store, cfg *Config) (*Engine, error) {
+func New(store store.Store, cfg *Config) (*Engine, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
 	}
@@ -51,7 +53,7 @@ func New(store Store, cfg *Config) (*Engine, error) {
 }
 
 // Store returns the engine's store.
-func (e *Engine) Store() Store { return e.store }
+func (e *Engine) Store() store.Store { return e.store }
 
 // Config returns the engine's configuration, with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
@@ -134,14 +136,14 @@ type Completion[T any] struct {
 // Params encodes v with the engine's codec and returns the parameters of
 // the Complete that records it under this call's claim. The operation makes
 // that Complete itself, inside its own transaction.
-func (c *Completion[T]) Params(v T) (CompleteParams, error) {
+func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 	b, err := c.e.cfg.Codec.Marshal(v)
 	if err != nil {
-		return CompleteParams{}, &encodeError{err}
+		return store.CompleteParams{}, &encodeError{err}
 	}
 	c.result = b
-	now := Millis(c.e.cfg.Clock.Now())
-	return CompleteParams{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now,
+	now := store.Millis(c.e.cfg.Clock.Now())
+	return store.CompleteParams{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now,
 		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
 }
 
@@ -192,7 +194,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context
 		res.Value = v
 	} else if !ran && out.result != nil {
 		if uerr := e.cfg.Codec.Unmarshal(out.result, &res.Value); uerr != nil {
-			return res, &CorruptError{Key: c.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
+			return res, &store.CorruptError{Key: c.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
 		}
 	}
 	return res, err
@@ -239,14 +241,14 @@ type call struct {
 // flight lets concurrent duplicates inside one process share one claim.
 type flight struct {
 	claimed  chan struct{} // closed once the leader's claim has answered
-	claimRec *Record
+	claimRec *store.Record
 	acquired bool
 	claimErr error
 	// leaseUntil is the claim's lease as last written, renewals included.
 	leaseUntil atomic.Int64
 
 	done  chan struct{} // closed once the leader has finished
-	final *Record       // COMPLETED or FAILED outcome, nil when released
+	final *store.Record // COMPLETED or FAILED outcome, nil when released
 }
 
 // join returns the in-process flight for key, creating it (leader = true)
@@ -263,7 +265,7 @@ func (e *Engine) join(key string) (f *flight, leader bool) {
 }
 
 // land ends a flight: later callers start their own.
-func (e *Engine) land(key string, f *flight, final *Record) {
+func (e *Engine) land(key string, f *flight, final *store.Record) {
 	e.mu.Lock()
 	delete(e.flights, key)
 	e.mu.Unlock()
@@ -284,7 +286,7 @@ func (c *call) mismatch(stored string) error {
 func (c *call) run(ctx context.Context) (outcome, error) {
 	e := c.e
 	if e.cache != nil {
-		if ent, ok := e.cache.get(c.key, Millis(e.cfg.Clock.Now())); ok {
+		if ent, ok := e.cache.get(c.key, store.Millis(e.cfg.Clock.Now())); ok {
 			if err := c.mismatch(ent.fingerprint); err != nil {
 				return outcome{}, err
 			}
@@ -366,7 +368,7 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 	}
 	// The lease as last renewed; while the leader writes the outcome it may
 	// have run out in this process's view, but the key is still held.
-	until := FromMillis(max(f.leaseUntil.Load(), Millis(e.cfg.Clock.Now())))
+	until := store.FromMillis(max(f.leaseUntil.Load(), store.Millis(e.cfg.Clock.Now())))
 	busy := &InProgressError{Key: c.key, LeaseUntil: until, Owner: rec.Owner}
 	if e.cfg.Wait == 0 {
 		return outcome{}, false, busy
@@ -392,31 +394,31 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 }
 
 // existing answers a call from a live record held by someone else.
-func (c *call) existing(rec *Record) (outcome, error) {
+func (c *call) existing(rec *store.Record) (outcome, error) {
 	if err := c.mismatch(rec.Fingerprint); err != nil {
 		return outcome{}, err
 	}
 	switch rec.Status {
-	case StatusCompleted, StatusFailed:
+	case store.StatusCompleted, store.StatusFailed:
 		c.e.cfg.Observer.Observe(c.name, OutcomeReplayed)
 		if c.e.cache != nil {
 			c.e.cache.put(rec, nil)
 		}
 		return c.replay(rec)
-	case StatusInProgress:
-		return outcome{}, &InProgressError{Key: c.key, LeaseUntil: FromMillis(rec.LeaseUntil), Owner: rec.Owner}
+	case store.StatusInProgress:
+		return outcome{}, &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner}
 	}
-	return outcome{}, &CorruptError{Key: c.key, Reason: "record has invalid status " + rec.Status.String()}
+	return outcome{}, &store.CorruptError{Key: c.key, Reason: "record has invalid status " + rec.Status.String()}
 }
 
-func (c *call) replay(rec *Record) (outcome, error) {
+func (c *call) replay(rec *store.Record) (outcome, error) {
 	switch rec.Status {
-	case StatusCompleted:
+	case store.StatusCompleted:
 		return outcome{replayed: true, result: rec.Result}, nil
-	case StatusFailed:
+	case store.StatusFailed:
 		return outcome{replayed: true}, terminalFromRecord(rec.Err)
 	}
-	return outcome{}, &CorruptError{Key: c.key, Reason: "replay of a record in status " + rec.Status.String()}
+	return outcome{}, &store.CorruptError{Key: c.key, Reason: "replay of a record in status " + rec.Status.String()}
 }
 
 // owner returns a claim owner unique to this call: the engine's owner
@@ -451,8 +453,8 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 		return outcome{}, err
 	}
 	lease = min(lease, e.cfg.Expiry)
-	nowMs := Millis(now)
-	p := ClaimParams{
+	nowMs := store.Millis(now)
+	p := store.ClaimParams{
 		Key:         c.key,
 		Fingerprint: c.fingerprint,
 		Owner:       e.owner(),
@@ -460,13 +462,13 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
 	}
-	var res ClaimResult
+	var res store.ClaimResult
 	err := e.timed(StoreClaim, func() (err error) {
 		res, err = e.store.Claim(ctx, p)
 		return err
 	})
 	if err == nil && res.Record == nil {
-		err = &CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
+		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
 		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
@@ -589,19 +591,19 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 // complete records a success and returns the record the flight's
 // followers replay: the COMPLETED one, the FAILED marker that replaced a
 // result too large to store, or nil when nothing could be recorded.
-func (h *holder) complete(ctx context.Context, result []byte, value any) *Record {
+func (h *holder) complete(ctx context.Context, result []byte, value any) *store.Record {
 	e := h.e
 	if e.cfg.MaxResultBytes > 0 && len(result) > e.cfg.MaxResultBytes {
 		return h.storeUnreplayable(ctx, CodeResultTooLarge,
 			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
 	}
-	var done *Record
-	err := h.write(ctx, StoreComplete, StatusCompleted, func(wctx context.Context, now int64) error {
+	var done *store.Record
+	err := h.write(ctx, StoreComplete, store.StatusCompleted, func(wctx context.Context, now int64) error {
 		done = h.settled(result)
 		done.CompletedAt, done.ExpiresAt = now, now+e.cfg.Expiry.Milliseconds()
-		return e.store.Complete(wctx, CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result})
+		return e.store.Complete(wctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result})
 	})
-	var tl *TooLargeError
+	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
 		return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
 	}
@@ -616,16 +618,16 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *Record
 }
 
 // settled is the COMPLETED record of this claim with result, as of now.
-func (h *holder) settled(result []byte) *Record {
-	now := Millis(h.e.cfg.Clock.Now())
-	return &Record{Key: h.key, Status: StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
+func (h *holder) settled(result []byte) *store.Record {
+	now := store.Millis(h.e.cfg.Clock.Now())
+	return &store.Record{Key: h.key, Status: store.StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
 		Result: result, ExpiresAt: now + h.e.cfg.Expiry.Milliseconds(), CompletedAt: now}
 }
 
 // storeUnreplayable marks a successful call whose result cannot be stored
 // as FAILED with code, so that retries get a clear error instead of running
 // the operation a second time. The message is cut to fit limit (0: none).
-func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) *Record {
+func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) *store.Record {
 	e := h.e
 	e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
@@ -637,11 +639,11 @@ func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit 
 // limit (negative: no limit): the message cut on a UTF-8 boundary, no body.
 // The code is not counted against a store's limit, so the marker fits any
 // limit, even 0.
-func boundedError(code, msg string, limit int) ErrorRecord {
+func boundedError(code, msg string, limit int) store.ErrorRecord {
 	if limit >= 0 && len(msg) > limit {
 		msg = strings.ToValidUTF8(msg[:limit], "")
 	}
-	return ErrorRecord{Code: code, Message: msg}
+	return store.ErrorRecord{Code: code, Message: msg}
 }
 
 // fail records a terminal error and returns the FAILED record the flight's
@@ -649,15 +651,15 @@ func boundedError(code, msg string, limit int) ErrorRecord {
 // too large for the store is replaced by a bounded marker with
 // [CodeResultTooLarge], as a too-large result is: the key never stays
 // IN_PROGRESS for a retry to run again.
-func (h *holder) fail(ctx context.Context, er ErrorRecord) *Record {
+func (h *holder) fail(ctx context.Context, er store.ErrorRecord) *store.Record {
 	e := h.e
-	var final *Record
-	err := h.write(ctx, StoreFail, StatusFailed, func(wctx context.Context, now int64) error {
-		final = &Record{Key: h.key, Status: StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
+	var final *store.Record
+	err := h.write(ctx, StoreFail, store.StatusFailed, func(wctx context.Context, now int64) error {
+		final = &store.Record{Key: h.key, Status: store.StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
 			Err: &er, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
-		return e.store.Fail(wctx, FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er})
+		return e.store.Fail(wctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er})
 	})
-	var tl *TooLargeError
+	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
 		// Each fallback is strictly smaller than what was refused, so
 		// this ends.
@@ -684,9 +686,9 @@ func (h *holder) fail(ctx context.Context, er ErrorRecord) *Record {
 func (h *holder) release(ctx context.Context) {
 	e := h.e
 	err := h.write(ctx, StoreRelease, 0, func(wctx context.Context, now int64) error {
-		return e.store.Release(wctx, ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now})
+		return e.store.Release(wctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now})
 	})
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.writeFailed(StoreRelease, err)
 		return
 	}
@@ -706,7 +708,7 @@ const (
 // record already settled (status settled) under this very claim learns
 // that an earlier attempt landed and its reply was lost: success. The
 // writes go on when the caller's context is cancelled.
-func (h *holder) write(ctx context.Context, op StoreOp, settled Status, try func(ctx context.Context, now int64) error) error {
+func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, try func(ctx context.Context, now int64) error) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx)
 	deadline := e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
@@ -714,9 +716,9 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled Status, try func
 	for attempt := 1; ; attempt++ {
 		now := e.cfg.Clock.Now()
 		actx, cancel := context.WithTimeout(ctx, min(deadline.Sub(now), max(e.cfg.WriteTimeout/3, time.Millisecond)))
-		err := e.timed(op, func() error { return try(actx, Millis(now)) })
+		err := e.timed(op, func() error { return try(actx, store.Millis(now)) })
 		cancel()
-		var fe *FencedError
+		var fe *store.FencedError
 		switch {
 		case err == nil:
 			return nil
@@ -742,14 +744,14 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled Status, try func
 // anything but an answer about the record (not found, fenced out, too
 // large, corrupt).
 func transient(err error) bool {
-	return !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrFenced) &&
-		!errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrCorrupt)
+	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFenced) &&
+		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt)
 }
 
 func (h *holder) writeFailed(op StoreOp, err error) {
 	e := h.e
 	level := slog.LevelError
-	if errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
 		e.cfg.Observer.Observe(h.name, OutcomeFenced)
 		level = slog.LevelWarn
 	} else {
@@ -791,14 +793,14 @@ func (r *renewer) fire() {
 	}
 	h := r.h
 	e := h.e
-	now := Millis(e.cfg.Clock.Now())
+	now := store.Millis(e.cfg.Clock.Now())
 	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.WriteTimeout)
 	err := e.timed(StoreExtend, func() error {
-		return e.store.Extend(ctx, ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
+		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
 	})
 	cancel()
-	var fe *FencedError
+	var fe *store.FencedError
 	switch {
 	case err == nil:
 		h.flight.leaseUntil.Store(until)
@@ -807,7 +809,7 @@ func (r *renewer) fire() {
 		// is left to renew.
 		r.stopped = true
 		return
-	case errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound):
+	case errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound):
 		e.cfg.Observer.Observe(h.name, OutcomeFenced)
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
 			"key", h.key, "fence", h.fence, "err", err)

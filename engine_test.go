@@ -18,7 +18,8 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -331,7 +332,7 @@ func TestErrorPolicy(t *testing.T) {
 	t.Run("failed complete still returns the result", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			en := setup(t, idem.Config{Clock: idem.SystemClock{}})
-			en.store.FailAlways("complete", fmt.Errorf("network: %w", idem.ErrUnavailable))
+			en.store.FailAlways("complete", fmt.Errorf("network: %w", store.ErrUnavailable))
 			start := time.Now()
 			r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "charged", nil })
 			if err != nil || r.Value != "charged" {
@@ -369,7 +370,7 @@ func TestCompleteRetriedThroughTransientFaults(t *testing.T) {
 				var faultsUntil time.Time
 				en.store.FailWith(method, func(int64) error {
 					if time.Now().Before(faultsUntil) {
-						return fmt.Errorf("connection reset by peer: %w", idem.ErrUnavailable)
+						return fmt.Errorf("connection reset by peer: %w", store.ErrUnavailable)
 					}
 					return nil
 				})
@@ -429,7 +430,7 @@ func TestLostWriteReplyIsRecognisedAsOwn(t *testing.T) {
 				en := setup(t, idem.Config{Clock: idem.SystemClock{}})
 				en.store.LoseReplies(method, func(n int64) error {
 					if n == 1 {
-						return fmt.Errorf("i/o timeout: %w", idem.ErrUnavailable)
+						return fmt.Errorf("i/o timeout: %w", store.ErrUnavailable)
 					}
 					return nil
 				})
@@ -505,7 +506,7 @@ func TestHolderOfAVanishedRecordCannotTouchTheNextClaim(t *testing.T) {
 			close(finish) // the first holder ends now
 			<-errc
 			after, err := en.mem.Get(ctx, id.Key.String())
-			if err != nil || after.Status != idem.StatusInProgress || after.Owner != before.Owner {
+			if err != nil || after.Status != store.StatusInProgress || after.Owner != before.Owner {
 				t.Fatalf("the first holder's %s changed the new claim: %+v, %v", ending, after, err)
 			}
 			// A third caller is held off while the second runs.
@@ -516,7 +517,7 @@ func TestHolderOfAVanishedRecordCannotTouchTheNextClaim(t *testing.T) {
 			if r := <-res2; r.Value != "fresh" {
 				t.Fatalf("second holder: %+v", r)
 			}
-			if got, _ := en.mem.Get(ctx, id.Key.String()); got.Status != idem.StatusCompleted || string(got.Result) != `"fresh"` {
+			if got, _ := en.mem.Get(ctx, id.Key.String()); got.Status != store.StatusCompleted || string(got.Result) != `"fresh"` {
 				t.Fatalf("record after the second holder: %+v", got)
 			}
 		})
@@ -553,7 +554,7 @@ func TestTerminalErrorTooLargeIsStoredAsABoundedMarker(t *testing.T) {
 			r := req("k")
 			id, _ := r.Identity()
 			rec, _ := mem.Get(ctx, id.Key.String())
-			if rec.Status != idem.StatusFailed || rec.Err.Size() > limit {
+			if rec.Status != store.StatusFailed || rec.Err.Size() > limit {
 				t.Fatalf("stored marker: status %v, %d bytes over the limit %d", rec.Status, rec.Err.Size(), limit)
 			}
 			// A result too large for the store meets the same limit.
@@ -608,13 +609,13 @@ func TestShortExpiryDefaultsTheLease(t *testing.T) {
 func TestStoreDownFailsClosed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	down := fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", idem.ErrUnavailable)
+	down := fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", store.ErrUnavailable)
 	en := setup(t, idem.Config{})
 	en.store.FailAlways("claim", down)
 	ran := false
 	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { ran = true; return 1, nil })
 	var se *idem.StoreError
-	if !errors.As(err, &se) || se.Op != "claim" || !errors.Is(err, idem.ErrUnavailable) || ran {
+	if !errors.As(err, &se) || se.Op != "claim" || !errors.Is(err, store.ErrUnavailable) || ran {
 		t.Fatalf("store down: %v ran=%v; want a claim *StoreError and no execution", err, ran)
 	}
 	open := setup(t, idem.Config{FailOpen: true})
@@ -715,7 +716,7 @@ func TestLostLeaseCancelsTheOperation(t *testing.T) {
 	t.Parallel()
 	en := setup(t, idem.Config{Lease: 3 * time.Second, RenewInterval: time.Second})
 	ctx := context.Background()
-	en.store.FailAlways("extend", &idem.FencedError{Key: "k", Fence: 1, Current: 2, Status: idem.StatusInProgress})
+	en.store.FailAlways("extend", &store.FencedError{Key: "k", Fence: 1, Current: 2, Status: store.StatusInProgress})
 	inside := make(chan struct{})
 	cause := make(chan error)
 	go func() {
@@ -745,7 +746,7 @@ func TestLeaseDefaultsToContextDeadline(t *testing.T) {
 		if err != nil {
 			return 0, err
 		}
-		if got := idem.FromMillis(rec.LeaseUntil); got.Sub(dl).Abs() > 5*time.Millisecond {
+		if got := store.FromMillis(rec.LeaseUntil); got.Sub(dl).Abs() > 5*time.Millisecond {
 			t.Errorf("lease until %v, want the context deadline %v", got, dl)
 		}
 		return 1, nil
@@ -845,7 +846,7 @@ func TestOutcomeWrittenEvenIfCallerCancels(t *testing.T) {
 		t.Fatal(r, err)
 	}
 	rec, err := en.mem.Get(context.Background(), r.Key)
-	if err != nil || rec.Status != idem.StatusCompleted {
+	if err != nil || rec.Status != store.StatusCompleted {
 		t.Fatalf("record after the caller cancelled: %+v %v", rec, err)
 	}
 }
@@ -948,7 +949,7 @@ func TestStoredResultOfWrongTypeIsAnErrorNotGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { return 1, nil })
-	if !errors.Is(err, idem.ErrCorrupt) {
+	if !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("decoding a string result into int: %v, want ErrCorrupt", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Errors of a call through the engine ([Do], [Op.Do]).
@@ -32,25 +34,6 @@ var (
 	// ErrUncertain: the operation could not tell whether its effect took
 	// place (see [Uncertain]); the claim was kept until its lease ends.
 	ErrUncertain = errors.New("idem: outcome uncertain")
-)
-
-// Errors returned by stores.
-var (
-	// ErrNotFound: the key is absent or expired.
-	ErrNotFound = errors.New("idem: record not found")
-	// ErrFenced: a write by a holder whose fence is no longer the record's,
-	// or to a record no longer IN_PROGRESS. Nothing changed. The error is a
-	// [*FencedError].
-	ErrFenced = errors.New("idem: write refused, fence is stale")
-	// ErrTooLarge: the record is over the store's size limit. The error is a
-	// [*TooLargeError].
-	ErrTooLarge = errors.New("idem: record too large for the store")
-	// ErrUnavailable: the backend could not be reached or did not answer in
-	// time. Wrapped by stores with the backend's error.
-	ErrUnavailable = errors.New("idem: store unavailable")
-	// ErrCorrupt: stored bytes could not be decoded. The engine fails
-	// closed: it never replays what it cannot read.
-	ErrCorrupt = errors.New("idem: corrupt record")
 )
 
 // Errors of input validation.
@@ -165,54 +148,16 @@ func (e *TerminalError) Is(target error) bool {
 // when a successful result is over the size limit.
 const CodeResultTooLarge = "idem.result_too_large"
 
-func (e *TerminalError) record() ErrorRecord {
-	return ErrorRecord{Code: e.Code, Message: e.Message, Body: e.Body}
+func (e *TerminalError) record() store.ErrorRecord {
+	return store.ErrorRecord{Code: e.Code, Message: e.Message, Body: e.Body}
 }
 
-func terminalFromRecord(r *ErrorRecord) *TerminalError {
+func terminalFromRecord(r *store.ErrorRecord) *TerminalError {
 	if r == nil {
 		return &TerminalError{Message: "(no error stored)", Replayed: true}
 	}
 	return &TerminalError{Code: r.Code, Message: r.Message, Body: r.Body, Replayed: true}
 }
-
-// FencedError is returned by a store when a write's claim (fence and owner)
-// is not the record's claim, or the record is no longer IN_PROGRESS.
-type FencedError struct {
-	Key string
-	// Fence and Owner name the writer's claim; Current and CurrentOwner
-	// the record's.
-	Fence, Current      uint64
-	Owner, CurrentOwner string
-	// Status is the record's status.
-	Status Status
-}
-
-func (e *FencedError) Error() string {
-	return fmt.Sprintf("idem: write to %s by claim %d (%s) refused: record holds claim %d (%s), status %s",
-		e.Key, e.Fence, e.Owner, e.Current, e.CurrentOwner, e.Status)
-}
-
-// Own reports whether the record still holds the writer's own claim (in
-// another status than IN_PROGRESS): for example a Complete retried after its
-// first reply was lost finds its own COMPLETED record.
-func (e *FencedError) Own() bool { return e.Current == e.Fence && e.CurrentOwner == e.Owner }
-
-// Is makes errors.Is(err, ErrFenced) true.
-func (e *FencedError) Is(target error) bool { return target == ErrFenced }
-
-// TooLargeError is returned by a store when a record is over its limit.
-type TooLargeError struct {
-	Key         string
-	Size, Limit int
-}
-
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("idem: record %s carries %d bytes, over the store's limit of %d", e.Key, e.Size, e.Limit)
-}
-
-// Is makes errors.Is(err, ErrTooLarge) true.
-func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // StoreError wraps a store failure seen by the engine.
 type StoreError struct {
@@ -264,22 +209,6 @@ func (e *PayloadError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidPayload) true.
 func (e *PayloadError) Is(target error) bool { return target == ErrInvalidPayload }
-
-// CorruptError describes stored bytes that could not be decoded.
-type CorruptError struct {
-	Key    string
-	Reason string
-}
-
-func (e *CorruptError) Error() string {
-	if e.Key == "" {
-		return "idem: corrupt record: " + e.Reason
-	}
-	return fmt.Sprintf("idem: corrupt record %s: %s", e.Key, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrCorrupt) true.
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 // UncertainError marks an operation error whose effect is unknown: a request
 // was sent downstream and no answer came back, so the downstream may have

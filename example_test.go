@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // A charge retried three times runs once; the retries replay its result.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // BenchmarkMiddleware measures what the middleware adds to a handler, in

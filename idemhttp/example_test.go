@@ -9,7 +9,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // The middleware around a handler: a retried POST with the same

@@ -23,7 +23,8 @@ import (
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -435,7 +436,7 @@ func TestPrincipalsNeverShareResponses(t *testing.T) {
 func TestStoreDownIs503AndTheHandlerDoesNotRun(t *testing.T) {
 	t.Parallel()
 	en := setup(t, idem.Config{}, &idemhttp.Config{StoreRetryAfter: 5 * time.Second}, created)
-	en.store.FailAlways("claim", fmt.Errorf("%w: connection refused", idem.ErrUnavailable))
+	en.store.FailAlways("claim", fmt.Errorf("%w: connection refused", store.ErrUnavailable))
 	r := en.do(t, "POST", "/x", "{}", "Idempotency-Key", "k")
 	problem(t, r, 503, idemhttp.ProblemStoreUnavailable)
 	if r.header.Get("Retry-After") != "5" || en.runs.Load() != 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Problem is an RFC 9457 problem details object, the body of every error
@@ -112,7 +113,7 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 		pe  *PrincipalError
 		ipe *idem.InProgressError
 		me  *idem.MismatchError
-		ce  *idem.CorruptError
+		ce  *store.CorruptError
 	)
 	p := func(status int, name, title, detail string) Problem {
 		return Problem{Type: ProblemTypeBase + name, Title: title, Status: status, Detail: detail}
@@ -151,7 +152,7 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 	case errors.As(err, &ce):
 		return p(http.StatusInternalServerError, ProblemRecordUnreadable, "Stored response unreadable",
 			"the saved outcome of this Idempotency-Key cannot be read; the request is not processed again")
-	case errors.Is(err, idem.ErrStore), errors.Is(err, idem.ErrUnavailable):
+	case errors.Is(err, idem.ErrStore), errors.Is(err, store.ErrUnavailable):
 		pr := p(http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
 			"the request was not processed; retry later with the same Idempotency-Key")
 		pr.RetryAfter = storeRetryAfter

@@ -22,7 +22,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemlambda"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // FuzzWrapRaw sends arbitrary events through a wrapped handler keyed by

@@ -23,7 +23,8 @@ import (
 	"github.com/seed-a1b882c0/idem/idemlambda"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // The table below runs through idemhttp's middleware on a real server and
@@ -446,11 +447,11 @@ func run(t *testing.T, c httpCase, tr transport) ([]answer, int64) {
 	t.Helper()
 	mem := memstore.New(&memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { _ = mem.Close() })
-	store := faultstore.New(mem)
+	fs := faultstore.New(mem)
 	if c.sem.storeDown {
-		store.FailAlways("claim", fmt.Errorf("%w: connection refused", idem.ErrUnavailable))
+		fs.FailAlways("claim", fmt.Errorf("%w: connection refused", store.ErrUnavailable))
 	}
-	eng, err := idem.New(store, &idem.Config{Clock: clocktest.New(t0), RenewInterval: -1, Logger: quiet})
+	eng, err := idem.New(fs, &idem.Config{Clock: clocktest.New(t0), RenewInterval: -1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemlambda"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // TestNumbersAreReadExactly: numbers in the event are decoded exactly, so a
@@ -47,7 +48,7 @@ func TestNumbersAreReadExactly(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = eng.Store().Get(context.Background(), k.String())
-			if err != nil && !errors.Is(err, idem.ErrNotFound) {
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				t.Fatal(err)
 			}
 			return err == nil

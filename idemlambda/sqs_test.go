@@ -15,7 +15,8 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemlambda"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 func batch(n int, arn string) events.SQSEvent {
@@ -141,7 +142,7 @@ type barrierStore struct {
 	timedOut atomic.Bool
 }
 
-func (s *barrierStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *barrierStore) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if s.pending.Add(1) == s.want {
 		s.once.Do(func() { close(s.all) })
 	}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // scope is the operation name under which the gateway stores its keys.
@@ -170,12 +171,12 @@ func parseSize(s string) (int64, error) {
 type gateway struct {
 	opts    *options
 	log     *slog.Logger
-	store   idem.Store
+	store   store.Store
 	metrics *metrics
 	handler http.Handler
 }
 
-func newGateway(o *options, store idem.Store, log *slog.Logger) (*gateway, error) {
+func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, error) {
 	up, err := url.Parse(o.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port", o.upstream)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // TestThreeGatewaysShareOneStore runs three gateway processes over one
@@ -83,7 +83,7 @@ func sharedStore(t *testing.T, kind string) (addr string, via func(hostport stri
 			}
 			defer closeStore()
 			for _, r := range listRecords(t, s) {
-				if err := s.(idem.Deleter).Delete(ctx, r.Key); err != nil {
+				if err := s.(store.Deleter).Delete(ctx, r.Key); err != nil {
 					t.Errorf("cleanup: deleting %s: %v", r.Key, err)
 				}
 			}
@@ -112,12 +112,12 @@ func sharedStore(t *testing.T, kind string) (addr string, via func(hostport stri
 }
 
 // listRecords returns every live record of s.
-func listRecords(t *testing.T, s idem.Store) []*idem.Record {
+func listRecords(t *testing.T, s store.Store) []*store.Record {
 	t.Helper()
-	var out []*idem.Record
-	p := idem.ListParams{Now: idem.Millis(time.Now()), Limit: 500}
+	var out []*store.Record
+	p := store.ListParams{Now: store.Millis(time.Now()), Limit: 500}
 	for {
-		page, err := s.(idem.Lister).List(context.Background(), p)
+		page, err := s.(store.Lister).List(context.Background(), p)
 		if err != nil {
 			t.Errorf("listing records: %v", err)
 			return out

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // guard bounds every wait on the gateway in these tests: a failure guard,
@@ -161,17 +161,17 @@ func TestSlowBodiesAre408AndClaimNothing(t *testing.T) {
 	if err := gw.wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, gw.logs)
 	}
-	store, closeStore, err := openStore(context.Background(), "bolt://"+db)
+	st, closeStore, err := openStore(context.Background(), "bolt://"+db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeStore()
-	page, err := store.(idem.Lister).List(context.Background(), idem.ListParams{Now: time.Now().UnixMilli()})
+	page, err := st.(store.Lister).List(context.Background(), store.ListParams{Now: time.Now().UnixMilli()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var resp idemhttp.Response
-	if len(page.Records) != 1 || page.Records[0].Status != idem.StatusCompleted ||
+	if len(page.Records) != 1 || page.Records[0].Status != store.StatusCompleted ||
 		json.Unmarshal(page.Records[0].Result, &resp) != nil || !strings.Contains(string(resp.Body), `"key":"slow-upstream"`) {
 		for _, r := range page.Records {
 			t.Errorf("the store holds %s %s %s", r.Key, r.Status, r.Result)

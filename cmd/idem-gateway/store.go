@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
@@ -49,7 +49,7 @@ func defaultStorePath() string {
 //	redis://host:port/db?prefix=idem:         (rediss:// for TLS)
 //	postgres://user@host/db?table=idem_records
 //	dynamodb://TABLE?region=…&endpoint=…&create=true
-func openStore(ctx context.Context, raw string) (idem.Store, func() error, error) {
+func openStore(ctx context.Context, raw string) (store.Store, func() error, error) {
 	scheme, _, ok := strings.Cut(raw, ":")
 	if !ok {
 		return nil, nil, &StoreURLError{URL: raw, Reason: "no scheme; use memory:, bolt://, redis://, postgres:// or dynamodb://"}
@@ -160,9 +160,9 @@ func openStore(ctx context.Context, raw string) (idem.Store, func() error, error
 const healthKey = "idem-gateway:healthz#0000000000000000000000000000000000000000000000000000000000000000"
 
 // checkStore reads healthKey: absent or present, the store answered.
-func checkStore(ctx context.Context, s idem.Store) error {
+func checkStore(ctx context.Context, s store.Store) error {
 	_, err := s.Get(ctx, healthKey)
-	if err == nil || errors.Is(err, idem.ErrNotFound) {
+	if err == nil || errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 func TestStoreURLErrors(t *testing.T) {
@@ -32,20 +32,20 @@ func TestStoreURLErrors(t *testing.T) {
 }
 
 // roundTrip claims and completes one key through s, then reads it back.
-func roundTrip(t *testing.T, s idem.Store) {
+func roundTrip(t *testing.T, s store.Store) {
 	t.Helper()
 	ctx := context.Background()
 	key := fmt.Sprintf("gateway#%064x", time.Now().UnixNano())
-	now := idem.Millis(time.Now())
-	res, err := s.Claim(ctx, idem.ClaimParams{Key: key, Owner: "test", Fingerprint: "fp", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000})
+	now := store.Millis(time.Now())
+	res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "test", Fingerprint: "fp", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000})
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, key)
-	if err != nil || rec.Status != idem.StatusCompleted || string(rec.Result) != `"ok"` {
+	if err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != `"ok"` {
 		t.Fatalf("get: %+v %v", rec, err)
 	}
 	if err := checkStore(ctx, s); err != nil {

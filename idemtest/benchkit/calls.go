@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Receipt is the result every store benchmark stores: a small JSON object.
@@ -48,7 +49,7 @@ func DuplicateCalls(b *testing.B, e *idem.Engine, concurrency, keys int) {
 }
 
 // Engine returns a benchmark engine over s: quiet logger, no lease renewal.
-func Engine(b *testing.B, s idem.Store) *idem.Engine {
+func Engine(b *testing.B, s store.Store) *idem.Engine {
 	b.Helper()
 	e, err := idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RenewInterval: -1})
 	if err != nil {
@@ -59,7 +60,7 @@ func Engine(b *testing.B, s idem.Store) *idem.Engine {
 
 // NewCallBenchmarks runs NewCalls as sub-benchmarks c=N, one fresh store
 // (from newStore) per concurrency.
-func NewCallBenchmarks(b *testing.B, newStore func(b *testing.B) idem.Store, concurrency ...int) {
+func NewCallBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store, concurrency ...int) {
 	for _, c := range concurrency {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { NewCalls(b, Engine(b, newStore(b)), c) })
 	}
@@ -67,7 +68,7 @@ func NewCallBenchmarks(b *testing.B, newStore func(b *testing.B) idem.Store, con
 
 // DuplicateCallBenchmarks runs DuplicateCalls over keys as sub-benchmarks
 // c=N, one fresh store per concurrency.
-func DuplicateCallBenchmarks(b *testing.B, newStore func(b *testing.B) idem.Store, keys int, concurrency ...int) {
+func DuplicateCallBenchmarks(b *testing.B, newStore func(b *testing.B) store.Store, keys int, concurrency ...int) {
 	for _, c := range concurrency {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { DuplicateCalls(b, Engine(b, newStore(b)), c, keys) })
 	}

@@ -8,12 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Store wraps Inner. Set Fail to make calls fail; read Calls to count them.
 type Store struct {
-	Inner idem.Store
+	Inner store.Store
 
 	mu sync.Mutex
 	// fail, keyed by method name, returns the error to inject for call n
@@ -26,7 +26,7 @@ type Store struct {
 }
 
 // New wraps inner.
-func New(inner idem.Store) *Store {
+func New(inner store.Store) *Store {
 	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
 	for _, m := range []string{"claim", "complete", "fail", "release", "extend", "get"} {
 		s.calls[m] = new(atomic.Int64)
@@ -100,15 +100,15 @@ func (s *Store) reply(method string, err error) error {
 }
 
 // Claim implements idem.Store.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := s.inject("claim"); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	return s.Inner.Claim(ctx, p)
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := s.inject("complete"); err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 }
 
 // Fail implements idem.Store.
-func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if err := s.inject("fail"); err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	if err := s.inject("release"); err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 }
 
 // Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := s.inject("extend"); err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 }
 
 // Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := s.inject("get"); err != nil {
 		return nil, err
 	}

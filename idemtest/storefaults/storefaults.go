@@ -15,13 +15,14 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Open returns an isolated store that reaches the server at addr
 // (host:port), with its cleanup registered on t. Calls through it must time
 // out within Timeout when the server does not answer. Every call to Open in
 // one case must see the same records.
-type Open func(t *testing.T, addr string) idem.Store
+type Open func(t *testing.T, addr string) store.Store
 
 // Timeout is the client timeout Open must configure (or honour from the
 // context); the latency case delays replies by four times as much.
@@ -48,8 +49,8 @@ func Run(t *testing.T, target string, open Open) {
 
 type fixture struct {
 	proxy  *faultproxy.Proxy
-	via    idem.Store // through the proxy
-	direct idem.Store // straight to the server, same records
+	via    store.Store // through the proxy
+	direct store.Store // straight to the server, same records
 	eng    *idem.Engine
 	obs    *idem.Counters
 	runs   atomic.Int64
@@ -78,7 +79,7 @@ func setup(t *testing.T, target string, open Open, cfg *idem.Config) *fixture {
 }
 
 // record returns the record of r, read straight from the server.
-func (f *fixture) record(t *testing.T, r idem.Request) *idem.Record {
+func (f *fixture) record(t *testing.T, r idem.Request) *store.Record {
 	t.Helper()
 	id, err := r.Identity()
 	if err != nil {
@@ -109,7 +110,7 @@ func (f *fixture) do(ctx context.Context, r idem.Request, during func()) (idem.R
 
 func wantUnavailable(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, idem.ErrUnavailable) || !errors.Is(err, idem.ErrStore) {
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, idem.ErrStore) {
 		t.Fatalf("%s: %v, want a store error wrapping idem.ErrUnavailable", what, err)
 	}
 }
@@ -180,7 +181,7 @@ func resetDuringComplete(t *testing.T, target string, open Open) {
 	if f.proxy.Reset.Load() != 2 || f.obs.Count(idem.OutcomeWriteRetried) < 1 || f.obs.Count(idem.OutcomeCompleteFailed) != 0 {
 		t.Fatalf("resets %d, observer %v; want 2 resets, retried, nothing failed", f.proxy.Reset.Load(), f.obs.Snapshot())
 	}
-	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {
+	if rec := f.record(t, r); rec.Status != store.StatusCompleted {
 		t.Fatalf("record after a retried Complete: %+v; want COMPLETED", rec)
 	}
 	again, err := f.do(context.Background(), r, nil)
@@ -217,7 +218,7 @@ func resetsDuringCompletePastTheLease(t *testing.T, target string, open Open) {
 	if f.obs.Count(idem.OutcomeCompleteFailed) != 0 || f.obs.Count(idem.OutcomeWriteRetried) == 0 {
 		t.Fatalf("observer %v; want retries and no failed complete", f.obs.Snapshot())
 	}
-	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {
+	if rec := f.record(t, r); rec.Status != store.StatusCompleted {
 		t.Fatalf("record: %+v; want COMPLETED", rec)
 	}
 	// Another process, long after the original lease, replays.
@@ -248,20 +249,20 @@ func lostCompleteReply(t *testing.T, target string, open Open) {
 	if n := f.obs.Count(idem.OutcomeCompleteFailed) + f.obs.Count(idem.OutcomeFenced); n != 0 {
 		t.Fatalf("own COMPLETED record counted as a failure: %v", f.obs.Snapshot())
 	}
-	if rec := f.record(t, r); rec.Status != idem.StatusCompleted {
+	if rec := f.record(t, r); rec.Status != store.StatusCompleted {
 		t.Fatalf("record: %+v; want COMPLETED", rec)
 	}
 	// The store call itself reports a reset as unavailable.
 	r2 := req()
 	id, _ := r2.Identity()
 	now := time.Now().UnixMilli()
-	c, err := f.direct.Claim(context.Background(), idem.ClaimParams{Key: id.Key.String(), Owner: "o", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000})
+	c, err := f.direct.Claim(context.Background(), store.ClaimParams{Key: id.Key.String(), Owner: "o", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.proxy.ResetRequests(1)
-	err = f.via.Complete(context.Background(), idem.CompleteParams{Key: id.Key.String(), Fence: c.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("7")})
-	if !errors.Is(err, idem.ErrUnavailable) {
+	err = f.via.Complete(context.Background(), store.CompleteParams{Key: id.Key.String(), Fence: c.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("7")})
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Complete reset on the wire: %v, want ErrUnavailable", err)
 	}
 }
@@ -276,7 +277,7 @@ func lostClaimReply(t *testing.T, target string, open Open) {
 	r := req()
 	id, _ := r.Identity()
 	now := time.Now().UnixMilli()
-	p := idem.ClaimParams{Key: id.Key.String(), Owner: "owner-1", Fingerprint: "fp", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000}
+	p := store.ClaimParams{Key: id.Key.String(), Owner: "owner-1", Fingerprint: "fp", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000}
 	f.proxy.DropReplies(1)
 	_, err := f.via.Claim(context.Background(), p)
 	if f.proxy.Dropped.Load() != 1 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkRaw(b *testing.B) {
 		k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i)))
 		return []byte(k.String())
 	}
-	rec := idem.MarshalRecord(&idem.Record{Key: string(key(0)), Status: idem.StatusCompleted, Fence: 1, Owner: "host/12345/0a1b2c3d/123456",
+	rec := store.MarshalRecord(&store.Record{Key: string(key(0)), Status: store.StatusCompleted, Fence: 1, Owner: "host/12345/0a1b2c3d/123456",
 		Result: []byte(`{"id":"r-1","amount":1000}`), LeaseUntil: 1 << 41, ExpiresAt: 1 << 41, CreatedAt: 1 << 41, CompletedAt: 1 << 41, Version: 1})
 	for _, c := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("new/c=%d", c), func(b *testing.B) {

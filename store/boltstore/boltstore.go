@@ -37,11 +37,12 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // ErrLocked is returned by [Open] when another process holds the file
 // (wrapping idem.ErrUnavailable).
-var ErrLocked = fmt.Errorf("boltstore: file is locked by another process (the file store is single-process): %w", idem.ErrUnavailable)
+var ErrLocked = fmt.Errorf("boltstore: file is locked by another process (the file store is single-process): %w", store.ErrUnavailable)
 
 // Config configures a [Store]. A nil *Config means all defaults.
 type Config struct {
@@ -78,9 +79,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Lister  = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Lister  = (*Store)(nil)
+	_ store.Deleter = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store file at path and starts its
@@ -169,40 +170,40 @@ func translate(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *idem.CorruptError
-	var fe *idem.FencedError
-	var tl *idem.TooLargeError
+	var ce *store.CorruptError
+	var fe *store.FencedError
+	var tl *store.TooLargeError
 	switch {
-	case errors.As(err, &ce), errors.As(err, &fe), errors.As(err, &tl), errors.Is(err, idem.ErrNotFound):
+	case errors.As(err, &ce), errors.As(err, &fe), errors.As(err, &tl), errors.Is(err, store.ErrNotFound):
 		return err
 	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
-		return fmt.Errorf("boltstore: store is closed: %w", idem.ErrUnavailable)
+		return fmt.Errorf("boltstore: store is closed: %w", store.ErrUnavailable)
 	}
-	return fmt.Errorf("boltstore: %v: %w", err, idem.ErrUnavailable)
+	return fmt.Errorf("boltstore: %v: %w", err, store.ErrUnavailable)
 }
 
 // read decodes the record under key in tx, nil when absent.
-func (s *Store) read(tx *bolt.Tx, key string) (*idem.Record, error) {
+func (s *Store) read(tx *bolt.Tx, key string) (*store.Record, error) {
 	v := tx.Bucket(s.bucket).Get([]byte(key))
 	if v == nil {
 		return nil, nil
 	}
-	r, err := idem.UnmarshalRecord(v) // copies out of the mmap
+	r, err := store.UnmarshalRecord(v) // copies out of the mmap
 	if err != nil {
-		var ce *idem.CorruptError
+		var ce *store.CorruptError
 		if errors.As(err, &ce) {
 			ce.Key = key
 		}
 		return nil, err
 	}
 	if r.Key != key {
-		return nil, &idem.CorruptError{Key: key, Reason: "record stored under another key (" + r.Key + ")"}
+		return nil, &store.CorruptError{Key: key, Reason: "record stored under another key (" + r.Key + ")"}
 	}
 	return r, nil
 }
 
-func (s *Store) write(tx *bolt.Tx, r *idem.Record) error {
-	return tx.Bucket(s.bucket).Put([]byte(r.Key), idem.MarshalRecord(r))
+func (s *Store) write(tx *bolt.Tx, r *store.Record) error {
+	return tx.Bucket(s.bucket).Put([]byte(r.Key), store.MarshalRecord(r))
 }
 
 // batch runs fn in a group-committed write transaction. fn may be run more
@@ -217,21 +218,21 @@ func (s *Store) batch(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 // Claim implements [idem.Store]. A claim that meets a live record is
 // answered from a read-only transaction (a committed snapshot), with no
 // write and no fsync; only claims that write go through a group commit.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	var res idem.ClaimResult
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	var res store.ClaimResult
 	conflict := false
 	err := s.db.View(func(tx *bolt.Tx) error {
 		old, err := s.read(tx, p.Key)
 		if err != nil || old == nil {
 			return err
 		}
-		var write *idem.Record
-		res, write = idem.ApplyClaim(old, p)
+		var write *store.Record
+		res, write = store.ApplyClaim(old, p)
 		conflict = write == nil
 		return nil
 	})
 	if err != nil {
-		return idem.ClaimResult{}, translate(err)
+		return store.ClaimResult{}, translate(err)
 	}
 	if conflict {
 		return res, nil
@@ -241,22 +242,22 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		if err != nil {
 			return err
 		}
-		var write *idem.Record
-		res, write = idem.ApplyClaim(old, p)
+		var write *store.Record
+		res, write = store.ApplyClaim(old, p)
 		if write != nil {
 			return s.write(tx, write)
 		}
 		return nil
 	})
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	return res, nil
 }
 
 // fenced runs a fenced write: change modifies the held record, or returns
 // true to delete it.
-func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, now int64, change func(r *idem.Record) (del bool)) error {
+func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, now int64, change func(r *store.Record) (del bool)) error {
 	var refused error
 	err := s.batch(ctx, func(tx *bolt.Tx) error {
 		refused = nil
@@ -264,7 +265,7 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner stri
 		if err != nil {
 			return err
 		}
-		if refused = idem.CheckFence(r, key, fence, owner, now); refused != nil {
+		if refused = store.CheckFence(r, key, fence, owner, now); refused != nil {
 			return nil // an answer, not a failure: keep the batch going
 		}
 		if change(r) {
@@ -279,46 +280,46 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner stri
 }
 
 // Complete implements [idem.Store].
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *idem.Record) bool {
-		idem.ApplyComplete(r, p)
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *store.Record) bool {
+		store.ApplyComplete(r, p)
 		return false
 	})
 }
 
 // Fail implements [idem.Store].
-func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *idem.Record) bool {
-		idem.ApplyFail(r, p)
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *store.Record) bool {
+		store.ApplyFail(r, p)
 		return false
 	})
 }
 
 // Release implements [idem.Store].
-func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(*idem.Record) bool { return true })
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(*store.Record) bool { return true })
 }
 
 // Extend implements [idem.Store].
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *idem.Record) bool {
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *store.Record) bool {
 		r.LeaseUntil = p.LeaseUntil
 		return false
 	})
 }
 
 // Get implements [idem.Store].
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var r *idem.Record
+	var r *store.Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
 		r, err = s.read(tx, key)
@@ -328,7 +329,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 		return nil, translate(err)
 	}
 	if r == nil {
-		return nil, idem.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return r, nil
 }
@@ -336,11 +337,11 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 // List implements [idem.Lister]: records in key order; the cursor is the
 // last key of the previous page. A damaged record fails the listing with
 // idem.ErrCorrupt naming its key.
-func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, error) {
+func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ListResult{}, err
+		return store.ListResult{}, err
 	}
-	var out idem.ListResult
+	var out store.ListResult
 	limit := p.PageSize()
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(s.bucket).Cursor()
@@ -352,9 +353,9 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 			}
 		}
 		for ; k != nil; k, v = c.Next() {
-			r, err := idem.UnmarshalRecord(v)
+			r, err := store.UnmarshalRecord(v)
 			if err != nil {
-				return &idem.CorruptError{Key: string(k), Reason: err.Error()}
+				return &store.CorruptError{Key: string(k), Reason: err.Error()}
 			}
 			if !p.Matches(r) {
 				continue
@@ -368,7 +369,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 		return nil
 	})
 	if err != nil {
-		return idem.ListResult{}, translate(err)
+		return store.ListResult{}, translate(err)
 	}
 	return out, nil
 }
@@ -388,7 +389,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if !found {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }
@@ -401,7 +402,7 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
-			_, _ = s.Sweep(idem.Millis(s.cfg.Clock.Now()))
+			_, _ = s.Sweep(store.Millis(s.cfg.Clock.Now()))
 		}
 	}
 }
@@ -416,7 +417,7 @@ func (s *Store) Sweep(now int64) (int, error) {
 			n = 0
 			c := tx.Bucket(s.bucket).Cursor()
 			for k, v := c.First(); k != nil && n < s.cfg.SweepBatch; {
-				r, err := idem.UnmarshalRecord(v)
+				r, err := store.UnmarshalRecord(v)
 				if err == nil && r.Expired(now) {
 					kc := append([]byte(nil), k...)
 					if err := c.Delete(); err != nil {

@@ -22,8 +22,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -51,7 +52,7 @@ func open(t *testing.T, cfg *boltstore.Config) *boltstore.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
 		return open(t, &boltstore.Config{MaxResultBytes: limit})
 	})
 }
@@ -66,7 +67,7 @@ func TestSecondProcessFailsFastWhenLocked(t *testing.T) {
 	defer s.Close()
 	// bbolt's flock conflicts between two opens even inside one process.
 	_, err = boltstore.Open(path, &boltstore.Config{LockTimeout: 50 * time.Millisecond})
-	if !errors.Is(err, boltstore.ErrLocked) || !errors.Is(err, idem.ErrUnavailable) || !strings.Contains(err.Error(), path) {
+	if !errors.Is(err, boltstore.ErrLocked) || !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("second open: %v, want ErrLocked naming the file", err)
 	}
 }
@@ -112,13 +113,13 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Get(ctx, r.Key); !errors.Is(err, idem.ErrCorrupt) {
+	if _, err := s.Get(ctx, r.Key); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("Get of a damaged record: %v, want ErrCorrupt", err)
 	}
 	eng, _ = idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ran := false
 	_, err = idem.Do(ctx, eng, req, func(context.Context) (string, error) { ran = true; return "again", nil })
-	if !errors.Is(err, idem.ErrCorrupt) || !errors.Is(err, idem.ErrStore) || ran {
+	if !errors.Is(err, store.ErrCorrupt) || !errors.Is(err, idem.ErrStore) || ran {
 		t.Fatalf("call over a damaged record: %v ran=%v; want a store error wrapping ErrCorrupt and no execution", err, ran)
 	}
 }
@@ -142,13 +143,13 @@ func TestSweeperDeletesExpiredAndStopsOnClose(t *testing.T) {
 				exp = now + 3_600_000
 			}
 			k := fmt.Sprintf("k%02d", i)
-			if _, err := s.Claim(ctx, idem.ClaimParams{Key: k, Owner: "o", Now: now, LeaseUntil: now + 10, ExpiresAt: exp}); err != nil {
+			if _, err := s.Claim(ctx, store.ClaimParams{Key: k, Owner: "o", Now: now, LeaseUntil: now + 10, ExpiresAt: exp}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		time.Sleep(time.Minute) // fake time
 		synctest.Wait()
-		page, err := s.List(ctx, idem.ListParams{Now: now, Limit: 100})
+		page, err := s.List(ctx, store.ListParams{Now: now, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,12 +177,12 @@ func crashChild() {
 	w := bufio.NewWriter(os.Stdout)
 	for i := start; ; i++ {
 		key := crashKey(i)
-		res, err := s.Claim(ctx, idem.ClaimParams{Key: key, Owner: "child", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 86_400_000})
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "child", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 86_400_000})
 		if err != nil || !res.Acquired {
 			fmt.Println("claim:", key, err, res.Acquired)
 			os.Exit(4)
 		}
-		if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
 			fmt.Println("complete:", err)
 			os.Exit(5)
 		}
@@ -251,12 +252,12 @@ func TestCrashConsistency(t *testing.T) {
 		}
 		if round == kills-1 || round%50 == 0 {
 			// A full check now and then: every acknowledged key so far.
-			page, err := s.List(ctx, idem.ListParams{Now: time.Now().UnixMilli(), Limit: 1 << 30})
+			page, err := s.List(ctx, store.ListParams{Now: time.Now().UnixMilli(), Limit: 1 << 30})
 			if err != nil {
 				t.Fatalf("round %d: List after crash: %v", round, err)
 			}
 			for _, r := range page.Records {
-				if r.Status != idem.StatusCompleted && r.Status != idem.StatusInProgress {
+				if r.Status != store.StatusCompleted && r.Status != store.StatusInProgress {
 					t.Fatalf("round %d: record %s in state %v", round, r.Key, r.Status)
 				}
 			}
@@ -275,7 +276,7 @@ func TestCrashConsistency(t *testing.T) {
 	for _, i := range ackedKeys {
 		checkAcked(t, s, context.Background(), i)
 	}
-	page, err := s.List(context.Background(), idem.ListParams{Status: idem.StatusCompleted, Now: time.Now().UnixMilli(), Limit: 1 << 30})
+	page, err := s.List(context.Background(), store.ListParams{Status: store.StatusCompleted, Now: time.Now().UnixMilli(), Limit: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ func checkAcked(t *testing.T, s *boltstore.Store, ctx context.Context, i int) {
 	if err != nil {
 		t.Fatalf("acknowledged key %d lost: %v", i, err)
 	}
-	if r.Status != idem.StatusCompleted || string(r.Result) != string(crashResult(i)) {
+	if r.Status != store.StatusCompleted || string(r.Result) != string(crashResult(i)) {
 		t.Fatalf("acknowledged key %d reverted: status %v result %q", i, r.Status, r.Result)
 	}
 }

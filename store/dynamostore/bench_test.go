@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
 
@@ -20,7 +21,7 @@ import (
 // The server is DynamoDB Local (a Java process on loopback, in memory), so
 // the figures measure the client and the request count, not AWS latency.
 
-func benchStore(b *testing.B) idem.Store {
+func benchStore(b *testing.B) store.Store {
 	return newStore(b, newClient(endpoint(b)), dynamostore.Config{})
 }
 

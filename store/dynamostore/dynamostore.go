@@ -51,6 +51,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // MaxItemBytes is DynamoDB's item size limit (400 KB).
@@ -188,9 +189,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Lister  = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Lister  = (*Store)(nil)
+	_ store.Deleter = (*Store)(nil)
 )
 
 // New returns a store on cfg.Table through api (usually a *dynamodb.Client).
@@ -278,8 +279,8 @@ const takeoverUpdate = "SET #st = :ip, #owner = :owner, #lease = :lease, #exp = 
 // (Conditioning the write on the fence seen instead fails whenever the item
 // changed in between, and under contention it can fail that way every
 // round.)
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	res, write := idem.ApplyClaim(nil, p)
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	res, write := store.ApplyClaim(nil, p)
 	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           aws.String(s.cfg.Table),
 		Item:                                s.claimItem(write),
@@ -292,7 +293,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	}
 	item, failed := conditionFailed(err)
 	if !failed {
-		return idem.ClaimResult{}, s.translate("claim", p.Key, err)
+		return store.ClaimResult{}, s.translate("claim", p.Key, err)
 	}
 	if res, done, err := s.claimAnswer(ctx, p, item); done || err != nil {
 		return res, err
@@ -305,9 +306,9 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 		ExpressionAttributeNames: s.pick("#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
 			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()), ":owner": str(p.Owner), ":lease": num(p.LeaseUntil),
+			":now": num(p.Now), ":ip": str(store.StatusInProgress.String()), ":owner": str(p.Owner), ":lease": num(p.LeaseUntil),
 			":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt), ":fp": str(p.Fingerprint),
-			":v": num(int64(idem.RecordVersion)), ":one": num(1),
+			":v": num(int64(store.RecordVersion)), ":one": num(1),
 		},
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -315,22 +316,22 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	if err != nil {
 		item, failed := conditionFailed(err)
 		if !failed {
-			return idem.ClaimResult{}, s.translate("claim", p.Key, err)
+			return store.ClaimResult{}, s.translate("claim", p.Key, err)
 		}
 		res, done, err := s.claimAnswer(ctx, p, item)
 		if err == nil && !done {
-			err = &idem.CorruptError{Key: p.Key, Reason: "takeover condition refused a claimable item"}
+			err = &store.CorruptError{Key: p.Key, Reason: "takeover condition refused a claimable item"}
 		}
 		return res, err
 	}
 	// The old item, as the update found it, decides the answer.
 	old, _, err := s.decodeMeta(p.Key, out.Attributes)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
-	res, write = idem.ApplyClaim(old, p)
+	res, write = store.ApplyClaim(old, p)
 	if write == nil {
-		return idem.ClaimResult{}, &idem.CorruptError{Key: p.Key, Reason: "takeover replaced an item that was not claimable"}
+		return store.ClaimResult{}, &store.CorruptError{Key: p.Key, Reason: "takeover replaced an item that was not claimable"}
 	}
 	return res, nil
 }
@@ -338,23 +339,23 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 // claimAnswer answers a claim from the item a failed condition returned,
 // when that item is not claimable (a conflict, or this owner's own claim
 // whose reply was lost); done is false when the item is claimable.
-func (s *Store) claimAnswer(ctx context.Context, p idem.ClaimParams, item map[string]types.AttributeValue) (res idem.ClaimResult, done bool, err error) {
+func (s *Store) claimAnswer(ctx context.Context, p store.ClaimParams, item map[string]types.AttributeValue) (res store.ClaimResult, done bool, err error) {
 	seen, ref, err := s.decodeMeta(p.Key, item)
 	if err != nil {
-		return idem.ClaimResult{}, true, err
+		return store.ClaimResult{}, true, err
 	}
-	res, write := idem.ApplyClaim(seen, p)
+	res, write := store.ApplyClaim(seen, p)
 	if write != nil {
-		return idem.ClaimResult{}, false, nil
+		return store.ClaimResult{}, false, nil
 	}
 	if err := s.loadSpilled(ctx, res.Record, ref); err != nil {
-		return idem.ClaimResult{}, true, err
+		return store.ClaimResult{}, true, err
 	}
 	return res, true, nil
 }
 
 // claimItem is the whole item of a new claim.
-func (s *Store) claimItem(r *idem.Record) map[string]types.AttributeValue {
+func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 	it := s.itemKey(r.Key)
 	it[s.cfg.StatusAttr] = str(r.Status.String())
 	it[attrFence] = unum(r.Fence)
@@ -372,20 +373,20 @@ func (s *Store) claimItem(r *idem.Record) map[string]types.AttributeValue {
 const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :ip AND #expms > :now"
 
 // Complete implements [idem.Store].
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now"
-	vals := map[string]types.AttributeValue{":done": str(idem.StatusCompleted.String()), ":data": bin(p.Result)}
+	vals := map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":data": bin(p.Result)}
 	ph := []string{"#data"}
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		if s.cfg.Spiller == nil {
-			return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+			return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 		}
 		ref, err := s.cfg.Spiller.Spill(ctx, SpillParams{Key: p.Key, Fence: p.Fence, Owner: p.Owner, ExpiresAt: p.ExpiresAt, Data: p.Result})
 		if err != nil {
-			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, idem.ErrUnavailable, err)
+			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, store.ErrUnavailable, err)
 		}
 		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data"
-		vals = map[string]types.AttributeValue{":done": str(idem.StatusCompleted.String()), ":dref": str(ref)}
+		vals = map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":dref": str(ref)}
 		ph = []string{"#dref", "#data"}
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
@@ -393,26 +394,26 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 }
 
 // Fail implements [idem.Store].
-func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
 	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now"
 	vals := map[string]types.AttributeValue{
-		":failed": str(idem.StatusFailed.String()), ":code": str(p.Err.Code), ":msg": str(p.Err.Message),
+		":failed": str(store.StatusFailed.String()), ":code": str(p.Err.Code), ":msg": str(p.Err.Message),
 		":body": bin(p.Err.Body), ":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt),
 	}
 	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed"})
 }
 
 // Extend implements [idem.Store].
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, p.Now, "SET #lease = :lease",
 		map[string]types.AttributeValue{":lease": num(p.LeaseUntil)}, []string{"#lease"})
 }
 
 func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, owner string, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
-	vals[":now"], vals[":ip"], vals[":fence"], vals[":owner"] = num(now), str(idem.StatusInProgress.String()), unum(fence), str(owner)
+	vals[":now"], vals[":ip"], vals[":fence"], vals[":owner"] = num(now), str(store.StatusInProgress.String()), unum(fence), str(owner)
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.cfg.Table),
 		Key:                                 s.itemKey(key),
@@ -439,21 +440,21 @@ func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, o
 	if derr != nil {
 		return derr
 	}
-	if ferr := idem.CheckFence(rec, key, fence, owner, now); ferr != nil {
+	if ferr := store.CheckFence(rec, key, fence, owner, now); ferr != nil {
 		return ferr
 	}
-	return &idem.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
+	return &store.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
 }
 
 // Release implements [idem.Store] with a conditional DeleteItem.
-func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                aws.String(s.cfg.Table),
 		Key:                      s.itemKey(p.Key),
 		ConditionExpression:      aws.String(fencedCond),
 		ExpressionAttributeNames: s.pick("#st", "#fence", "#owner", "#expms"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":ip": str(idem.StatusInProgress.String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
+			":now": num(p.Now), ":ip": str(store.StatusInProgress.String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -461,7 +462,7 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 }
 
 // Get implements [idem.Store] with a strongly consistent GetItem.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.cfg.Table),
 		Key:            s.itemKey(key),
@@ -475,7 +476,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 		return nil, err
 	}
 	if r == nil {
-		return nil, idem.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return r, nil
 }
@@ -491,7 +492,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.translate("delete", key, err)
 	}
 	if len(out.Attributes) == 0 {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }
@@ -512,10 +513,10 @@ func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
 func (s *Store) translate(op, key string, err error) error {
 	var ve *types.ResourceNotFoundException
 	if errors.As(err, &ve) {
-		return fmt.Errorf("dynamostore: %s %s: table %q not found: %w: %w", op, key, s.cfg.Table, idem.ErrUnavailable, err)
+		return fmt.Errorf("dynamostore: %s %s: table %q not found: %w: %w", op, key, s.cfg.Table, store.ErrUnavailable, err)
 	}
 	if isItemTooLarge(err) {
-		return &idem.TooLargeError{Key: key, Size: MaxItemBytes + 1, Limit: MaxItemBytes}
+		return &store.TooLargeError{Key: key, Size: MaxItemBytes + 1, Limit: MaxItemBytes}
 	}
-	return fmt.Errorf("dynamostore: %s %s: %w: %w", op, key, idem.ErrUnavailable, err)
+	return fmt.Errorf("dynamostore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }

@@ -25,8 +25,9 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 // transport is shared by every test client, so TestMain can close its idle
@@ -99,7 +100,7 @@ const limit = 384 << 10
 
 func TestConformance(t *testing.T) {
 	c := newClient(endpoint(t))
-	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
 		return newStore(t, c, dynamostore.Config{})
 	})
 }
@@ -108,7 +109,7 @@ func TestConformance(t *testing.T) {
 // the Scan goes through it.
 func TestConformanceCompositeKeyWithStatusIndex(t *testing.T) {
 	c := newClient(endpoint(t))
-	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) store.Store {
 		return newStore(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", StatusIndex: "status-lease"})
 	})
 }
@@ -187,7 +188,7 @@ func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 	}
 	now := time.Now().Add(time.Hour).UnixMilli()
 	key := "lost#" + strconv.Itoa(rand.Int())
-	res, err := s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "fp", Owner: "owner-1", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000})
+	res, err := s.Claim(context.Background(), store.ClaimParams{Key: key, Fingerprint: "fp", Owner: "owner-1", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000})
 	if err != nil {
 		t.Fatalf("claim through a lost reply: %v", err)
 	}
@@ -198,11 +199,11 @@ func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 		t.Fatalf("retried claim = %+v (record %+v); want acquired with fence 1, its own", res, res.Record)
 	}
 	// The recognised claim is usable: complete it under fence 1.
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Owner: "owner-1", Now: now + 1, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{Key: key, Fence: 1, Owner: "owner-1", Now: now + 1, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	// Another owner with the same fingerprint is still a conflict.
-	res, err = s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "fp", Owner: "owner-2", Now: now + 2, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000})
+	res, err = s.Claim(context.Background(), store.ClaimParams{Key: key, Fingerprint: "fp", Owner: "owner-2", Now: now + 2, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000})
 	if err != nil || res.Acquired || string(res.Record.Result) != "ok" {
 		t.Fatalf("claim by another owner = %+v, %v; want the completed record", res, err)
 	}
@@ -220,9 +221,9 @@ func TestLostClaimReplyWithoutRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().Add(time.Hour).UnixMilli()
-	cp := idem.ClaimParams{Key: "lost2#k", Fingerprint: "fp", Owner: "owner-1", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
+	cp := store.ClaimParams{Key: "lost2#k", Fingerprint: "fp", Owner: "owner-1", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
 	_, err = s.Claim(context.Background(), cp)
-	if !errors.Is(err, idem.ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("claim with its reply lost: %v, want ErrUnavailable", err)
 	}
 	res, err := s.Claim(context.Background(), cp)
@@ -303,10 +304,10 @@ func TestPowertoolsCompatibleItem(t *testing.T) {
 	s := newStore(t, c, dynamostore.Config{})
 	now := time.Now().UnixMilli() + 1234
 	key := "pt#k"
-	if _, err := s.Claim(context.Background(), idem.ClaimParams{Key: key, Fingerprint: "abc", Owner: "o", Now: now, LeaseUntil: now + 5000, ExpiresAt: now + 3_600_500}); err != nil {
+	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: key, Fingerprint: "abc", Owner: "o", Now: now, LeaseUntil: now + 5000, ExpiresAt: now + 3_600_500}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)})
@@ -372,10 +373,10 @@ func TestDamagedItemFailsClosed(t *testing.T) {
 		}
 		ran := false
 		_, err := idem.Do(context.Background(), e, req, func(context.Context) (string, error) { ran = true; return "", nil })
-		if !errors.Is(err, idem.ErrCorrupt) || ran {
+		if !errors.Is(err, store.ErrCorrupt) || ran {
 			t.Errorf("%s: err %v, ran %v; want ErrCorrupt and no run", name, err, ran)
 		}
-		if _, err := s.Get(context.Background(), id.Key.String()); !errors.Is(err, idem.ErrCorrupt) {
+		if _, err := s.Get(context.Background(), id.Key.String()); !errors.Is(err, store.ErrCorrupt) {
 			t.Errorf("%s: Get: %v, want ErrCorrupt", name, err)
 		}
 	}
@@ -398,7 +399,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	}
 	ran := false
 	_, err = idem.Do(context.Background(), e, idem.Request{Scope: "s", Key: "k"}, func(context.Context) (int, error) { ran = true; return 1, nil })
-	if !errors.Is(err, idem.ErrUnavailable) || !errors.Is(err, idem.ErrStore) || ran {
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, idem.ErrStore) || ran {
 		t.Fatalf("unreachable store: err %v, ran %v; want ErrUnavailable and no run", err, ran)
 	}
 }
@@ -409,7 +410,7 @@ func TestMissingTableIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Get(context.Background(), "k")
-	if !errors.Is(err, idem.ErrUnavailable) {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Get on a missing table: %v", err)
 	}
 }
@@ -440,13 +441,13 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 		if i%5 == 0 {
 			leaseLeft = -1 // stuck
 		}
-		_, err := s.Claim(context.Background(), idem.ClaimParams{Key: fmt.Sprintf("k%02d", i), Owner: "o", Now: now - 100, LeaseUntil: now + leaseLeft, ExpiresAt: now + 60_000})
+		_, err := s.Claim(context.Background(), store.ClaimParams{Key: fmt.Sprintf("k%02d", i), Owner: "o", Now: now - 100, LeaseUntil: now + leaseLeft, ExpiresAt: now + 60_000})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	var got []string
-	p := idem.ListParams{Stuck: true, Now: now, Limit: 2}
+	p := store.ListParams{Stuck: true, Now: now, Limit: 2}
 	for {
 		page, err := s.List(context.Background(), p)
 		if err != nil {
@@ -463,7 +464,7 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatalf("stuck records listed: %v, want the 5 stuck ones", got)
 	}
-	if _, err := s.List(context.Background(), idem.ListParams{Cursor: "!!"}); !errors.Is(err, idem.ErrInvalidKey) {
+	if _, err := s.List(context.Background(), store.ListParams{Cursor: "!!"}); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 }
@@ -471,7 +472,7 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 func TestFaults(t *testing.T) {
 	ep := endpoint(t)
 	tables := map[string]dynamostore.Config{}
-	storefaults.Run(t, strings.TrimPrefix(ep, "http://"), func(t *testing.T, addr string) idem.Store {
+	storefaults.Run(t, strings.TrimPrefix(ep, "http://"), func(t *testing.T, addr string) store.Store {
 		c := newClient("http://"+addr, func(o *dynamodb.Options) {
 			o.RetryMaxAttempts = 1
 			o.HTTPClient = &http.Client{Transport: transport, Timeout: storefaults.Timeout}
@@ -530,9 +531,9 @@ func TestClaimDecidesWhenTheItemChangesUnderIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t, c, dynamostore.Config{})
 			ctx := context.Background()
-			claim := func(s *dynamostore.Store, owner string, now, leaseUntil int64) idem.ClaimResult {
+			claim := func(s *dynamostore.Store, owner string, now, leaseUntil int64) store.ClaimResult {
 				t.Helper()
-				res, err := s.Claim(ctx, idem.ClaimParams{Key: "k", Owner: owner, Fingerprint: "f", Now: now, LeaseUntil: leaseUntil, ExpiresAt: t0 + 3_600_000})
+				res, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: owner, Fingerprint: "f", Now: now, LeaseUntil: leaseUntil, ExpiresAt: t0 + 3_600_000})
 				if err != nil {
 					t.Fatalf("claim by %s: %v", owner, err)
 				}

@@ -9,8 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // isItemTooLarge reports DynamoDB's refusal of an item over 400 KB.
@@ -53,18 +52,18 @@ func binAttr(v types.AttributeValue) ([]byte, bool) {
 func (s *Store) fenceOf(key string, item map[string]types.AttributeValue) (uint64, error) {
 	n, ok := item[attrFence].(*types.AttributeValueMemberN)
 	if !ok {
-		return 0, &idem.CorruptError{Key: key, Reason: "item has no numeric fence"}
+		return 0, &store.CorruptError{Key: key, Reason: "item has no numeric fence"}
 	}
 	f, err := strconv.ParseUint(n.Value, 10, 64)
 	if err != nil {
-		return 0, &idem.CorruptError{Key: key, Reason: "fence " + strconv.Quote(n.Value) + " is not a fence"}
+		return 0, &store.CorruptError{Key: key, Reason: "fence " + strconv.Quote(n.Value) + " is not a fence"}
 	}
 	return f, nil
 }
 
 // decode turns an item into a record (nil for no item), loading a spilled
 // result. A damaged item fails closed with *idem.CorruptError.
-func (s *Store) decode(ctx context.Context, key string, item map[string]types.AttributeValue) (*idem.Record, error) {
+func (s *Store) decode(ctx context.Context, key string, item map[string]types.AttributeValue) (*store.Record, error) {
 	r, ref, err := s.decodeMeta(key, item)
 	if err != nil || r == nil {
 		return r, err
@@ -73,16 +72,16 @@ func (s *Store) decode(ctx context.Context, key string, item map[string]types.At
 }
 
 // loadSpilled sets the result of r from the spill reference ref, if any.
-func (s *Store) loadSpilled(ctx context.Context, r *idem.Record, ref string) error {
+func (s *Store) loadSpilled(ctx context.Context, r *store.Record, ref string) error {
 	if ref == "" {
 		return nil
 	}
 	if s.cfg.Spiller == nil {
-		return &idem.CorruptError{Key: r.Key, Reason: "result was spilled but no Spiller is configured"}
+		return &store.CorruptError{Key: r.Key, Reason: "result was spilled but no Spiller is configured"}
 	}
 	data, err := s.cfg.Spiller.Load(ctx, ref)
 	if err != nil {
-		return fmt.Errorf("dynamostore: load spilled result %s of %s: %w", ref, r.Key, errors.Join(idem.ErrUnavailable, err))
+		return fmt.Errorf("dynamostore: load spilled result %s of %s: %w", ref, r.Key, errors.Join(store.ErrUnavailable, err))
 	}
 	r.Result = data
 	return nil
@@ -90,14 +89,14 @@ func (s *Store) loadSpilled(ctx context.Context, r *idem.Record, ref string) err
 
 // decodeMeta decodes an item without loading a spilled result; ref is the
 // spill reference of a spilled result, else "".
-func (s *Store) decodeMeta(key string, item map[string]types.AttributeValue) (r *idem.Record, ref string, err error) {
+func (s *Store) decodeMeta(key string, item map[string]types.AttributeValue) (r *store.Record, ref string, err error) {
 	if len(item) == 0 {
 		return nil, "", nil
 	}
 	bad := func(what string) error {
-		return &idem.CorruptError{Key: key, Reason: "item attribute " + what}
+		return &store.CorruptError{Key: key, Reason: "item attribute " + what}
 	}
-	r = &idem.Record{Key: key}
+	r = &store.Record{Key: key}
 	if stored := s.keyOfItem(item); stored != key {
 		return nil, "", bad(fmt.Sprintf("key holds %q, not the key asked for", stored))
 	}
@@ -105,12 +104,12 @@ func (s *Store) decodeMeta(key string, item map[string]types.AttributeValue) (r 
 	if !ok {
 		return nil, "", bad(attrVersion + " (record version) missing: not an idem item")
 	}
-	if v != idem.RecordVersion {
+	if v != store.RecordVersion {
 		return nil, "", bad(fmt.Sprintf("%s = %d, a record version this release does not read", attrVersion, v))
 	}
 	r.Version = int(v)
 	st, _ := strAttr(item[s.cfg.StatusAttr])
-	status, err := idem.ParseStatus(st)
+	status, err := store.ParseStatus(st)
 	if err != nil {
 		return nil, "", bad(s.cfg.StatusAttr + ": " + err.Error())
 	}
@@ -132,14 +131,14 @@ func (s *Store) decodeMeta(key string, item map[string]types.AttributeValue) (r 
 	r.Ref, _ = strAttr(item[attrRef])
 	r.CompletedAt, _ = numAttr(item[attrCompleted])
 	switch r.Status {
-	case idem.StatusCompleted:
+	case store.StatusCompleted:
 		if data, ok := binAttr(item[s.cfg.DataAttr]); ok {
 			r.Result = data
 		} else if ref, _ = strAttr(item[attrDataRef]); ref == "" {
 			return nil, "", bad(s.cfg.DataAttr + " (result) missing or not binary")
 		}
-	case idem.StatusFailed:
-		e := &idem.ErrorRecord{}
+	case store.StatusFailed:
+		e := &store.ErrorRecord{}
 		e.Code, _ = strAttr(item[attrErrCode])
 		e.Message, _ = strAttr(item[attrErrMsg])
 		if b, ok := binAttr(item[attrErrBody]); ok && len(b) > 0 {

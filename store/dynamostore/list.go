@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // List implements [idem.Lister] for operators. The access path, cheapest
@@ -28,8 +29,8 @@ import (
 // Items idem did not write are skipped; spilled results are not loaded
 // (Result is nil). A damaged idem item fails the listing with
 // idem.ErrCorrupt naming its key.
-func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, error) {
-	var out idem.ListResult
+func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
+	var out store.ListResult
 	start, err := decodeCursor(p.Cursor)
 	if err != nil {
 		return out, err
@@ -39,7 +40,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 	for {
 		items, next, err := s.page(ctx, p, start)
 		if err != nil {
-			return idem.ListResult{}, err
+			return store.ListResult{}, err
 		}
 		for _, it := range items {
 			if _, ours := it[attrVersion]; !ours {
@@ -48,7 +49,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 			key := s.keyOfItem(it)
 			r, _, err := s.decodeMeta(key, it)
 			if err != nil {
-				return idem.ListResult{}, err
+				return store.ListResult{}, err
 			}
 			if !p.Matches(r) {
 				continue
@@ -68,18 +69,18 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 }
 
 // useIndex reports whether a listing goes through the status index.
-func (s *Store) useIndex(p idem.ListParams) bool {
+func (s *Store) useIndex(p store.ListParams) bool {
 	return s.cfg.StatusIndex != "" && (p.Status.Valid() || p.Stuck)
 }
 
 // page reads one page of candidate items.
-func (s *Store) page(ctx context.Context, p idem.ListParams, start map[string]types.AttributeValue) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
+func (s *Store) page(ctx context.Context, p store.ListParams, start map[string]types.AttributeValue) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
 	limit := aws.Int32(int32(min(max(p.PageSize()*2, 100), 1000)))
 	switch {
 	case s.useIndex(p):
 		st := p.Status
 		if p.Stuck {
-			st = idem.StatusInProgress
+			st = store.StatusInProgress
 		}
 		cond := "#st = :st"
 		vals := map[string]types.AttributeValue{":st": str(st.String())}

@@ -9,8 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // TableAPI is the part of *dynamodb.Client that [CreateTable] uses.
@@ -63,7 +62,7 @@ func CreateTable(ctx context.Context, api TableAPI, cfg Config, maxWait time.Dur
 		}
 	}
 	if err := dynamodb.NewTableExistsWaiter(api).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(c.Table)}, maxWait); err != nil {
-		return fmt.Errorf("dynamostore: table %s not active: %w: %w", c.Table, idem.ErrUnavailable, err)
+		return fmt.Errorf("dynamostore: table %s not active: %w: %w", c.Table, store.ErrUnavailable, err)
 	}
 	_, err = api.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(c.Table),

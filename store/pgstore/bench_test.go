@@ -8,13 +8,14 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
 
 // Reproduce: cd store/pgstore && go test -run '^$' -bench . -benchmem -benchtime 2s -count 3
 // PostgreSQL 15 on loopback, the machine's service (fsync on, synchronous_commit on).
 
-func benchStore(b *testing.B) idem.Store {
+func benchStore(b *testing.B) store.Store {
 	s, _ := newStore(b, pgstore.Config{})
 	return s
 }

@@ -4,20 +4,20 @@ import (
 	"context"
 	"errors"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // List implements [idem.Lister], in key order (the cursor is the last key
 // of the previous page). A status or stuck filter uses the (status,
 // lease_until) index.
-func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, error) {
+func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
 	q := "SELECT " + columns + " FROM " + s.table + " WHERE expires_at > $1 AND key > $2"
 	args := []any{p.Now, p.Cursor}
 	switch {
 	case p.Stuck:
 		q += " AND status = 1 AND lease_until <= $1"
-		if p.Status.Valid() && p.Status != idem.StatusInProgress {
-			return idem.ListResult{}, nil
+		if p.Status.Valid() && p.Status != store.StatusInProgress {
+			return store.ListResult{}, nil
 		}
 	case p.Status.Valid():
 		q += " AND status = $4"
@@ -32,18 +32,18 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 	q += " ORDER BY key LIMIT $3"
 	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
-		return idem.ListResult{}, s.translate("list", "", err)
+		return store.ListResult{}, s.translate("list", "", err)
 	}
 	defer rows.Close()
-	var out idem.ListResult
+	var out store.ListResult
 	for rows.Next() {
 		r, _, err := scanRecord(rows, nil)
-		var ce *idem.CorruptError
+		var ce *store.CorruptError
 		if errors.As(err, &ce) {
-			return idem.ListResult{}, err
+			return store.ListResult{}, err
 		}
 		if err != nil {
-			return idem.ListResult{}, s.translate("list", "", err)
+			return store.ListResult{}, s.translate("list", "", err)
 		}
 		if len(out.Records) == limit {
 			out.Next = out.Records[limit-1].Key
@@ -52,7 +52,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 		out.Records = append(out.Records, r)
 	}
 	if err := rows.Err(); err != nil {
-		return idem.ListResult{}, s.translate("list", "", err)
+		return store.ListResult{}, s.translate("list", "", err)
 	}
 	return out, nil
 }
@@ -65,7 +65,7 @@ func (s *Store) reapLoop() {
 		case <-s.stop:
 			return
 		case <-s.cfg.Clock.After(s.cfg.ReapInterval):
-			n, err := s.Reap(context.Background(), idem.Millis(s.cfg.Clock.Now()))
+			n, err := s.Reap(context.Background(), store.Millis(s.cfg.Clock.Now()))
 			if s.cfg.OnReap != nil {
 				s.cfg.OnReap(n, err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 //go:embed migrations/*.sql
@@ -99,7 +100,7 @@ func Migrate(ctx context.Context, db DB, table string) error {
 func applyOne(ctx context.Context, db DB, track, table string, lock int64, m Migration) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgstore: migrate %s: %w: %w", table, idem.ErrUnavailable, err)
+		return fmt.Errorf("pgstore: migrate %s: %w: %w", table, store.ErrUnavailable, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	steps := []string{

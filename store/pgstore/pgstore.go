@@ -44,6 +44,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // DB is what the store needs of a connection pool; *pgxpool.Pool and
@@ -90,9 +91,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Lister  = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Lister  = (*Store)(nil)
+	_ store.Deleter = (*Store)(nil)
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -193,9 +194,9 @@ func (s *Store) translate(op, key string, err error) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {
-		return fmt.Errorf("pgstore: %s %s: table %s does not exist (run pgstore.Migrate): %w: %w", op, key, s.cfg.Table, idem.ErrUnavailable, err)
+		return fmt.Errorf("pgstore: %s %s: table %s does not exist (run pgstore.Migrate): %w: %w", op, key, s.cfg.Table, store.ErrUnavailable, err)
 	}
-	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, idem.ErrUnavailable, err)
+	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }
 
 const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover"
@@ -291,18 +292,18 @@ func claimUpsert(t string) string {
 // the last statement is the upsert of claimUpsert, which decides on the
 // row's newest version under its lock. A retried claim answered by the
 // upsert reports as Takeover how it was first acquired.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, idem.RecordVersion}
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, store.RecordVersion}
 	for range 2 {
 		rec, acquired, takeover, err := s.claimRow(ctx, s.sql.claim, args)
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return store.ClaimResult{}, err
 		}
 		if acquired {
-			return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
+			return store.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
 		}
 		if rec != nil {
-			if res, write := idem.ApplyClaim(rec, p); write == nil {
+			if res, write := store.ApplyClaim(rec, p); write == nil {
 				return res, nil
 			}
 			break
@@ -310,21 +311,21 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 	}
 	rec, acquired, takeover, err := s.claimRow(ctx, s.sql.upsert, args)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	if rec == nil {
 		// Not an outcome of INSERT … ON CONFLICT DO UPDATE without a
 		// WHERE, which inserts or updates exactly one row.
-		return idem.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the upsert returned no row: %w", p.Key, idem.ErrUnavailable)
+		return store.ClaimResult{}, fmt.Errorf("pgstore: claim %s: the upsert returned no row: %w", p.Key, store.ErrUnavailable)
 	}
 	if !acquired {
-		return idem.ClaimResult{Record: rec}, nil
+		return store.ClaimResult{Record: rec}, nil
 	}
-	return idem.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
+	return store.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
 }
 
 // claimRow runs a claim or upsert statement: nil when it returned no row.
-func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *idem.Record, acquired, takeover bool, err error) {
+func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *store.Record, acquired, takeover bool, err error) {
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, false, false, s.translate("claim", args[0].(string), err)
@@ -336,7 +337,7 @@ func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *idem
 	if err == nil {
 		err = rows.Err()
 	}
-	var ce *idem.CorruptError
+	var ce *store.CorruptError
 	if errors.As(err, &ce) {
 		return nil, false, false, err
 	}
@@ -348,9 +349,9 @@ func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *idem
 
 // scanRecord reads one row of `columns`, preceded by a boolean when
 // first is not nil.
-func scanRecord(row pgx.Row, first *bool) (*idem.Record, bool, error) {
+func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 	var (
-		r                    idem.Record
+		r                    store.Record
 		status               int16
 		fence                int64
 		errCode, errMsg, ref *string
@@ -368,9 +369,9 @@ func scanRecord(row pgx.Row, first *bool) (*idem.Record, bool, error) {
 	if err := row.Scan(dest...); err != nil {
 		return nil, false, err
 	}
-	r.Status, r.Fence, r.Version = idem.Status(status), uint64(fence), int(version)
-	if !r.Status.Valid() || version != idem.RecordVersion {
-		return nil, false, &idem.CorruptError{Key: r.Key, Reason: fmt.Sprintf("row has status %d, version %d", status, version)}
+	r.Status, r.Fence, r.Version = store.Status(status), uint64(fence), int(version)
+	if !r.Status.Valid() || version != store.RecordVersion {
+		return nil, false, &store.CorruptError{Key: r.Key, Reason: fmt.Sprintf("row has status %d, version %d", status, version)}
 	}
 	if completed != nil {
 		r.CompletedAt = *completed
@@ -379,13 +380,13 @@ func scanRecord(row pgx.Row, first *bool) (*idem.Record, bool, error) {
 		r.Ref = *ref
 	}
 	switch r.Status {
-	case idem.StatusCompleted:
+	case store.StatusCompleted:
 		if result == nil {
-			return nil, false, &idem.CorruptError{Key: r.Key, Reason: "COMPLETED row without a result"}
+			return nil, false, &store.CorruptError{Key: r.Key, Reason: "COMPLETED row without a result"}
 		}
 		r.Result = result
-	case idem.StatusFailed:
-		r.Err = &idem.ErrorRecord{Body: errBody}
+	case store.StatusFailed:
+		r.Err = &store.ErrorRecord{Body: errBody}
 		if errCode != nil {
 			r.Err.Code = *errCode
 		}
@@ -414,26 +415,26 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 		return nil
 	}
 	if curFence == nil || *expires <= now {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
-	return &idem.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: idem.Status(*status)}
+	return &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: store.Status(*status)}
 }
 
 // Complete implements [idem.Store].
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	return s.complete(ctx, s.db, p)
 }
 
 // CompleteTx is Complete inside the caller's transaction: the record
 // becomes COMPLETED when, and only if, tx commits. A refusal (fenced, not
 // found) should make the caller roll tx back.
-func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p idem.CompleteParams) error {
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p store.CompleteParams) error {
 	return s.complete(ctx, tx, p)
 }
 
-func (s *Store) complete(ctx context.Context, db DB, p idem.CompleteParams) error {
+func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
 	result := p.Result
 	if result == nil {
@@ -443,30 +444,30 @@ func (s *Store) complete(ctx context.Context, db DB, p idem.CompleteParams) erro
 }
 
 // Fail implements [idem.Store].
-func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
 	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [idem.Store].
-func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Owner, p.Now)
 }
 
 // Extend implements [idem.Store].
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Owner, p.Now, p.LeaseUntil)
 }
 
 // Get implements [idem.Store].
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	r, _, err := scanRecord(s.db.QueryRow(ctx, s.sql.get, key), nil)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, idem.ErrNotFound
+		return nil, store.ErrNotFound
 	}
-	var ce *idem.CorruptError
+	var ce *store.CorruptError
 	if errors.As(err, &ce) {
 		return nil, err
 	}
@@ -483,7 +484,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.translate("delete", key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }

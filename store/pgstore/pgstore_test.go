@@ -20,8 +20,9 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -104,7 +105,7 @@ func newStore(t testing.TB, cfg pgstore.Config) (*pgstore.Store, *pgxpool.Pool) 
 const limit = 4 << 20
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
 		s, _ := newStore(t, pgstore.Config{MaxResultBytes: limit})
 		return s
 	})
@@ -113,7 +114,7 @@ func TestConformance(t *testing.T) {
 func TestFaults(t *testing.T) {
 	target := hostPort(t)
 	tables := map[string]string{}
-	storefaults.Run(t, target, func(t *testing.T, addr string) idem.Store {
+	storefaults.Run(t, target, func(t *testing.T, addr string) store.Store {
 		pool := newPool(t, addr, 4)
 		table, ok := tables[t.Name()]
 		if !ok {
@@ -181,10 +182,10 @@ func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
 			return "", err
 		}
 		// Another process takes over (its clock past the lease).
-		_, err = s.Claim(ctx, idem.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint, Now: rec.LeaseUntil, LeaseUntil: rec.LeaseUntil + 30_000, ExpiresAt: rec.ExpiresAt})
+		_, err = s.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint, Now: rec.LeaseUntil, LeaseUntil: rec.LeaseUntil + 30_000, ExpiresAt: rec.ExpiresAt})
 		return "zombie", err
 	})
-	var fe *idem.FencedError
+	var fe *store.FencedError
 	if !errors.As(err, &fe) {
 		t.Fatalf("zombie's DoTx: %v, want *FencedError", err)
 	}
@@ -298,7 +299,7 @@ func TestReaperDeletesExpiredRowsAndStopsOnClose(t *testing.T) {
 		if i >= 7 {
 			exp = now + 3_600_000
 		}
-		if _, err := s.Claim(ctx, idem.ClaimParams{Key: fmt.Sprintf("k%d", i), Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: exp}); err != nil {
+		if _, err := s.Claim(ctx, store.ClaimParams{Key: fmt.Sprintf("k%d", i), Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: exp}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -346,7 +347,7 @@ func TestMissingTableAndBadConfig(t *testing.T) {
 	}
 	defer s.Close()
 	_, err = s.Get(context.Background(), "k")
-	if !errors.Is(err, idem.ErrUnavailable) || !strings.Contains(err.Error(), "Migrate") {
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("missing table: %v", err)
 	}
 	for _, tbl := range []string{"a.b.c", "a..b", "."} {
@@ -374,7 +375,7 @@ func TestDamagedRowFailsClosed(t *testing.T) {
 		}
 		ran := false
 		_, err := idem.Do(context.Background(), e, r, func(context.Context) (int, error) { ran = true; return 1, nil })
-		if !errors.Is(err, idem.ErrCorrupt) || ran {
+		if !errors.Is(err, store.ErrCorrupt) || ran {
 			t.Fatalf("damaged row: %v, ran %v; want ErrCorrupt and no run", err, ran)
 		}
 	}
@@ -426,9 +427,9 @@ func TestClaimDecidesWhenTheRowChangesUnderIt(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s, pool := newStore(t, pgstore.Config{})
 			ctx := context.Background()
-			claim := func(s *pgstore.Store, owner string, now, leaseUntil int64) idem.ClaimResult {
+			claim := func(s *pgstore.Store, owner string, now, leaseUntil int64) store.ClaimResult {
 				t.Helper()
-				res, err := s.Claim(ctx, idem.ClaimParams{Key: "k", Owner: owner, Fingerprint: "f", Now: now, LeaseUntil: leaseUntil, ExpiresAt: t0 + 3_600_000})
+				res, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: owner, Fingerprint: "f", Now: now, LeaseUntil: leaseUntil, ExpiresAt: t0 + 3_600_000})
 				if err != nil {
 					t.Fatalf("claim by %s: %v", owner, err)
 				}
@@ -488,7 +489,7 @@ func TestClaimSeesARowCommittedDuringItsStatement(t *testing.T) {
 					t.Fatal(err)
 				}
 				if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version) VALUES ('k', 1, 1, $1, $2, $3, 'f', $4, $5)",
-					holder, now+10_000, now+3_600_000, now, idem.RecordVersion); err != nil {
+					holder, now+10_000, now+3_600_000, now, store.RecordVersion); err != nil {
 					t.Fatal(err)
 				}
 				go func() {
@@ -512,13 +513,13 @@ func TestClaimSeesARowCommittedDuringItsStatement(t *testing.T) {
 				}
 			})
 			insert("holder")
-			res, err := racer.Claim(ctx, idem.ClaimParams{Key: "k", Owner: "racer", Fingerprint: "f", Now: now + 1, LeaseUntil: now + 10_001, ExpiresAt: now + 3_600_001})
+			res, err := racer.Claim(ctx, store.ClaimParams{Key: "k", Owner: "racer", Fingerprint: "f", Now: now + 1, LeaseUntil: now + 10_001, ExpiresAt: now + 3_600_001})
 			if err != nil || res.Acquired || res.Record == nil {
 				t.Fatalf("claim = %+v, %v; want a conflict", res, err)
 			}
 			got := mustGet(t, s, "k")
-			want := idem.Record{Key: "k", Status: idem.StatusInProgress, Fence: 1, Owner: "holder", LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000,
-				Fingerprint: "f", CreatedAt: now, Version: idem.RecordVersion}
+			want := store.Record{Key: "k", Status: store.StatusInProgress, Fence: 1, Owner: "holder", LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000,
+				Fingerprint: "f", CreatedAt: now, Version: store.RecordVersion}
 			if c.twice {
 				want.Owner = "holder-2"
 			}
@@ -532,7 +533,7 @@ func TestClaimSeesARowCommittedDuringItsStatement(t *testing.T) {
 	}
 }
 
-func mustGet(t *testing.T, s *pgstore.Store, key string) *idem.Record {
+func mustGet(t *testing.T, s *pgstore.Store, key string) *store.Record {
 	t.Helper()
 	r, err := s.Get(context.Background(), key)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
 
@@ -20,7 +21,7 @@ func benchClient(b *testing.B) *redis.Client {
 	return newClient(b, addr(b), func(o *redis.Options) { o.PoolSize = 32; o.ReadTimeout = 0; o.WriteTimeout = 0 })
 }
 
-func benchStore(b *testing.B) idem.Store {
+func benchStore(b *testing.B) store.Store {
 	c := benchClient(b)
 	s, err := redisstore.New(c, &redisstore.Config{Prefix: newPrefix(b, c)})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // List implements [idem.Lister] with SCAN over Config.Prefix and one
@@ -17,8 +18,8 @@ import (
 // the whole listing is listed at least once. The cursor is the SCAN cursor
 // plus the last key returned from its batch. On Redis Cluster, SCAN sees
 // one node: list through a client per primary.
-func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, error) {
-	var out idem.ListResult
+func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
+	var out store.ListResult
 	cur, after, err := parseCursor(p.Cursor)
 	if err != nil {
 		return out, err
@@ -28,7 +29,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 	for {
 		keys, next, err := s.c.Scan(ctx, cur, s.cfg.Prefix+"*", 500).Result()
 		if err != nil {
-			return idem.ListResult{}, s.translate("list", "", err)
+			return store.ListResult{}, s.translate("list", "", err)
 		}
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
@@ -46,7 +47,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 		}
 		if len(keys) > 0 {
 			if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-				return idem.ListResult{}, s.translate("list", "", err)
+				return store.ListResult{}, s.translate("list", "", err)
 			}
 		}
 		for i, k := range keys {
@@ -56,7 +57,7 @@ func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, e
 			}
 			r, err := decodeMap(strings.TrimPrefix(k, s.cfg.Prefix), m)
 			if err != nil {
-				return idem.ListResult{}, err
+				return store.ListResult{}, err
 			}
 			if !p.Matches(r) {
 				continue

@@ -39,6 +39,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 //go:embed claim.lua
@@ -77,9 +78,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Lister  = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Lister  = (*Store)(nil)
+	_ store.Deleter = (*Store)(nil)
 )
 
 // New returns a store using the caller's client (a *redis.Client,
@@ -141,15 +142,15 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }
 
-func (s *Store) claimArgs(p idem.ClaimParams) []any {
-	return []any{p.Now, p.LeaseUntil, p.ExpiresAt, p.Owner, p.Fingerprint, idem.RecordVersion}
+func (s *Store) claimArgs(p store.ClaimParams) []any {
+	return []any{p.Now, p.LeaseUntil, p.ExpiresAt, p.Owner, p.Fingerprint, store.RecordVersion}
 }
 
 // Claim implements [idem.Store] with one script call.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	v, err := claimScript.Run(ctx, s.c, []string{s.rkey(p.Key)}, s.claimArgs(p)...).Slice()
 	if err != nil {
-		return idem.ClaimResult{}, s.translate("claim", p.Key, err)
+		return store.ClaimResult{}, s.translate("claim", p.Key, err)
 	}
 	res, err := s.claimResult(p, v)
 	if err == nil && res.Acquired {
@@ -159,40 +160,40 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 }
 
 // claimResult decodes the claim script's reply.
-func (s *Store) claimResult(p idem.ClaimParams, v []any) (idem.ClaimResult, error) {
+func (s *Store) claimResult(p store.ClaimParams, v []any) (store.ClaimResult, error) {
 	code, _ := v[0].(int64)
 	switch code {
 	case 1: // written: {1, fence, takeover}
 		fence, _ := v[1].(int64)
 		takeover, _ := v[2].(int64)
-		var old *idem.Record
+		var old *store.Record
 		if fence > 1 {
 			// The old record only matters for its fence and whether it had
 			// expired; rebuild that much so ApplyClaim agrees with the
 			// script.
-			old = &idem.Record{Fence: uint64(fence - 1), Status: idem.StatusInProgress, ExpiresAt: p.Now, LeaseUntil: p.Now}
+			old = &store.Record{Fence: uint64(fence - 1), Status: store.StatusInProgress, ExpiresAt: p.Now, LeaseUntil: p.Now}
 			if takeover == 1 {
 				old.ExpiresAt = p.Now + 1
 			}
 		}
-		res, write := idem.ApplyClaim(old, p)
+		res, write := store.ApplyClaim(old, p)
 		if write == nil || res.Record.Fence != uint64(fence) {
-			return idem.ClaimResult{}, &idem.CorruptError{Key: p.Key, Reason: "claim script and client disagree"}
+			return store.ClaimResult{}, &store.CorruptError{Key: p.Key, Reason: "claim script and client disagree"}
 		}
 		return res, nil
 	case 0: // conflict: {0, HGETALL}
 		fields, _ := v[1].([]any)
 		rec, err := decode(p.Key, fields)
 		if err != nil {
-			return idem.ClaimResult{}, err
+			return store.ClaimResult{}, err
 		}
-		res, write := idem.ApplyClaim(rec, p)
+		res, write := store.ApplyClaim(rec, p)
 		if write != nil {
-			return idem.ClaimResult{}, &idem.CorruptError{Key: p.Key, Reason: "claim script refused a claimable record"}
+			return store.ClaimResult{}, &store.CorruptError{Key: p.Key, Reason: "claim script refused a claimable record"}
 		}
 		return res, nil
 	}
-	return idem.ClaimResult{}, scriptCorrupt(p.Key, v)
+	return store.ClaimResult{}, scriptCorrupt(p.Key, v)
 }
 
 func scriptCorrupt(key string, v []any) error {
@@ -202,14 +203,14 @@ func scriptCorrupt(key string, v []any) error {
 			reason = r
 		}
 	}
-	return &idem.CorruptError{Key: key, Reason: reason}
+	return &store.CorruptError{Key: key, Reason: reason}
 }
 
 // ClaimBatch claims many keys in one pipelined round trip (plus one more
 // if the script must be loaded first). Results and errors are per key, in
 // the order of ps; a failed claim has a nil-Record result and an error.
-func (s *Store) ClaimBatch(ctx context.Context, ps []idem.ClaimParams) ([]idem.ClaimResult, []error) {
-	res := make([]idem.ClaimResult, len(ps))
+func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
+	res := make([]store.ClaimResult, len(ps))
 	errs := make([]error, len(ps))
 	run := func(idx []int) []int {
 		pipe := s.c.Pipeline()
@@ -270,50 +271,50 @@ func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner 
 	case 0:
 		return s.wait(ctx, op, key)
 	case 1:
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	case 2:
 		cur, _ := v[1].(int64)
 		st, _ := v[2].(int64)
 		o, _ := v[3].(string)
-		return &idem.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(cur), CurrentOwner: o, Status: idem.Status(st)}
+		return &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(cur), CurrentOwner: o, Status: store.Status(st)}
 	}
 	return scriptCorrupt(key, v)
 }
 
 // Complete implements [idem.Store].
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
 	return s.fenced(ctx, "complete", p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Result)
 }
 
 // Fail implements [idem.Store].
-func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
 	return s.fenced(ctx, "fail", p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [idem.Store].
-func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fenced(ctx, "release", p.Key, p.Fence, p.Owner, p.Now)
 }
 
 // Extend implements [idem.Store].
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fenced(ctx, "extend", p.Key, p.Fence, p.Owner, p.Now, p.LeaseUntil)
 }
 
 // Get implements [idem.Store] with one HGETALL.
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	m, err := s.c.HGetAll(ctx, s.rkey(key)).Result()
 	if err != nil {
 		return nil, s.translate("get", key, err)
 	}
 	if len(m) == 0 {
-		return nil, idem.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return decodeMap(key, m)
 }
@@ -325,7 +326,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.translate("delete", key, err)
 	}
 	if n == 0 {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	return nil
 }
@@ -341,7 +342,7 @@ func (s *Store) wait(ctx context.Context, op, key string) error {
 	}
 	if int(n) < s.cfg.WaitReplicas {
 		return fmt.Errorf("redisstore: %s %s: %d of %d replicas acknowledged in %dms (applied on the primary): %w",
-			op, key, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout, idem.ErrUnavailable)
+			op, key, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout, store.ErrUnavailable)
 	}
 	return nil
 }
@@ -354,10 +355,10 @@ func (s *Store) translate(op, key string, err error) error {
 	if errors.As(err, &re) && !isNetErr(err) {
 		msg := re.Error()
 		if strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") {
-			return &idem.CorruptError{Key: key, Reason: msg}
+			return &store.CorruptError{Key: key, Reason: msg}
 		}
 	}
-	return fmt.Errorf("redisstore: %s %s: %w: %w", op, key, idem.ErrUnavailable, err)
+	return fmt.Errorf("redisstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }
 
 func isNetErr(err error) bool {
@@ -366,7 +367,7 @@ func isNetErr(err error) bool {
 }
 
 // decode reads a record from HGETALL's flat reply.
-func decode(key string, fields []any) (*idem.Record, error) {
+func decode(key string, fields []any) (*store.Record, error) {
 	m := make(map[string]string, len(fields)/2)
 	for i := 0; i+1 < len(fields); i += 2 {
 		k, _ := fields[i].(string)
@@ -377,9 +378,9 @@ func decode(key string, fields []any) (*idem.Record, error) {
 }
 
 // decodeMap reads a record from its hash. A damaged record fails closed.
-func decodeMap(key string, m map[string]string) (*idem.Record, error) {
+func decodeMap(key string, m map[string]string) (*store.Record, error) {
 	bad := func(field string) error {
-		return &idem.CorruptError{Key: key, Reason: "hash field " + field + " missing or malformed"}
+		return &store.CorruptError{Key: key, Reason: "hash field " + field + " missing or malformed"}
 	}
 	i64 := func(f string) (int64, error) {
 		n, err := strconv.ParseInt(m[f], 10, 64)
@@ -388,18 +389,18 @@ func decodeMap(key string, m map[string]string) (*idem.Record, error) {
 		}
 		return n, nil
 	}
-	r := &idem.Record{Key: key, Owner: m["o"], Fingerprint: m["fp"], Ref: m["ref"]}
+	r := &store.Record{Key: key, Owner: m["o"], Fingerprint: m["fp"], Ref: m["ref"]}
 	var err error
 	var st, f, v int64
-	if st, err = i64("st"); err != nil || !idem.Status(st).Valid() {
+	if st, err = i64("st"); err != nil || !store.Status(st).Valid() {
 		return nil, bad("st")
 	}
-	r.Status = idem.Status(st)
+	r.Status = store.Status(st)
 	if f, err = i64("f"); err != nil || f < 1 {
 		return nil, bad("f")
 	}
 	r.Fence = uint64(f)
-	if v, err = i64("v"); err != nil || v != idem.RecordVersion {
+	if v, err = i64("v"); err != nil || v != store.RecordVersion {
 		return nil, bad("v")
 	}
 	r.Version = int(v)
@@ -417,14 +418,14 @@ func decodeMap(key string, m map[string]string) (*idem.Record, error) {
 		}
 	}
 	switch r.Status {
-	case idem.StatusCompleted:
+	case store.StatusCompleted:
 		res, ok := m["r"]
 		if !ok {
 			return nil, bad("r")
 		}
 		r.Result = []byte(res)
-	case idem.StatusFailed:
-		r.Err = &idem.ErrorRecord{Code: m["ec"], Message: m["em"]}
+	case store.StatusFailed:
+		r.Err = &store.ErrorRecord{Code: m["ec"], Message: m["em"]}
 		if b := m["eb"]; b != "" {
 			r.Err.Body = []byte(b)
 		}

@@ -15,8 +15,9 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,7 +72,7 @@ func newStore(t testing.TB, cfg redisstore.Config) (*redisstore.Store, *redis.Cl
 const limit = 4 << 20
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
 		s, _ := newStore(t, redisstore.Config{MaxResultBytes: limit})
 		return s
 	})
@@ -80,7 +81,7 @@ func TestConformance(t *testing.T) {
 func TestFaults(t *testing.T) {
 	target := addr(t)
 	prefixes := map[string]string{}
-	storefaults.Run(t, target, func(t *testing.T, a string) idem.Store {
+	storefaults.Run(t, target, func(t *testing.T, a string) store.Store {
 		c := newClient(t, a)
 		p, ok := prefixes[t.Name()]
 		if !ok {
@@ -148,8 +149,8 @@ func TestClaimBatch(t *testing.T) {
 	var cnt counter
 	c.AddHook(&cnt)
 	now := time.Now().Add(time.Hour).UnixMilli()
-	mk := func(i int, owner string) idem.ClaimParams {
-		return idem.ClaimParams{Key: fmt.Sprintf("b#%02d", i), Owner: owner, Fingerprint: "fp", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
+	mk := func(i int, owner string) store.ClaimParams {
+		return store.ClaimParams{Key: fmt.Sprintf("b#%02d", i), Owner: owner, Fingerprint: "fp", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
 	}
 	// Five keys held by someone else, one completed.
 	for i := range 5 {
@@ -157,10 +158,10 @@ func TestClaimBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "b#00", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{Key: "b#00", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
-	ps := make([]idem.ClaimParams, 10)
+	ps := make([]store.ClaimParams, 10)
 	for i := range ps {
 		ps[i] = mk(i, "batch")
 	}
@@ -194,10 +195,10 @@ func TestClaimBatch(t *testing.T) {
 func TestNativeExpiryFollowsRecord(t *testing.T) {
 	s, c := newStore(t, redisstore.Config{})
 	now := time.Now().UnixMilli()
-	if _, err := s.Claim(context.Background(), idem.ClaimParams{Key: "x#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
+	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "x#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(context.Background(), idem.CompleteParams{Key: "x#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{Key: "x#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	at, err := c.PExpireTime(context.Background(), s.Prefix()+"x#1").Result()
@@ -227,7 +228,7 @@ func TestDamagedRecordFailsClosed(t *testing.T) {
 		damage(s.Prefix() + id.Key.String())
 		ran := false
 		_, err := idem.Do(ctx, e, r, func(context.Context) (int, error) { ran = true; return 1, nil })
-		if !errors.Is(err, idem.ErrCorrupt) || ran {
+		if !errors.Is(err, store.ErrCorrupt) || ran {
 			t.Errorf("%s: %v, ran %v; want ErrCorrupt and no run", name, err, ran)
 		}
 	}
@@ -256,8 +257,8 @@ func TestOpenURLAndConfig(t *testing.T) {
 func TestWaitReplicasWithoutReplicasFailsClosed(t *testing.T) {
 	s, _ := newStore(t, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50})
 	now := time.Now().UnixMilli()
-	_, err := s.Claim(context.Background(), idem.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
-	if !errors.Is(err, idem.ErrUnavailable) {
+	_, err := s.Claim(context.Background(), store.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("claim waiting for a replica that does not exist: %v, want ErrUnavailable", err)
 	}
 }

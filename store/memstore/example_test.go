@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // An engine over an in-memory store: the second call with the key replays

@@ -10,26 +10,26 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 // broken stores: each breaks one rule of the contract, and the suite must
 // catch it in the named case. This is the suite's own test: a conformance
 // suite that passes a broken store proves nothing.
 var broken = map[string]struct {
-	wrap  func(*memstore.Store) idem.Store
+	wrap  func(*memstore.Store) store.Store
 	fails string // a case that must fail
 }{
-	"ignores-fence":              {func(m *memstore.Store) idem.Store { return &noFence{Store: m} }, "Fencing"},
-	"conflict-drops-fingerprint": {func(m *memstore.Store) idem.Store { return &dropFingerprint{Store: m} }, "EngineMismatchEveryPath"},
-	"trusts-ttl-only":            {func(m *memstore.Store) idem.Store { return &noExpiry{Store: m} }, "ExpiryBoundary"},
-	"early-takeover":             {func(m *memstore.Store) idem.Store { return &earlyTakeover{Store: m} }, "TakeoverOnlyAfterLease"},
-	"racy-claim":                 {func(m *memstore.Store) idem.Store { return &racyClaim{Store: m} }, "Storm"},
-	"truncates-results":          {func(m *memstore.Store) idem.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
-	"fence-without-owner":        {func(m *memstore.Store) idem.Store { return &noOwner{Store: m} }, "ReclaimAfterDeletion"},
-	"gives-up-under-contention":  {func(m *memstore.Store) idem.Store { return &givesUp{Store: m} }, "Linearizability"},
+	"ignores-fence":              {func(m *memstore.Store) store.Store { return &noFence{Store: m} }, "Fencing"},
+	"conflict-drops-fingerprint": {func(m *memstore.Store) store.Store { return &dropFingerprint{Store: m} }, "EngineMismatchEveryPath"},
+	"trusts-ttl-only":            {func(m *memstore.Store) store.Store { return &noExpiry{Store: m} }, "ExpiryBoundary"},
+	"early-takeover":             {func(m *memstore.Store) store.Store { return &earlyTakeover{Store: m} }, "TakeoverOnlyAfterLease"},
+	"racy-claim":                 {func(m *memstore.Store) store.Store { return &racyClaim{Store: m} }, "Storm"},
+	"truncates-results":          {func(m *memstore.Store) store.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
+	"fence-without-owner":        {func(m *memstore.Store) store.Store { return &noOwner{Store: m} }, "ReclaimAfterDeletion"},
+	"gives-up-under-contention":  {func(m *memstore.Store) store.Store { return &givesUp{Store: m} }, "Linearizability"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -40,7 +40,7 @@ func TestBrokenStoreHelper(t *testing.T) {
 		t.Skip("helper for TestSuiteCatchesBrokenStores")
 	}
 	b := broken[name]
-	storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 16, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 16, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) store.Store {
 		m := memstore.New(&memstore.Config{MaxResultBytes: 1 << 16, SweepInterval: -1})
 		t.Cleanup(func() { _ = m.Close() })
 		return b.wrap(m)
@@ -67,7 +67,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 
 func TestSuitePassesMemstore(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 16}, func(t *testing.T) idem.Store {
+	storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 16}, func(t *testing.T) store.Store {
 		m := memstore.New(&memstore.Config{MaxResultBytes: 1 << 16})
 		t.Cleanup(func() { _ = m.Close() })
 		return m
@@ -83,10 +83,10 @@ func tail(s string) string {
 
 type noFence struct{ *memstore.Store }
 
-func (s *noFence) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *noFence) Complete(ctx context.Context, p store.CompleteParams) error {
 	if r, err := s.Store.Get(ctx, p.Key); err == nil {
 		p.Fence = r.Fence
-		if r.Status != idem.StatusInProgress {
+		if r.Status != store.StatusInProgress {
 			return nil
 		}
 	}
@@ -95,7 +95,7 @@ func (s *noFence) Complete(ctx context.Context, p idem.CompleteParams) error {
 
 type dropFingerprint struct{ *memstore.Store }
 
-func (s *dropFingerprint) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *dropFingerprint) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, p)
 	if err == nil && !res.Acquired {
 		res.Record.Fingerprint = p.Fingerprint // echoes the caller's instead of the stored one
@@ -105,8 +105,8 @@ func (s *dropFingerprint) Claim(ctx context.Context, p idem.ClaimParams) (idem.C
 
 type noExpiry struct{ *memstore.Store }
 
-func (s *noExpiry) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status != idem.StatusInProgress && r.Expired(p.Now) {
+func (s *noExpiry) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status != store.StatusInProgress && r.Expired(p.Now) {
 		p.Now = r.ExpiresAt - 1 // pretends the record is still live
 	}
 	return s.Store.Claim(ctx, p)
@@ -114,7 +114,7 @@ func (s *noExpiry) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimRes
 
 type earlyTakeover struct{ *memstore.Store }
 
-func (s *earlyTakeover) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *earlyTakeover) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	p.Now++
 	return s.Store.Claim(ctx, p)
 }
@@ -123,10 +123,10 @@ type racyClaim struct{ *memstore.Store }
 
 // Claim checks and writes in two steps, like a read-then-put without a
 // condition.
-func (s *racyClaim) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *racyClaim) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	r, err := s.Store.Get(ctx, p.Key)
 	if err == nil && !r.Claimable(p.Now) {
-		return idem.ClaimResult{Record: r}, nil
+		return store.ClaimResult{Record: r}, nil
 	}
 	runtime.Gosched()
 	_ = s.Store.Delete(ctx, p.Key) // a blind put: overwrites whoever got here first
@@ -135,7 +135,7 @@ func (s *racyClaim) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimRe
 
 type truncating struct{ *memstore.Store }
 
-func (s *truncating) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *truncating) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > 1024 {
 		p.Result = p.Result[:1024]
 	}
@@ -154,22 +154,22 @@ func (s *noOwner) owner(ctx context.Context, key string, fence uint64) string {
 	return ""
 }
 
-func (s *noOwner) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *noOwner) Complete(ctx context.Context, p store.CompleteParams) error {
 	p.Owner = s.owner(ctx, p.Key, p.Fence)
 	return s.Store.Complete(ctx, p)
 }
 
-func (s *noOwner) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *noOwner) Fail(ctx context.Context, p store.FailParams) error {
 	p.Owner = s.owner(ctx, p.Key, p.Fence)
 	return s.Store.Fail(ctx, p)
 }
 
-func (s *noOwner) Release(ctx context.Context, p idem.ReleaseParams) error {
+func (s *noOwner) Release(ctx context.Context, p store.ReleaseParams) error {
 	p.Owner = s.owner(ctx, p.Key, p.Fence)
 	return s.Store.Release(ctx, p)
 }
 
-func (s *noOwner) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *noOwner) Extend(ctx context.Context, p store.ExtendParams) error {
 	p.Owner = s.owner(ctx, p.Key, p.Fence)
 	return s.Store.Extend(ctx, p)
 }
@@ -178,7 +178,7 @@ type givesUp struct{ *memstore.Store }
 
 // Claim retries while the record changes between two reads, and gives up
 // after two rounds with ErrUnavailable: contention reported as a fault.
-func (s *givesUp) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *givesUp) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	for range 2 {
 		before, _ := s.Store.Get(ctx, p.Key)
 		runtime.Gosched()
@@ -186,5 +186,5 @@ func (s *givesUp) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResu
 			return s.Store.Claim(ctx, p)
 		}
 	}
-	return idem.ClaimResult{}, fmt.Errorf("claim %s: the record changed under 2 attempts: %w", p.Key, idem.ErrUnavailable)
+	return store.ClaimResult{}, fmt.Errorf("claim %s: the record changed under 2 attempts: %w", p.Key, store.ErrUnavailable)
 }

@@ -16,11 +16,12 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // ErrFull is returned (wrapping idem.ErrUnavailable) when a claim of a new
 // key finds the store at MaxRecords live records.
-var ErrFull = fmt.Errorf("memstore: full: %w", idem.ErrUnavailable)
+var ErrFull = fmt.Errorf("memstore: full: %w", store.ErrUnavailable)
 
 // Config configures a [Store]. A nil *Config means all defaults.
 type Config struct {
@@ -42,7 +43,7 @@ type Store struct {
 	cfg Config
 
 	mu sync.Mutex
-	m  map[string]*idem.Record
+	m  map[string]*store.Record
 
 	stop chan struct{}
 	done chan struct{}
@@ -50,9 +51,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store   = (*Store)(nil)
-	_ idem.Lister  = (*Store)(nil)
-	_ idem.Deleter = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Lister  = (*Store)(nil)
+	_ store.Deleter = (*Store)(nil)
 )
 
 // New returns an empty store and starts its sweeper.
@@ -73,7 +74,7 @@ func New(cfg *Config) *Store {
 	if c.Clock == nil {
 		c.Clock = idem.SystemClock{}
 	}
-	s := &Store{cfg: c, m: make(map[string]*idem.Record), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{cfg: c, m: make(map[string]*store.Record), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.SweepInterval > 0 {
 		go s.sweepLoop()
 	} else {
@@ -97,7 +98,7 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
-			s.Sweep(idem.Millis(s.cfg.Clock.Now()))
+			s.Sweep(store.Millis(s.cfg.Clock.Now()))
 		}
 	}
 }
@@ -128,17 +129,17 @@ func (s *Store) Len() int {
 }
 
 // Claim implements [idem.Store].
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.m[p.Key]
 	if old == nil && len(s.m) >= s.cfg.MaxRecords && s.sweepLocked(p.Now) == 0 {
-		return idem.ClaimResult{}, ErrFull
+		return store.ClaimResult{}, ErrFull
 	}
-	res, write := idem.ApplyClaim(old, p)
+	res, write := store.ApplyClaim(old, p)
 	if write != nil {
 		s.m[p.Key] = write
 	}
@@ -147,21 +148,21 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 
 // held returns the record that a fenced write may change, or the error the
 // contract names.
-func (s *Store) held(key string, fence uint64, owner string, now int64) (*idem.Record, error) {
+func (s *Store) held(key string, fence uint64, owner string, now int64) (*store.Record, error) {
 	r := s.m[key]
-	if err := idem.CheckFence(r, key, fence, owner, now); err != nil {
+	if err := store.CheckFence(r, key, fence, owner, now); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
 // Complete implements [idem.Store].
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if len(p.Result) > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -169,17 +170,17 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if err != nil {
 		return err
 	}
-	idem.ApplyComplete(r, p)
+	store.ApplyComplete(r, p)
 	return nil
 }
 
 // Fail implements [idem.Store].
-func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
+func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
-		return &idem.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,12 +188,12 @@ func (s *Store) Fail(ctx context.Context, p idem.FailParams) error {
 	if err != nil {
 		return err
 	}
-	idem.ApplyFail(r, p)
+	store.ApplyFail(r, p)
 	return nil
 }
 
 // Release implements [idem.Store].
-func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -206,7 +207,7 @@ func (s *Store) Release(ctx context.Context, p idem.ReleaseParams) error {
 }
 
 // Extend implements [idem.Store].
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -221,7 +222,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 }
 
 // Get implements [idem.Store].
-func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -229,27 +230,27 @@ func (s *Store) Get(ctx context.Context, key string) (*idem.Record, error) {
 	defer s.mu.Unlock()
 	r, ok := s.m[key]
 	if !ok {
-		return nil, idem.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return r.Clone(), nil
 }
 
 // List implements [idem.Lister]: records in key order, the cursor being the
 // last key of the previous page.
-func (s *Store) List(ctx context.Context, p idem.ListParams) (idem.ListResult, error) {
+func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ListResult{}, err
+		return store.ListResult{}, err
 	}
 	s.mu.Lock()
-	var recs []*idem.Record
+	var recs []*store.Record
 	for k, r := range s.m {
 		if k > p.Cursor && p.Matches(r) {
 			recs = append(recs, r.Clone())
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(recs, func(a, b *idem.Record) int { return cmp.Compare(a.Key, b.Key) })
-	var out idem.ListResult
+	slices.SortFunc(recs, func(a, b *store.Record) int { return cmp.Compare(a.Key, b.Key) })
+	var out store.ListResult
 	if n := p.PageSize(); len(recs) > n {
 		recs = recs[:n]
 		out.Next = recs[n-1].Key
@@ -266,7 +267,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[key]; !ok {
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	}
 	delete(s.m, key)
 	return nil

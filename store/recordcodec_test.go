@@ -1,4 +1,4 @@
-package idem_test
+package store_test
 
 import (
 	"errors"
@@ -6,23 +6,24 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
-func sampleRecords() []*idem.Record {
-	return []*idem.Record{
-		{Key: "charge#" + idem.Digest([]byte("a")), Status: idem.StatusInProgress, Fence: 3, Owner: "host/1/ab/7",
+func sampleRecords() []*store.Record {
+	return []*store.Record{
+		{Key: "charge#" + idem.Digest([]byte("a")), Status: store.StatusInProgress, Fence: 3, Owner: "host/1/ab/7",
 			LeaseUntil: 1_900_000_000_000, ExpiresAt: 1_900_003_600_000, Fingerprint: idem.Digest([]byte("p")),
 			CreatedAt: 1_899_999_999_000, Version: 1},
-		{Key: "k", Status: idem.StatusCompleted, Fence: 1, Result: []byte{0, 1, 0xff}, Ref: "arn:aws:states:x", CompletedAt: 5, Version: 1},
-		{Key: "k", Status: idem.StatusCompleted, Fence: 1, Result: []byte{}, Version: 1},
-		{Key: "k", Status: idem.StatusFailed, Fence: 9, Err: &idem.ErrorRecord{Code: "declined", Message: "no", Body: []byte(`{}`)}, Version: 1, LeaseUntil: -5},
+		{Key: "k", Status: store.StatusCompleted, Fence: 1, Result: []byte{0, 1, 0xff}, Ref: "arn:aws:states:x", CompletedAt: 5, Version: 1},
+		{Key: "k", Status: store.StatusCompleted, Fence: 1, Result: []byte{}, Version: 1},
+		{Key: "k", Status: store.StatusFailed, Fence: 9, Err: &store.ErrorRecord{Code: "declined", Message: "no", Body: []byte(`{}`)}, Version: 1, LeaseUntil: -5},
 	}
 }
 
 func TestRecordCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, r := range sampleRecords() {
-		got, err := idem.UnmarshalRecord(idem.MarshalRecord(r))
+		got, err := store.UnmarshalRecord(store.MarshalRecord(r))
 		if err != nil || !reflect.DeepEqual(got, r) {
 			t.Fatalf("round trip of %+v: %+v %v", r, got, err)
 		}
@@ -31,18 +32,18 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 
 func TestRecordCodecDetectsEveryBitFlip(t *testing.T) {
 	t.Parallel()
-	b := idem.MarshalRecord(sampleRecords()[3])
+	b := store.MarshalRecord(sampleRecords()[3])
 	for i := range b {
 		for bit := range 8 {
 			c := append([]byte(nil), b...)
 			c[i] ^= 1 << bit
-			if _, err := idem.UnmarshalRecord(c); !errors.Is(err, idem.ErrCorrupt) {
+			if _, err := store.UnmarshalRecord(c); !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("flip of bit %d in byte %d: %v, want ErrCorrupt", bit, i, err)
 			}
 		}
 	}
 	for n := range b {
-		if _, err := idem.UnmarshalRecord(b[:n]); !errors.Is(err, idem.ErrCorrupt) {
+		if _, err := store.UnmarshalRecord(b[:n]); !errors.Is(err, store.ErrCorrupt) {
 			t.Fatalf("truncated to %d bytes: %v", n, err)
 		}
 	}
@@ -50,13 +51,13 @@ func TestRecordCodecDetectsEveryBitFlip(t *testing.T) {
 
 func FuzzUnmarshalRecord(f *testing.F) {
 	for _, r := range sampleRecords() {
-		f.Add(idem.MarshalRecord(r))
+		f.Add(store.MarshalRecord(r))
 	}
 	f.Add([]byte("IDR\x01"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := idem.UnmarshalRecord(data)
+		r, err := store.UnmarshalRecord(data)
 		if err != nil {
-			if !errors.Is(err, idem.ErrCorrupt) {
+			if !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)
 			}
 			return
@@ -64,7 +65,7 @@ func FuzzUnmarshalRecord(f *testing.F) {
 		if !r.Status.Valid() {
 			t.Fatalf("decoded an invalid status %d", r.Status)
 		}
-		again, err := idem.UnmarshalRecord(idem.MarshalRecord(r))
+		again, err := store.UnmarshalRecord(store.MarshalRecord(r))
 		if err != nil || !reflect.DeepEqual(again, r) {
 			t.Fatalf("re-encoding changed the record: %+v -> %+v (%v)", r, again, err)
 		}

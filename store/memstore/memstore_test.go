@@ -9,14 +9,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T) idem.Store {
+func newStore(t *testing.T) store.Store {
 	s := memstore.New(&memstore.Config{MaxResultBytes: 4 << 20})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -32,7 +32,7 @@ func TestFullStoreFailsClosedAndNeverEvictsLive(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	claim := func(key string, now int64) error {
-		_, err := s.Claim(ctx, idem.ClaimParams{Key: key, Owner: "o", Now: now, LeaseUntil: now + 10, ExpiresAt: now + 100})
+		_, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o", Now: now, LeaseUntil: now + 10, ExpiresAt: now + 100})
 		return err
 	}
 	if err := claim("a", 0); err != nil {
@@ -42,7 +42,7 @@ func TestFullStoreFailsClosedAndNeverEvictsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := claim("c", 50)
-	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, idem.ErrUnavailable) {
+	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("claim into a full store: %v, want ErrFull wrapping ErrUnavailable", err)
 	}
 	for _, k := range []string{"a", "b"} {
@@ -66,7 +66,7 @@ func TestSweeperDeletesExpiredAndStopsOnClose(t *testing.T) {
 		now := time.Now().UnixMilli()
 		for i, exp := range []int64{now + 30_000, now + 90_000, now + 3_600_000} {
 			key := string(rune('a' + i))
-			if _, err := s.Claim(ctx, idem.ClaimParams{Key: key, Owner: "o", Now: now, LeaseUntil: now + 10, ExpiresAt: exp}); err != nil {
+			if _, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o", Now: now, LeaseUntil: now + 10, ExpiresAt: exp}); err != nil {
 				t.Fatal(err)
 			}
 		}

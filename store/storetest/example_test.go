@@ -3,9 +3,9 @@ package storetest_test
 import (
 	"testing"
 
-	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/memstore"
-	"github.com/seed-a1b882c0/idem/storetest"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 // A store author runs the whole contract from a test in the store's
@@ -15,7 +15,7 @@ import (
 // instead. The function is a test, so it runs under go test, not here.
 func ExampleRun() {
 	testConformance := func(t *testing.T) {
-		storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 20}, func(t *testing.T) idem.Store {
+		storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 20}, func(t *testing.T) store.Store {
 			s := memstore.New(&memstore.Config{MaxResultBytes: 1 << 20})
 			t.Cleanup(func() { _ = s.Close() })
 			return s

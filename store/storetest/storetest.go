@@ -37,6 +37,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Features tells the suite what the store can do and how hard to push it.
@@ -85,7 +86,7 @@ func (f Features) withDefaults() Features {
 
 // NewStore returns an isolated store for one test, with its cleanup
 // registered on t.
-type NewStore func(t *testing.T) idem.Store
+type NewStore func(t *testing.T) store.Store
 
 // Case is one exported conformance case.
 type Case func(t *testing.T, f Features, newStore NewStore)
@@ -148,9 +149,9 @@ const (
 	expiry = 3_600_000 // ms
 )
 
-func claimAt(t *testing.T, s idem.Store, key, owner, fingerprint string, now int64) idem.ClaimResult {
+func claimAt(t *testing.T, s store.Store, key, owner, fingerprint string, now int64) store.ClaimResult {
 	t.Helper()
-	res, err := s.Claim(context.Background(), idem.ClaimParams{
+	res, err := s.Claim(context.Background(), store.ClaimParams{
 		Key: key, Fingerprint: fingerprint, Owner: owner, Now: now,
 		LeaseUntil: now + lease, ExpiresAt: now + expiry,
 	})
@@ -163,7 +164,7 @@ func claimAt(t *testing.T, s idem.Store, key, owner, fingerprint string, now int
 	return res
 }
 
-func mustGet(t *testing.T, s idem.Store, key string) *idem.Record {
+func mustGet(t *testing.T, s store.Store, key string) *store.Record {
 	t.Helper()
 	r, err := s.Get(context.Background(), key)
 	if err != nil {
@@ -173,7 +174,7 @@ func mustGet(t *testing.T, s idem.Store, key string) *idem.Record {
 }
 
 // sameRecord compares the fields every store must keep exactly.
-func sameRecord(t *testing.T, what string, got, want *idem.Record) {
+func sameRecord(t *testing.T, what string, got, want *store.Record) {
 	t.Helper()
 	g, w := *got, *want
 	// Stores may return nil or empty for an absent result; compare bytes.
@@ -208,8 +209,8 @@ func TestClaim(t *testing.T, _ Features, newStore NewStore) {
 	if !res.Acquired || res.Takeover {
 		t.Fatalf("claim of an absent key: Acquired=%v Takeover=%v, want true false", res.Acquired, res.Takeover)
 	}
-	want := &idem.Record{Key: key, Status: idem.StatusInProgress, Fence: 1, Owner: "owner-a",
-		LeaseUntil: now + lease, ExpiresAt: now + expiry, Fingerprint: fp("a"), CreatedAt: now, Version: idem.RecordVersion}
+	want := &store.Record{Key: key, Status: store.StatusInProgress, Fence: 1, Owner: "owner-a",
+		LeaseUntil: now + lease, ExpiresAt: now + expiry, Fingerprint: fp("a"), CreatedAt: now, Version: store.RecordVersion}
 	sameRecord(t, "claim result", res.Record, want)
 	sameRecord(t, "Get after claim", mustGet(t, s, key), want)
 }
@@ -258,11 +259,11 @@ func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	result := []byte{0, 1, 2, 0xff, '"', '\\', 0xc3, 0x28} // binary, invalid UTF-8
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 7, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 7, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	want := *rec
-	want.Status, want.Result, want.CompletedAt, want.ExpiresAt = idem.StatusCompleted, result, now+7, now+7+expiry
+	want.Status, want.Result, want.CompletedAt, want.ExpiresAt = store.StatusCompleted, result, now+7, now+7+expiry
 	sameRecord(t, "Get after Complete", mustGet(t, s, key), &want)
 	for _, f := range []string{fp("a"), fp("b")} {
 		res := claimAt(t, s, key, "owner-b", f, now+lease+100) // lease passed: irrelevant once COMPLETED
@@ -274,10 +275,10 @@ func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	// An empty result is a result.
 	key2 := newKey(t)
 	rec2 := claimAt(t, s, key2, "owner-a", "", now).Record
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
 		t.Fatalf("Complete with an empty result: %v", err)
 	}
-	if got := mustGet(t, s, key2); got.Status != idem.StatusCompleted || len(got.Result) != 0 {
+	if got := mustGet(t, s, key2); got.Status != store.StatusCompleted || len(got.Result) != 0 {
 		t.Fatalf("empty result stored as status %v, %d bytes", got.Status, len(got.Result))
 	}
 }
@@ -287,12 +288,12 @@ func TestFailAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	er := idem.ErrorRecord{Code: "card_declined", Message: "card declined: insufficient funds ✓", Body: []byte(`{"decline":"funds"}`)}
-	if err := s.Fail(context.Background(), idem.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
+	er := store.ErrorRecord{Code: "card_declined", Message: "card declined: insufficient funds ✓", Body: []byte(`{"decline":"funds"}`)}
+	if err := s.Fail(context.Background(), store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	want := *rec
-	want.Status, want.Err, want.CompletedAt, want.ExpiresAt = idem.StatusFailed, &er, now+3, now+3+expiry
+	want.Status, want.Err, want.CompletedAt, want.ExpiresAt = store.StatusFailed, &er, now+3, now+3+expiry
 	sameRecord(t, "Get after Fail", mustGet(t, s, key), &want)
 	res := claimAt(t, s, key, "owner-b", fp("a"), now+lease+1)
 	if res.Acquired {
@@ -306,10 +307,10 @@ func TestRelease(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Release(context.Background(), idem.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}); err != nil {
+	if err := s.Release(context.Background(), store.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if _, err := s.Get(context.Background(), key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(context.Background(), key); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after Release: %v, want ErrNotFound", err)
 	}
 	res := claimAt(t, s, key, "owner-b", fp("b"), now+2)
@@ -325,18 +326,18 @@ func TestNotFound(t *testing.T, _ Features, newStore NewStore) {
 	ctx := context.Background()
 	key, now := newKey(t), base()
 	checks := map[string]error{
-		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Result: []byte("x")}),
-		"Fail":     s.Fail(ctx, idem.FailParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}}),
-		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key, Fence: 1, Owner: "owner-a", Now: now}),
-		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, LeaseUntil: now + lease}),
+		"Complete": s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Result: []byte("x")}),
+		"Fail":     s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c"}}),
+		"Release":  s.Release(ctx, store.ReleaseParams{Key: key, Fence: 1, Owner: "owner-a", Now: now}),
+		"Extend":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, LeaseUntil: now + lease}),
 	}
 	_, checks["Get"] = s.Get(ctx, key)
 	for name, err := range checks {
-		if !errors.Is(err, idem.ErrNotFound) {
+		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s of an absent key: %v, want ErrNotFound", name, err)
 		}
 	}
-	if _, err := s.Get(ctx, key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, key); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a write to an absent key created it: Get = %v", err)
 	}
 }
@@ -375,16 +376,16 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 	sameRecord(t, "record after takeover", before, cur)
 	writes := map[string]func(fence uint64, owner string) error{
 		"Complete": func(f uint64, o string) error {
-			return s.Complete(ctx, idem.CompleteParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Result: []byte("zombie")})
+			return s.Complete(ctx, store.CompleteParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Result: []byte("zombie")})
 		},
 		"Fail": func(f uint64, o string) error {
-			return s.Fail(ctx, idem.FailParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "zombie"}})
+			return s.Fail(ctx, store.FailParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "zombie"}})
 		},
 		"Release": func(f uint64, o string) error {
-			return s.Release(ctx, idem.ReleaseParams{Key: key, Fence: f, Owner: o, Now: at})
+			return s.Release(ctx, store.ReleaseParams{Key: key, Fence: f, Owner: o, Now: at})
 		},
 		"Extend": func(f uint64, o string) error {
-			return s.Extend(ctx, idem.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, LeaseUntil: at + 10*lease})
+			return s.Extend(ctx, store.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, LeaseUntil: at + 10*lease})
 		},
 	}
 	stale := []struct {
@@ -399,8 +400,8 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 	for name, w := range writes {
 		for _, c := range stale {
 			err := w(c.fence, c.owner)
-			var fe *idem.FencedError
-			if !errors.Is(err, idem.ErrFenced) || !errors.As(err, &fe) {
+			var fe *store.FencedError
+			if !errors.Is(err, store.ErrFenced) || !errors.As(err, &fe) {
 				t.Errorf("%s with %s (fence %d, owner %s): %v, want a *FencedError", name, c.what, c.fence, c.owner, err)
 			} else if fe.Current != cur.Fence || fe.CurrentOwner != cur.Owner || fe.Own() {
 				t.Errorf("%s with %s: FencedError names claim %d (%s), want the record's %d (%s)",
@@ -412,16 +413,16 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 	// Completed records refuse every fenced write, even with their claim,
 	// and say that the claim is the writer's own: how a Complete retried
 	// after its reply was lost learns that the first attempt landed.
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: cur.Fence, Owner: cur.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: cur.Fence, Owner: cur.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
 		t.Fatalf("Complete by the holder: %v", err)
 	}
 	done := mustGet(t, s, key)
 	for name, w := range writes {
 		err := w(cur.Fence, cur.Owner)
-		var fe *idem.FencedError
+		var fe *store.FencedError
 		if !errors.As(err, &fe) {
 			t.Errorf("%s of a COMPLETED record: %v, want a *FencedError", name, err)
-		} else if !fe.Own() || fe.Status != idem.StatusCompleted {
+		} else if !fe.Own() || fe.Status != store.StatusCompleted {
 			t.Errorf("%s of its own COMPLETED record: FencedError %+v, want Own() and status COMPLETED", name, fe)
 		}
 		sameRecord(t, name+" changed a COMPLETED record", mustGet(t, s, key), done)
@@ -439,17 +440,17 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	ctx := context.Background()
-	check := func(t *testing.T, key string, first *idem.Record, at int64) {
+	check := func(t *testing.T, key string, first *store.Record, at int64) {
 		t.Helper()
 		before := mustGet(t, s, key)
 		writes := map[string]error{
-			"Complete": s.Complete(ctx, idem.CompleteParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("stale")}),
-			"Fail":     s.Fail(ctx, idem.FailParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "stale"}}),
-			"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, LeaseUntil: at + 10*lease}),
-			"Release":  s.Release(ctx, idem.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}),
+			"Complete": s.Complete(ctx, store.CompleteParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("stale")}),
+			"Fail":     s.Fail(ctx, store.FailParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "stale"}}),
+			"Extend":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, LeaseUntil: at + 10*lease}),
+			"Release":  s.Release(ctx, store.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}),
 		}
 		for name, err := range writes {
-			if !errors.Is(err, idem.ErrFenced) {
+			if !errors.Is(err, store.ErrFenced) {
 				t.Errorf("%s by the first holder (fence %d) into the new claim (fence %d): %v, want ErrFenced",
 					name, first.Fence, before.Fence, err)
 			}
@@ -459,7 +460,7 @@ func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 	t.Run("Released", func(t *testing.T) {
 		key, now := newKey(t), base()
 		first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-		if err := s.Release(ctx, idem.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: now + 1}); err != nil {
+		if err := s.Release(ctx, store.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: now + 1}); err != nil {
 			t.Fatal(err)
 		}
 		second := claimAt(t, s, key, "owner-b", fp("a"), now+2)
@@ -469,7 +470,7 @@ func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 		check(t, key, first, now+3) // the first holder's writes retried after a lost reply
 	})
 	t.Run("DeletedByTTL", func(t *testing.T) {
-		deleter, ok := s.(idem.Deleter)
+		deleter, ok := s.(store.Deleter)
 		if !ok {
 			t.Skip("store does not implement idem.Deleter")
 		}
@@ -494,7 +495,7 @@ func TestExtend(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	newLease := rec.LeaseUntil + 5*lease
-	if err := s.Extend(context.Background(), idem.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 100, LeaseUntil: newLease}); err != nil {
+	if err := s.Extend(context.Background(), store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 100, LeaseUntil: newLease}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	if got := mustGet(t, s, key).LeaseUntil; got != newLease {
@@ -521,7 +522,7 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	key := newKey(t)
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	exp := now + 50_000
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: exp, Result: []byte("r")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: exp, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if res := claimAt(t, s, key, "owner-b", fp("a"), exp-1); res.Acquired {
@@ -534,7 +535,7 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	if f := res.Record.Fence; f != rec.Fence+1 && f != 1 {
 		t.Fatalf("fence after re-claim of an expired record = %d, want %d (or 1 if the backend reclaimed it)", f, rec.Fence+1)
 	}
-	if res.Record.Status != idem.StatusInProgress || res.Record.Fingerprint != fp("b") || len(res.Record.Result) != 0 {
+	if res.Record.Status != store.StatusInProgress || res.Record.Fingerprint != fp("b") || len(res.Record.Result) != 0 {
 		t.Fatalf("re-claimed record kept old state: %+v", res.Record)
 	}
 
@@ -544,21 +545,21 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	c := claimAt(t, s, key2, "owner-a", fp("a"), now).Record
 	at := c.ExpiresAt
 	errs := map[string]error{
-		"Complete": s.Complete(ctx, idem.CompleteParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("late")}),
-		"Fail":     s.Fail(ctx, idem.FailParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Err: idem.ErrorRecord{Code: "late"}}),
-		"Extend":   s.Extend(ctx, idem.ExtendParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, LeaseUntil: at + lease}),
-		"Release":  s.Release(ctx, idem.ReleaseParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}),
+		"Complete": s.Complete(ctx, store.CompleteParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("late")}),
+		"Fail":     s.Fail(ctx, store.FailParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "late"}}),
+		"Extend":   s.Extend(ctx, store.ExtendParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, LeaseUntil: at + lease}),
+		"Release":  s.Release(ctx, store.ReleaseParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}),
 	}
 	for name, err := range errs {
-		if !errors.Is(err, idem.ErrNotFound) {
+		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s of an expired claim: %v, want ErrNotFound", name, err)
 		}
 	}
 	if r, err := s.Get(ctx, key2); err == nil {
-		if !r.Expired(at) || r.Status != idem.StatusInProgress || len(r.Result) != 0 {
+		if !r.Expired(at) || r.Status != store.StatusInProgress || len(r.Result) != 0 {
 			t.Errorf("expired record changed by refused writes: %+v", r)
 		}
-	} else if !errors.Is(err, idem.ErrNotFound) {
+	} else if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get of an expired record: %v", err)
 	}
 }
@@ -581,21 +582,21 @@ func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	if f.MaxResultBytes > 0 {
 		key := newKey(t)
 		rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-		err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: append(big, 'x')})
-		var tl *idem.TooLargeError
-		if !errors.Is(err, idem.ErrTooLarge) || !errors.As(err, &tl) {
+		err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: append(big, 'x')})
+		var tl *store.TooLargeError
+		if !errors.Is(err, store.ErrTooLarge) || !errors.As(err, &tl) {
 			t.Fatalf("Complete one byte over the limit: %v, want *TooLargeError", err)
 		}
 		sameRecord(t, "record after a refused large Complete", mustGet(t, s, key), rec)
-		err = s.Fail(ctx, idem.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c", Body: append(big, 'x')}})
-		if !errors.Is(err, idem.ErrTooLarge) {
+		err = s.Fail(ctx, store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c", Body: append(big, 'x')}})
+		if !errors.Is(err, store.ErrTooLarge) {
 			t.Fatalf("Fail with a body over the limit: %v, want ErrTooLarge", err)
 		}
 		sameRecord(t, "record after a refused large Fail", mustGet(t, s, key), rec)
 	}
 	key := newKey(t)
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Complete(ctx, idem.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: big}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: big}); err != nil {
 		t.Fatalf("Complete with %d bytes (the limit): %v", len(big), err)
 	}
 	if got := mustGet(t, s, key).Result; !bytes.Equal(got, big) {
@@ -608,9 +609,9 @@ func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
 }
 
 // engineFor builds an engine over s with a manual clock at base().
-func engineFor(t *testing.T, s idem.Store, cfg idem.Config) (*idem.Engine, *clocktest.Clock) {
+func engineFor(t *testing.T, s store.Store, cfg idem.Config) (*idem.Engine, *clocktest.Clock) {
 	t.Helper()
-	clk := clocktest.New(idem.FromMillis(base()))
+	clk := clocktest.New(store.FromMillis(base()))
 	if cfg.Clock == nil {
 		cfg.Clock = clk
 	}
@@ -866,41 +867,41 @@ func TestManyKeysWithRepeats(t *testing.T, f Features, newStore NewStore) {
 // record. Skipped for stores without them.
 func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
-	lister, okL := s.(idem.Lister)
-	deleter, okD := s.(idem.Deleter)
+	lister, okL := s.(store.Lister)
+	deleter, okD := s.(store.Deleter)
 	if !okL && !okD {
 		t.Skip("store implements neither idem.Lister nor idem.Deleter")
 	}
 	ctx := context.Background()
 	now := base()
-	mk := func(status idem.Status, leaseLeft int64) string {
+	mk := func(status store.Status, leaseLeft int64) string {
 		key := newKey(t)
-		res, err := s.Claim(ctx, idem.ClaimParams{Key: key, Owner: "o", Now: now - 1000, LeaseUntil: now + leaseLeft, ExpiresAt: now + expiry})
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o", Now: now - 1000, LeaseUntil: now + leaseLeft, ExpiresAt: now + expiry})
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch status {
-		case idem.StatusCompleted:
-			err = s.Complete(ctx, idem.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Result: []byte("r")})
-		case idem.StatusFailed:
-			err = s.Fail(ctx, idem.FailParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Err: idem.ErrorRecord{Code: "c"}})
+		case store.StatusCompleted:
+			err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Result: []byte("r")})
+		case store.StatusFailed:
+			err = s.Fail(ctx, store.FailParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c"}})
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		return key
 	}
-	stuck := map[string]bool{mk(idem.StatusInProgress, -1): true, mk(idem.StatusInProgress, -500): true}
-	live := mk(idem.StatusInProgress, lease)
-	done := mk(idem.StatusCompleted, lease)
-	failed := mk(idem.StatusFailed, lease)
+	stuck := map[string]bool{mk(store.StatusInProgress, -1): true, mk(store.StatusInProgress, -500): true}
+	live := mk(store.StatusInProgress, lease)
+	done := mk(store.StatusCompleted, lease)
+	failed := mk(store.StatusFailed, lease)
 	mine := map[string]bool{live: true, done: true, failed: true}
 	for k := range stuck {
 		mine[k] = true
 	}
 	if okL {
-		collect := func(p idem.ListParams) map[string]idem.Status {
-			got := map[string]idem.Status{}
+		collect := func(p store.ListParams) map[string]store.Status {
+			got := map[string]store.Status{}
 			p.Now, p.Limit = now, 2
 			for range 10_000 {
 				page, err := lister.List(ctx, p)
@@ -923,17 +924,17 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 			t.Fatal("List never ended")
 			return nil
 		}
-		all := collect(idem.ListParams{})
+		all := collect(store.ListParams{})
 		if len(all) != len(mine) {
 			t.Errorf("List of everything found %d of this test's %d records", len(all), len(mine))
 		}
-		if got := collect(idem.ListParams{Status: idem.StatusFailed}); len(got) != 1 || got[failed] != idem.StatusFailed {
+		if got := collect(store.ListParams{Status: store.StatusFailed}); len(got) != 1 || got[failed] != store.StatusFailed {
 			t.Errorf("List(FAILED) = %v, want only %s", got, failed)
 		}
-		if got := collect(idem.ListParams{Status: idem.StatusCompleted}); len(got) != 1 || got[done] != idem.StatusCompleted {
+		if got := collect(store.ListParams{Status: store.StatusCompleted}); len(got) != 1 || got[done] != store.StatusCompleted {
 			t.Errorf("List(COMPLETED) = %v", got)
 		}
-		got := collect(idem.ListParams{Stuck: true})
+		got := collect(store.ListParams{Stuck: true})
 		if len(got) != len(stuck) {
 			t.Errorf("List(stuck) = %v, want the %d stuck records", got, len(stuck))
 		}
@@ -947,10 +948,10 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 		if err := deleter.Delete(ctx, failed); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
-		if _, err := s.Get(ctx, failed); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := s.Get(ctx, failed); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("Get after Delete: %v", err)
 		}
-		if err := deleter.Delete(ctx, failed); !errors.Is(err, idem.ErrNotFound) {
+		if err := deleter.Delete(ctx, failed); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("Delete of an absent key: %v, want ErrNotFound", err)
 		}
 	}

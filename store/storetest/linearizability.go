@@ -13,8 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // The linearizability check drives the raw store with LinClients
@@ -50,7 +49,7 @@ type linInput struct {
 // linRecord is the comparable part of a record the model tracks.
 type linRecord struct {
 	exists     bool
-	status     idem.Status
+	status     store.Status
 	fence      uint64
 	owner, fp  string
 	leaseUntil int64
@@ -72,15 +71,15 @@ func errClass(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return "notfound"
-	case errors.Is(err, idem.ErrFenced):
+	case errors.Is(err, store.ErrFenced):
 		return "fenced"
 	}
 	return "other: " + err.Error()
 }
 
-func toLin(r *idem.Record) linRecord {
+func toLin(r *store.Record) linRecord {
 	if r == nil {
 		return linRecord{}
 	}
@@ -103,7 +102,7 @@ func linStep(st linRecord, in linInput, out linOutput) (bool, linRecord) {
 		if !live {
 			return "notfound"
 		}
-		if st.fence != in.fence || st.owner != in.owner || st.status != idem.StatusInProgress {
+		if st.fence != in.fence || st.owner != in.owner || st.status != store.StatusInProgress {
 			return "fenced"
 		}
 		return ""
@@ -113,7 +112,7 @@ func linStep(st linRecord, in linInput, out linOutput) (bool, linRecord) {
 		if out.err != "" {
 			return false, st
 		}
-		fresh := linRecord{exists: true, status: idem.StatusInProgress, owner: in.owner, fp: in.fp,
+		fresh := linRecord{exists: true, status: store.StatusInProgress, owner: in.owner, fp: in.fp,
 			leaseUntil: in.leaseUntil, expiresAt: in.expiresAt}
 		switch {
 		case !live:
@@ -127,10 +126,10 @@ func linStep(st linRecord, in linInput, out linOutput) (bool, linRecord) {
 				return false, st
 			}
 			return out.rec == fresh, fresh
-		case st.status == idem.StatusInProgress && in.now >= st.leaseUntil:
+		case st.status == store.StatusInProgress && in.now >= st.leaseUntil:
 			fresh.fence = st.fence + 1
 			return out.acquired && out.takeover && out.rec == fresh, fresh
-		case st.status == idem.StatusInProgress && st.owner == in.owner && st.fp == in.fp:
+		case st.status == store.StatusInProgress && st.owner == in.owner && st.fp == in.fp:
 			return out.acquired && !out.takeover && out.rec == st, st
 		default:
 			return !out.acquired && out.rec == st, st
@@ -144,9 +143,9 @@ func linStep(st linRecord, in linInput, out linOutput) (bool, linRecord) {
 			return true, st
 		}
 		next := st
-		next.status, next.expiresAt, next.result = idem.StatusCompleted, in.expiresAt, in.result
+		next.status, next.expiresAt, next.result = store.StatusCompleted, in.expiresAt, in.result
 		if in.kind == linFail {
-			next.status, next.result = idem.StatusFailed, "err:"+in.result
+			next.status, next.result = store.StatusFailed, "err:"+in.result
 		}
 		return true, next
 	case linRelease:
@@ -192,7 +191,7 @@ func linEffect(st linRecord, in linInput) linRecord {
 	var wins []linOutput
 	switch in.kind {
 	case linClaim:
-		fresh := linRecord{exists: true, status: idem.StatusInProgress, owner: in.owner, fp: in.fp,
+		fresh := linRecord{exists: true, status: store.StatusInProgress, owner: in.owner, fp: in.fp,
 			leaseUntil: in.leaseUntil, expiresAt: in.expiresAt, fence: st.fence + 1}
 		wins = []linOutput{{acquired: true, rec: fresh}, {acquired: true, takeover: true, rec: fresh}}
 	case linGet:
@@ -349,20 +348,20 @@ func TestLinearizability(t *testing.T, f Features, newStore NewStore) {
 	}
 }
 
-func linApply(ctx context.Context, s idem.Store, in linInput) linOutput {
+func linApply(ctx context.Context, s store.Store, in linInput) linOutput {
 	var out linOutput
 	switch in.kind {
 	case linClaim:
-		res, err := s.Claim(ctx, idem.ClaimParams{Key: in.key, Fingerprint: in.fp, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil, ExpiresAt: in.expiresAt})
+		res, err := s.Claim(ctx, store.ClaimParams{Key: in.key, Fingerprint: in.fp, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil, ExpiresAt: in.expiresAt})
 		out.err, out.acquired, out.takeover, out.rec = errClass(err), res.Acquired, res.Takeover, toLin(res.Record)
 	case linComplete:
-		out.err = errClass(s.Complete(ctx, idem.CompleteParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Result: []byte(in.result)}))
+		out.err = errClass(s.Complete(ctx, store.CompleteParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Result: []byte(in.result)}))
 	case linFail:
-		out.err = errClass(s.Fail(ctx, idem.FailParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Err: idem.ErrorRecord{Code: in.result}}))
+		out.err = errClass(s.Fail(ctx, store.FailParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Err: store.ErrorRecord{Code: in.result}}))
 	case linRelease:
-		out.err = errClass(s.Release(ctx, idem.ReleaseParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}))
+		out.err = errClass(s.Release(ctx, store.ReleaseParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}))
 	case linExtend:
-		out.err = errClass(s.Extend(ctx, idem.ExtendParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil}))
+		out.err = errClass(s.Extend(ctx, store.ExtendParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil}))
 	case linGet:
 		r, err := s.Get(ctx, in.key)
 		out.err, out.rec = errClass(err), toLin(r)
