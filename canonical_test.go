@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/canonical"
 )
 
 func TestCanonicalize(t *testing.T) {
@@ -75,8 +76,8 @@ func TestCanonicalizeNeverCollapsesDifferentPayloads(t *testing.T) {
 
 func TestCanonicalizeRejects(t *testing.T) {
 	t.Parallel()
-	deep := strings.Repeat("[", idem.MaxJSONDepth+1) + strings.Repeat("]", idem.MaxJSONDepth+1)
-	ok := strings.Repeat("[", idem.MaxJSONDepth) + strings.Repeat("]", idem.MaxJSONDepth)
+	deep := strings.Repeat("[", canonical.MaxDepth+1) + strings.Repeat("]", canonical.MaxDepth+1)
+	ok := strings.Repeat("[", canonical.MaxDepth) + strings.Repeat("]", canonical.MaxDepth)
 	if _, err := idem.Canonicalize([]byte(ok)); err != nil {
 		t.Fatalf("nesting at the limit: %v", err)
 	}

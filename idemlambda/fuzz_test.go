@@ -31,7 +31,7 @@ import (
 // event is an error, never a panic. A JSON event fails only for want of a
 // key, on the expression, or when the selected key has no canonical form
 // (idem.ErrInvalidPayload: an exponent of a billion, nesting deeper than
-// idem.MaxJSONDepth) — never on a number beyond float64's range
+// canonical.MaxDepth) — never on a number beyond float64's range
 // (testdata/fuzz/FuzzWrapRaw).
 func FuzzWrapRaw(f *testing.F) {
 	for _, s := range []string{`{"body":"{\"id\":1}"}`, `{"body":"not json"}`, `{"body":null}`, `[]`, `"x"`, `{"body":"{\"id\":[null]}"}`,

@@ -165,7 +165,7 @@ func (k *keyer) identityOf(material []byte, event any) (idem.Identity, bool, err
 
 // canonical is v as canonical JSON, so that key order and spacing do not
 // change a key. A value the root package refuses to canonicalise (a number
-// with an exponent of a billion, nesting deeper than idem.MaxJSONDepth)
+// with an exponent of a billion, nesting deeper than canonical.MaxDepth)
 // fails with an error that is idem.ErrInvalidPayload.
 func canonical(v any) ([]byte, error) {
 	b, err := json.Marshal(v)

@@ -1,4 +1,8 @@
-package idem
+// Package canonical turns a JSON document into one canonical byte form, so
+// that two payloads meaning the same thing fingerprint alike and two
+// payloads meaning different things never do. idem fingerprints request
+// payloads with it (idem.Canonicalize).
+package canonical
 
 import (
 	"slices"
@@ -7,11 +11,22 @@ import (
 	"unicode/utf8"
 )
 
-// MaxJSONDepth is the deepest nesting of arrays and objects that
-// [Canonicalize] accepts.
-const MaxJSONDepth = 128
+// MaxDepth is the deepest nesting of arrays and objects that [JSON]
+// accepts.
+const MaxDepth = 128
 
-// Canonicalize returns the canonical form of a JSON document, in the style of
+// SyntaxError says why a document has no canonical form, and where.
+type SyntaxError struct {
+	// Offset is the byte offset where the problem was found.
+	Offset int
+	Reason string
+}
+
+func (e *SyntaxError) Error() string {
+	return "canonical: invalid JSON at byte " + strconv.Itoa(e.Offset) + ": " + e.Reason
+}
+
+// JSON returns the canonical form of a JSON document, in the style of
 // RFC 8785 (JSON Canonicalization Scheme): no insignificant white space,
 // object members sorted by the UTF-16 code units of their names, strings
 // with the minimal escaping of RFC 8785, numbers in the ECMAScript shortest
@@ -24,9 +39,9 @@ const MaxJSONDepth = 128
 // still share one form.
 //
 // Strictness: invalid UTF-8, lone surrogate escapes, duplicate member names
-// (after unescaping), trailing data, and nesting deeper than [MaxJSONDepth]
-// are errors ([*PayloadError]), never silently repaired.
-func Canonicalize(src []byte) ([]byte, error) {
+// (after unescaping), trailing data, and nesting deeper than [MaxDepth] are
+// errors ([*SyntaxError]), never silently repaired.
+func JSON(src []byte) ([]byte, error) {
 	p := canonParser{src: src, out: make([]byte, 0, len(src))}
 	p.skipSpace()
 	if p.pos >= len(p.src) {
@@ -49,7 +64,7 @@ type canonParser struct {
 }
 
 func (p *canonParser) fail(reason string) error {
-	return &PayloadError{Offset: p.pos, Reason: reason}
+	return &SyntaxError{Offset: p.pos, Reason: reason}
 }
 
 func (p *canonParser) skipSpace() {
@@ -102,8 +117,8 @@ func (p *canonParser) literal(lit string) error {
 }
 
 func (p *canonParser) array(depth int) error {
-	if depth > MaxJSONDepth {
-		return p.fail("nesting deeper than " + strconv.Itoa(MaxJSONDepth))
+	if depth > MaxDepth {
+		return p.fail("nesting deeper than " + strconv.Itoa(MaxDepth))
 	}
 	p.pos++ // [
 	p.out = append(p.out, '[')
@@ -143,8 +158,8 @@ type member struct {
 }
 
 func (p *canonParser) object(depth int) error {
-	if depth > MaxJSONDepth {
-		return p.fail("nesting deeper than " + strconv.Itoa(MaxJSONDepth))
+	if depth > MaxDepth {
+		return p.fail("nesting deeper than " + strconv.Itoa(MaxDepth))
 	}
 	p.pos++ // {
 	base := len(p.out)
@@ -195,7 +210,7 @@ func (p *canonParser) object(depth int) error {
 	slices.SortStableFunc(members, func(a, b member) int { return compareUTF16(a.name, b.name) })
 	for i := 1; i < len(members); i++ {
 		if members[i].name == members[i-1].name {
-			return &PayloadError{Offset: max(members[i].at, members[i-1].at), Reason: "duplicate member name " + strconv.Quote(members[i].name)}
+			return &SyntaxError{Offset: max(members[i].at, members[i-1].at), Reason: "duplicate member name " + strconv.Quote(members[i].name)}
 		}
 	}
 	body := slices.Clone(p.out[base:])
@@ -405,7 +420,7 @@ func (p *canonParser) number() error {
 	if p.src[p.pos] == '0' {
 		p.pos++
 		if p.pos < len(p.src) && isDigit(p.src[p.pos]) {
-			return &PayloadError{Offset: start, Reason: "number with a leading zero"}
+			return &SyntaxError{Offset: start, Reason: "number with a leading zero"}
 		}
 	} else {
 		for p.pos < len(p.src) && isDigit(p.src[p.pos]) {
@@ -444,7 +459,7 @@ func (p *canonParser) number() error {
 			return p.fail("number with no digits in its exponent")
 		}
 		if exp >= maxExponent {
-			return &PayloadError{Offset: start, Reason: "number exponent out of range"}
+			return &SyntaxError{Offset: start, Reason: "number exponent out of range"}
 		}
 		if eneg {
 			exp = -exp
