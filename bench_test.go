@@ -63,7 +63,7 @@ func BenchmarkNewCall(b *testing.B) {
 		if i == len(keys) { // new scope per round keeps every key new
 			i, round = 0, round+1
 		}
-		req := idem.Request{Scope: "charge" + strconv.Itoa(round), Key: keys[i]}
+		req := idem.Request{Operation: "charge" + strconv.Itoa(round), Key: keys[i]}
 		i++
 		if _, err := idem.Do(ctx, e, req, chargeFn); err != nil {
 			b.Fatal(err)
@@ -74,7 +74,7 @@ func BenchmarkNewCall(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	e, _ := benchEngine(b, nil)
 	ctx := context.Background()
-	req := idem.Request{Scope: "charge", Key: "order-1"}
+	req := idem.Request{Operation: "charge", Key: "order-1"}
 	if _, err := idem.Do(ctx, e, req, chargeFn); err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func BenchmarkReplay(b *testing.B) {
 func BenchmarkCacheHit(b *testing.B) {
 	e, fs := benchEngine(b, &idem.Config{Cache: &idem.CacheConfig{}})
 	ctx := context.Background()
-	req := idem.Request{Scope: "charge", Key: "order-1"}
+	req := idem.Request{Operation: "charge", Key: "order-1"}
 	if _, err := idem.Do(ctx, e, req, chargeFn); err != nil {
 		b.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func BenchmarkConcurrentDuplicates(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			n := seq.Add(1) / 64
-			_, _ = idem.Do(ctx, e, idem.Request{Scope: "dup", Key: strconv.FormatInt(n, 10)}, fn)
+			_, _ = idem.Do(ctx, e, idem.Request{Operation: "dup", Key: strconv.FormatInt(n, 10)}, fn)
 		}
 	})
 	b.ReportMetric(float64(runs.Load())/float64(b.N), "executions/op")

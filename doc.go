@@ -18,9 +18,9 @@
 //
 //	eng, _ := idem.New(store, nil)
 //	res, err := idem.Do(ctx, eng, idem.Request{
-//		Scope:   "charge",       // the operation
-//		Key:     idemKey,        // e.g. the client's Idempotency-Key
-//		Payload: body,           // fingerprinted: same key + other payload = ErrMismatch
+//		Operation: "charge", // the operation
+//		Key:       idemKey,  // e.g. the client's Idempotency-Key
+//		Payload:   body,     // fingerprinted: same key + other payload = ErrMismatch
 //	}, func(ctx context.Context) (Receipt, error) { return bank.Charge(ctx, req) })
 //
 // # One call

@@ -66,8 +66,8 @@ type Result[T any] struct {
 	// from an earlier execution instead of running the operation now. A
 	// replay is not an error.
 	Replayed bool
-	// Key is the store key of the call.
-	Key string
+	// StoreKey is the store key of the call.
+	StoreKey string
 	// Fence is the fence under which this call ran the operation, 0 on a
 	// replay.
 	Fence uint64
@@ -152,8 +152,8 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context
 		res Result[T]
 		ran bool
 	)
-	c := &call{e: e, key: id.Key.String(), name: id.Key.Name, fingerprint: id.Fingerprint}
-	res.Key = c.key
+	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint}
+	res.StoreKey = c.key
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
 		v, err := fn(ctx, &Completion[T]{e: e})

@@ -69,7 +69,7 @@ func (en *env) another(t *testing.T, cfg idem.Config) *idem.Engine {
 }
 
 func req(key string) idem.Request {
-	return idem.Request{Scope: "charge", Key: key, Payload: []byte(`{"amount":100,"currency":"EUR"}`)}
+	return idem.Request{Operation: "charge", Key: key, Payload: []byte(`{"amount":100,"currency":"EUR"}`)}
 }
 
 func TestReplayIsAFlagNotAnError(t *testing.T) {
@@ -83,7 +83,7 @@ func TestReplayIsAFlagNotAnError(t *testing.T) {
 		t.Fatalf("first: %+v %v", r1, err)
 	}
 	r2, err := idem.Do(ctx, en.eng, req("k"), fn)
-	if err != nil || !r2.Replayed || r2.Value != "receipt-1" || r2.Fence != 0 || r2.Key != r1.Key {
+	if err != nil || !r2.Replayed || r2.Value != "receipt-1" || r2.Fence != 0 || r2.StoreKey != r1.StoreKey {
 		t.Fatalf("second: %+v %v", r2, err)
 	}
 	if runs != 1 {
@@ -485,7 +485,7 @@ func TestHolderOfAVanishedRecordCannotTouchTheNextClaim(t *testing.T) {
 			en.clock.Advance(6 * time.Second) // past the expiry: a TTL deletes the record
 			r := req("k")
 			id, _ := r.Identity()
-			if err := en.mem.Delete(ctx, id.Key.String()); err != nil {
+			if err := en.mem.Delete(ctx, id.StoreKey.String()); err != nil {
 				t.Fatal(err)
 			}
 			inside2, finish2 := make(chan struct{}), make(chan struct{})
@@ -499,13 +499,13 @@ func TestHolderOfAVanishedRecordCannotTouchTheNextClaim(t *testing.T) {
 				res2 <- r
 			}()
 			<-inside2
-			before, err := en.mem.Get(ctx, id.Key.String())
+			before, err := en.mem.Get(ctx, id.StoreKey.String())
 			if err != nil || before.Fence != 1 {
 				t.Fatalf("second claim: %+v, %v; want fence 1 again", before, err)
 			}
 			close(finish) // the first holder ends now
 			<-errc
-			after, err := en.mem.Get(ctx, id.Key.String())
+			after, err := en.mem.Get(ctx, id.StoreKey.String())
 			if err != nil || after.Status != store.StatusInProgress || after.Owner != before.Owner {
 				t.Fatalf("the first holder's %s changed the new claim: %+v, %v", ending, after, err)
 			}
@@ -517,7 +517,7 @@ func TestHolderOfAVanishedRecordCannotTouchTheNextClaim(t *testing.T) {
 			if r := <-res2; r.Value != "fresh" {
 				t.Fatalf("second holder: %+v", r)
 			}
-			if got, _ := en.mem.Get(ctx, id.Key.String()); got.Status != store.StatusCompleted || string(got.Result) != `"fresh"` {
+			if got, _ := en.mem.Get(ctx, id.StoreKey.String()); got.Status != store.StatusCompleted || string(got.Result) != `"fresh"` {
 				t.Fatalf("record after the second holder: %+v", got)
 			}
 		})
@@ -553,7 +553,7 @@ func TestTerminalErrorTooLargeIsStoredAsABoundedMarker(t *testing.T) {
 			}
 			r := req("k")
 			id, _ := r.Identity()
-			rec, _ := mem.Get(ctx, id.Key.String())
+			rec, _ := mem.Get(ctx, id.StoreKey.String())
 			if rec.Status != store.StatusFailed || rec.Err.Size() > limit {
 				t.Fatalf("stored marker: status %v, %d bytes over the limit %d", rec.Status, rec.Err.Size(), limit)
 			}
@@ -673,7 +673,7 @@ func TestTakeoverFencesTheZombie(t *testing.T) {
 	if en.obs.Count(idem.OutcomeFenced) != 1 {
 		t.Fatalf("zombie's complete was not refused: %v", en.obs.Snapshot())
 	}
-	rec, err := en.mem.Get(ctx, r.Key)
+	rec, err := en.mem.Get(ctx, r.StoreKey)
 	if err != nil || string(rec.Result) != `"rescuer"` || rec.Fence != 2 {
 		t.Fatalf("record after zombie write: %+v %v", rec, err)
 	}
@@ -845,7 +845,7 @@ func TestOutcomeWrittenEvenIfCallerCancels(t *testing.T) {
 	if err != nil || r.Value != 7 {
 		t.Fatal(r, err)
 	}
-	rec, err := en.mem.Get(context.Background(), r.Key)
+	rec, err := en.mem.Get(context.Background(), r.StoreKey)
 	if err != nil || rec.Status != store.StatusCompleted {
 		t.Fatalf("record after the caller cancelled: %+v %v", rec, err)
 	}

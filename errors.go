@@ -179,7 +179,7 @@ func (e *StoreError) Is(target error) bool { return target == ErrStore }
 
 // KeyError describes a malformed scope, tenant, key or store key.
 type KeyError struct {
-	// Field names what was wrong: "scope", "tenant", "key", "store key".
+	// Field names what was wrong: "operation", "tenant", "key", "store key".
 	Field  string
 	Value  string
 	Reason string

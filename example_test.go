@@ -21,7 +21,7 @@ func ExampleDo() {
 		charges++
 		return "receipt-1", nil
 	}
-	req := idem.Request{Scope: "charge", Key: "order-42", Payload: []byte(`{"amount":1000,"currency":"EUR"}`)}
+	req := idem.Request{Operation: "charge", Key: "order-42", Payload: []byte(`{"amount":1000,"currency":"EUR"}`)}
 	for range 3 {
 		res, err := idem.Do(context.Background(), eng, req, charge)
 		fmt.Println(res.Value, res.Replayed, err)
@@ -42,8 +42,8 @@ func ExampleMismatchError() {
 	ctx := context.Background()
 	ok := func(context.Context) (int, error) { return 1, nil }
 
-	_, _ = idem.Do(ctx, eng, idem.Request{Scope: "charge", Key: "k", Payload: []byte(`{"amount":10}`)}, ok)
-	_, err := idem.Do(ctx, eng, idem.Request{Scope: "charge", Key: "k", Payload: []byte(`{"amount":99}`)}, ok)
+	_, _ = idem.Do(ctx, eng, idem.Request{Operation: "charge", Key: "k", Payload: []byte(`{"amount":10}`)}, ok)
+	_, err := idem.Do(ctx, eng, idem.Request{Operation: "charge", Key: "k", Payload: []byte(`{"amount":99}`)}, ok)
 	fmt.Println(errors.Is(err, idem.ErrMismatch))
 	// Output: true
 }
@@ -58,7 +58,7 @@ func ExampleTerminal() {
 		return "", idem.Terminal(errors.New("card declined"), "card_declined")
 	}
 	for range 2 {
-		_, err := idem.Do(ctx, eng, idem.Request{Scope: "charge", Key: "k"}, declined)
+		_, err := idem.Do(ctx, eng, idem.Request{Operation: "charge", Key: "k"}, declined)
 		var te *idem.TerminalError
 		errors.As(err, &te)
 		fmt.Println(te.Code, te.Replayed)
@@ -112,7 +112,7 @@ func ExampleClaim_DownstreamKey() {
 	store := memstore.New(nil)
 	defer store.Close()
 	eng, _ := idem.New(store, nil)
-	req := idem.Request{Scope: "charge", Key: "order-42"}
+	req := idem.Request{Operation: "charge", Key: "order-42"}
 	var keys []string
 	for range 2 {
 		_, _ = idem.Do(context.Background(), eng, req, func(ctx context.Context) (int, error) {

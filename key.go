@@ -8,20 +8,20 @@ import (
 
 // Limits on the parts of a key.
 const (
-	// MaxScopeLen is the longest operation name accepted as a scope.
-	MaxScopeLen = 128
+	// MaxOperationLen is the longest operation name accepted.
+	MaxOperationLen = 128
 	// MaxTenantLen is the longest tenant accepted.
 	MaxTenantLen = 256
 	// MaxKeyLen is the longest explicit key material accepted.
 	MaxKeyLen = 4096
 )
 
-// Key is a parsed store key, "<scope>#<digest>" where scope is the operation
-// name, optionally followed by "/" and a tenant, and digest is the hex SHA-256
+// StoreKey is a parsed store key, "<scope>#<digest>" where the scope is the
+// operation name, optionally followed by "/" and a tenant, and digest is the hex SHA-256
 // of the key material.
-type Key struct {
-	// Name is the operation name: 1 to 128 characters of A-Z a-z 0-9 . _ : -
-	Name string
+type StoreKey struct {
+	// Operation is the operation name: 1 to 128 characters of A-Z a-z 0-9 . _ : -
+	Operation string
 	// Tenant is optional: up to 256 printable ASCII characters, no '#'.
 	Tenant string
 	// Digest is the lowercase hex SHA-256 of the key material.
@@ -31,38 +31,38 @@ type Key struct {
 }
 
 // String returns the store key.
-func (k Key) String() string {
+func (k StoreKey) String() string {
 	if k.s != "" {
 		return k.s
 	}
 	if k.Tenant == "" {
-		return k.Name + "#" + k.Digest
+		return k.Operation + "#" + k.Digest
 	}
-	return k.Name + "/" + k.Tenant + "#" + k.Digest
+	return k.Operation + "/" + k.Tenant + "#" + k.Digest
 }
 
 // Scope returns the scope part of the key: the name, and the tenant if any.
-func (k Key) Scope() string {
+func (k StoreKey) Scope() string {
 	if k.Tenant == "" {
-		return k.Name
+		return k.Operation
 	}
-	return k.Name + "/" + k.Tenant
+	return k.Operation + "/" + k.Tenant
 }
 
-// NewKey derives a key from an operation name, an optional tenant and the
+// NewStoreKey derives a store key from an operation name, an optional tenant and the
 // key material, which is hashed.
-func NewKey(name, tenant string, material []byte) (Key, error) {
+func NewStoreKey(name, tenant string, material []byte) (StoreKey, error) {
 	if err := validateName(name); err != nil {
-		return Key{}, err
+		return StoreKey{}, err
 	}
 	if err := validateTenant(tenant); err != nil {
-		return Key{}, err
+		return StoreKey{}, err
 	}
 	return makeKey(name, tenant, sha256.Sum256(material)), nil
 }
 
 // makeKey builds the store key in one allocation; Digest is a slice of it.
-func makeKey(name, tenant string, sum [sha256.Size]byte) Key {
+func makeKey(name, tenant string, sum [sha256.Size]byte) StoreKey {
 	var hx [2 * sha256.Size]byte
 	hex.Encode(hx[:], sum[:])
 	var b strings.Builder
@@ -75,7 +75,7 @@ func makeKey(name, tenant string, sum [sha256.Size]byte) Key {
 	b.WriteByte('#')
 	b.Write(hx[:])
 	s := b.String()
-	return Key{Name: name, Tenant: tenant, Digest: s[len(s)-len(hx):], s: s}
+	return StoreKey{Operation: name, Tenant: tenant, Digest: s[len(s)-len(hx):], s: s}
 }
 
 // Digest returns the lowercase hex SHA-256 of b.
@@ -84,42 +84,42 @@ func Digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ParseKey parses a store key as produced by [Key.String].
-func ParseKey(s string) (Key, error) {
+// ParseStoreKey parses a store key as produced by [StoreKey.String].
+func ParseStoreKey(s string) (StoreKey, error) {
 	i := strings.LastIndexByte(s, '#')
 	if i < 0 {
-		return Key{}, &KeyError{Field: "store key", Value: s, Reason: `missing "#" before the digest`}
+		return StoreKey{}, &KeyError{Field: "store key", Value: s, Reason: `missing "#" before the digest`}
 	}
 	scope, digest := s[:i], s[i+1:]
 	if !isHexDigest(digest) {
-		return Key{}, &KeyError{Field: "store key", Value: s, Reason: "digest is not 64 lowercase hex characters"}
+		return StoreKey{}, &KeyError{Field: "store key", Value: s, Reason: "digest is not 64 lowercase hex characters"}
 	}
 	name, tenant, _ := strings.Cut(scope, "/")
 	if err := validateName(name); err != nil {
-		return Key{}, err
+		return StoreKey{}, err
 	}
 	if strings.Contains(scope, "/") && tenant == "" {
-		return Key{}, &KeyError{Field: "store key", Value: s, Reason: `empty tenant after "/"`}
+		return StoreKey{}, &KeyError{Field: "store key", Value: s, Reason: `empty tenant after "/"`}
 	}
 	if err := validateTenant(tenant); err != nil {
-		return Key{}, err
+		return StoreKey{}, err
 	}
-	return Key{Name: name, Tenant: tenant, Digest: digest, s: s}, nil
+	return StoreKey{Operation: name, Tenant: tenant, Digest: digest, s: s}, nil
 }
 
 func validateName(name string) error {
 	if name == "" {
-		return &KeyError{Field: "scope", Value: name, Reason: "empty; every call needs an operation name"}
+		return &KeyError{Field: "operation", Value: name, Reason: "empty; every call needs an operation name"}
 	}
-	if len(name) > MaxScopeLen {
-		return &KeyError{Field: "scope", Value: name, Reason: "longer than 128 characters"}
+	if len(name) > MaxOperationLen {
+		return &KeyError{Field: "operation", Value: name, Reason: "longer than 128 characters"}
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			c == '.' || c == '_' || c == ':' || c == '-'
 		if !ok {
-			return &KeyError{Field: "scope", Value: name, Reason: "only A-Z a-z 0-9 . _ : - are allowed"}
+			return &KeyError{Field: "operation", Value: name, Reason: "only A-Z a-z 0-9 . _ : - are allowed"}
 		}
 	}
 	return nil
@@ -153,8 +153,8 @@ func isHexDigest(s string) bool {
 // key, with which payload. The engine derives the store key and the payload
 // fingerprint from it once, before the operation runs.
 type Request struct {
-	// Scope is the operation name (required), such as "charge".
-	Scope string
+	// Operation is the operation name (required), such as "charge".
+	Operation string
 	// Tenant optionally narrows the scope to a tenant or principal, so that
 	// two tenants using the same key never share a record.
 	Tenant string
@@ -173,7 +173,7 @@ type Request struct {
 // Identity is what the engine derives from a [Request]: the store key and
 // the payload fingerprint.
 type Identity struct {
-	Key         Key
+	StoreKey    StoreKey
 	Fingerprint string
 }
 
@@ -194,26 +194,26 @@ func (r *Request) Identity() (Identity, error) {
 		fpSum = sha256.Sum256(b)
 		fp = hex.EncodeToString(fpSum[:])
 	}
-	var k Key
+	var k StoreKey
 	if r.Key != "" {
 		if len(r.Key) > MaxKeyLen {
 			return Identity{}, &KeyError{Field: "key", Value: r.Key, Reason: "longer than 4096 bytes"}
 		}
 		var err error
-		if k, err = NewKey(r.Scope, r.Tenant, []byte(r.Key)); err != nil {
+		if k, err = NewStoreKey(r.Operation, r.Tenant, []byte(r.Key)); err != nil {
 			return Identity{}, err
 		}
 	} else {
 		if r.Payload == nil {
 			return Identity{}, &KeyError{Field: "key", Value: "", Reason: "empty, and there is no payload to derive it from"}
 		}
-		if err := validateName(r.Scope); err != nil {
+		if err := validateName(r.Operation); err != nil {
 			return Identity{}, err
 		}
 		if err := validateTenant(r.Tenant); err != nil {
 			return Identity{}, err
 		}
-		k = makeKey(r.Scope, r.Tenant, fpSum)
+		k = makeKey(r.Operation, r.Tenant, fpSum)
 	}
-	return Identity{Key: k, Fingerprint: fp}, nil
+	return Identity{StoreKey: k, Fingerprint: fp}, nil
 }

@@ -10,7 +10,7 @@ import (
 
 func TestKeyFormat(t *testing.T) {
 	t.Parallel()
-	k, err := idem.NewKey("charge", "acme", []byte("order-42"))
+	k, err := idem.NewStoreKey("charge", "acme", []byte("order-42"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,11 +18,11 @@ func TestKeyFormat(t *testing.T) {
 	if !strings.HasPrefix(s, "charge/acme#") || len(s) != len("charge/acme#")+64 {
 		t.Fatalf("key %q", s)
 	}
-	back, err := idem.ParseKey(s)
+	back, err := idem.ParseStoreKey(s)
 	if err != nil || back != k {
 		t.Fatalf("ParseKey(%q) = %+v %v", s, back, err)
 	}
-	other, _ := idem.NewKey("charge", "globex", []byte("order-42"))
+	other, _ := idem.NewStoreKey("charge", "globex", []byte("order-42"))
 	if other.String() == s {
 		t.Fatal("two tenants share a key")
 	}
@@ -40,22 +40,22 @@ func TestKeyValidation(t *testing.T) {
 		{"ok", strings.Repeat("t", 257)},
 	}
 	for _, b := range bad {
-		_, err := idem.NewKey(b.name, b.tenant, []byte("x"))
+		_, err := idem.NewStoreKey(b.name, b.tenant, []byte("x"))
 		var ke *idem.KeyError
 		if !errors.Is(err, idem.ErrInvalidKey) || !errors.As(err, &ke) {
 			t.Errorf("NewKey(%q, %q): %v, want *KeyError", b.name, b.tenant, err)
 		}
 	}
 	for _, s := range []string{"", "charge", "charge#abc", "charge/#" + strings.Repeat("a", 64), "charge#" + strings.Repeat("A", 64)} {
-		if _, err := idem.ParseKey(s); !errors.Is(err, idem.ErrInvalidKey) {
+		if _, err := idem.ParseStoreKey(s); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("ParseKey(%q): %v, want ErrInvalidKey", s, err)
 		}
 	}
-	r := idem.Request{Scope: "s", Key: strings.Repeat("k", idem.MaxKeyLen+1)}
+	r := idem.Request{Operation: "s", Key: strings.Repeat("k", idem.MaxKeyLen+1)}
 	if _, err := r.Identity(); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("oversized key: %v", err)
 	}
-	r = idem.Request{Scope: "s"}
+	r = idem.Request{Operation: "s"}
 	if _, err := r.Identity(); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("no key and no payload: %v", err)
 	}
@@ -63,36 +63,36 @@ func TestKeyValidation(t *testing.T) {
 
 func TestIdentity(t *testing.T) {
 	t.Parallel()
-	a := idem.Request{Scope: "s", Key: "k", Payload: []byte(`{"x":1,"y":2}`)}
-	b := idem.Request{Scope: "s", Key: "k", Payload: []byte(`{ "y":2, "x":1 }`)}
-	c := idem.Request{Scope: "s", Key: "k", Payload: []byte(`{ "y":2, "x":1 }`), RawPayload: true}
+	a := idem.Request{Operation: "s", Key: "k", Payload: []byte(`{"x":1,"y":2}`)}
+	b := idem.Request{Operation: "s", Key: "k", Payload: []byte(`{ "y":2, "x":1 }`)}
+	c := idem.Request{Operation: "s", Key: "k", Payload: []byte(`{ "y":2, "x":1 }`), RawPayload: true}
 	ia, _ := a.Identity()
 	ib, _ := b.Identity()
 	ic, _ := c.Identity()
 	if ia != ib {
 		t.Fatalf("key order changed the identity: %+v %+v", ia, ib)
 	}
-	if ic.Key != ia.Key || ic.Fingerprint == ia.Fingerprint {
+	if ic.StoreKey != ia.StoreKey || ic.Fingerprint == ia.Fingerprint {
 		t.Fatalf("raw mode: %+v vs %+v", ic, ia)
 	}
-	d := idem.Request{Scope: "s", Payload: []byte(`{"x":1,"y":2}`)}
+	d := idem.Request{Operation: "s", Payload: []byte(`{"x":1,"y":2}`)}
 	id, err := d.Identity()
-	if err != nil || id.Key.Digest != id.Fingerprint {
+	if err != nil || id.StoreKey.Digest != id.Fingerprint {
 		t.Fatalf("payload-derived key: %+v %v", id, err)
 	}
-	if _, err := (&idem.Request{Scope: "s", Key: "k", Payload: []byte(`{"x":1,"x":2}`)}).Identity(); !errors.Is(err, idem.ErrInvalidPayload) {
+	if _, err := (&idem.Request{Operation: "s", Key: "k", Payload: []byte(`{"x":1,"x":2}`)}).Identity(); !errors.Is(err, idem.ErrInvalidPayload) {
 		t.Fatalf("duplicate-key payload: %v", err)
 	}
 }
 
-func FuzzParseKey(f *testing.F) {
-	k, _ := idem.NewKey("charge", "acme", []byte("x"))
+func FuzzParseStoreKey(f *testing.F) {
+	k, _ := idem.NewStoreKey("charge", "acme", []byte("x"))
 	f.Add(k.String())
 	f.Add("a#" + strings.Repeat("0", 64))
 	f.Add("a/b/c#" + strings.Repeat("f", 64))
 	f.Add("#")
 	f.Fuzz(func(t *testing.T, s string) {
-		k, err := idem.ParseKey(s)
+		k, err := idem.ParseStoreKey(s)
 		if err != nil {
 			if !errors.Is(err, idem.ErrInvalidKey) {
 				t.Fatalf("ParseKey(%q) error %v is not ErrInvalidKey", s, err)
@@ -102,7 +102,7 @@ func FuzzParseKey(f *testing.F) {
 		if k.String() != s {
 			t.Fatalf("ParseKey(%q).String() = %q", s, k.String())
 		}
-		if again, err := idem.NewKey(k.Name, k.Tenant, []byte("m")); err != nil || again.Scope() != k.Scope() {
+		if again, err := idem.NewStoreKey(k.Operation, k.Tenant, []byte("m")); err != nil || again.Scope() != k.Scope() {
 			t.Fatalf("parsed scope %q does not validate: %v", k.Scope(), err)
 		}
 	})

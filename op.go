@@ -53,7 +53,7 @@ func NewOp[In, Out any](e *Engine, name string, fn func(context.Context, In) (Ou
 // [DoIdentity] for the semantics. The key and fingerprint are computed
 // before the operation runs, so a later mutation of in changes nothing.
 func (o *Op[In, Out]) Do(ctx context.Context, in In) (Result[Out], error) {
-	req := Request{Scope: o.name}
+	req := Request{Operation: o.name}
 	var err error
 	if o.cfg.Payload != nil {
 		req.Payload, err = o.cfg.Payload(in)

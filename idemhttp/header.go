@@ -12,8 +12,8 @@ const HeaderName = "Idempotency-Key"
 // ReplayedHeader is set to "true" on every replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// MaxKeyLen is the longest idempotency key accepted, in characters.
-const MaxKeyLen = 255
+// MaxHeaderLen is the longest idempotency key accepted, in characters.
+const MaxHeaderLen = 255
 
 var (
 	// ErrMissingKey: the method is covered, a key is required and the
@@ -43,14 +43,14 @@ func (e *KeyHeaderError) Error() string {
 // Is makes errors.Is(err, ErrInvalidKey) true.
 func (e *KeyHeaderError) Is(target error) bool { return target == ErrInvalidKey }
 
-// ParseKey parses the values of the Idempotency-Key header fields of one
+// ParseHeader parses the values of the Idempotency-Key header fields of one
 // request (http.Header.Values). The value is an RFC 8941 sf-string
 // ("quoted", with \" and \\ escapes); a bare token of RFC 9110 tchar, ':'
 // and '/' is accepted too, for clients that send a UUID unquoted. The key
 // is 1 to 255 printable ASCII characters. More than one header field, or a
 // list in one field, is an error. It returns [ErrMissingKey] when there is
 // no field, else a [*KeyHeaderError] naming the problem.
-func ParseKey(values []string) (string, error) {
+func ParseHeader(values []string) (string, error) {
 	switch len(values) {
 	case 0:
 		return "", ErrMissingKey
@@ -84,8 +84,8 @@ func ParseKey(values []string) (string, error) {
 	switch {
 	case key == "":
 		return "", &KeyHeaderError{Value: raw, Reason: "empty"}
-	case len(key) > MaxKeyLen:
-		return "", &KeyHeaderError{Value: raw, Reason: fmt.Sprintf("%d characters, over the limit of %d", len(key), MaxKeyLen)}
+	case len(key) > MaxHeaderLen:
+		return "", &KeyHeaderError{Value: raw, Reason: fmt.Sprintf("%d characters, over the limit of %d", len(key), MaxHeaderLen)}
 	}
 	return key, nil
 }

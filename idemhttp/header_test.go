@@ -20,7 +20,7 @@ func TestParseKey(t *testing.T) {
 		{strings.Repeat("k", 255), strings.Repeat("k", 255)},
 	}
 	for _, c := range ok {
-		got, err := idemhttp.ParseKey([]string{c.in})
+		got, err := idemhttp.ParseHeader([]string{c.in})
 		if err != nil || got != c.want {
 			t.Errorf("ParseKey(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
@@ -41,16 +41,16 @@ func TestParseKey(t *testing.T) {
 		{`"ab\`, "unterminated escape"},
 	}
 	for _, c := range bad {
-		_, err := idemhttp.ParseKey([]string{c.in})
+		_, err := idemhttp.ParseHeader([]string{c.in})
 		var khe *idemhttp.KeyHeaderError
 		if !errors.As(err, &khe) || !errors.Is(err, idemhttp.ErrInvalidKey) || !strings.Contains(khe.Reason, c.reason) {
 			t.Errorf("ParseKey(%q) = %v; want a KeyHeaderError saying %q", c.in, err, c.reason)
 		}
 	}
-	if _, err := idemhttp.ParseKey(nil); !errors.Is(err, idemhttp.ErrMissingKey) {
+	if _, err := idemhttp.ParseHeader(nil); !errors.Is(err, idemhttp.ErrMissingKey) {
 		t.Errorf("no header: %v", err)
 	}
-	_, err := idemhttp.ParseKey([]string{`"a"`, `"a"`})
+	_, err := idemhttp.ParseHeader([]string{`"a"`, `"a"`})
 	if !errors.Is(err, idemhttp.ErrInvalidKey) || !strings.Contains(err.Error(), "sent 2 times") {
 		t.Errorf("two headers: %v", err)
 	}
@@ -61,19 +61,19 @@ func quote(key string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
 }
 
-func FuzzParseKey(f *testing.F) {
+func FuzzParseHeader(f *testing.F) {
 	for _, s := range []string{`"abc"`, `abc`, `"a\"b"`, `""`, `"a" "b"`, `a b`, `"\`, "\"\x00\"", `8e03978e-40d5`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		key, err := idemhttp.ParseKey([]string{v})
+		key, err := idemhttp.ParseHeader([]string{v})
 		if err != nil {
 			if !errors.Is(err, idemhttp.ErrInvalidKey) {
 				t.Fatalf("error %v is not ErrInvalidKey", err)
 			}
 			return
 		}
-		if key == "" || len(key) > idemhttp.MaxKeyLen {
+		if key == "" || len(key) > idemhttp.MaxHeaderLen {
 			t.Fatalf("accepted key of length %d", len(key))
 		}
 		for i := 0; i < len(key); i++ {
@@ -81,7 +81,7 @@ func FuzzParseKey(f *testing.F) {
 				t.Fatalf("accepted non-printable byte 0x%02x", key[i])
 			}
 		}
-		again, err := idemhttp.ParseKey([]string{quote(key)})
+		again, err := idemhttp.ParseHeader([]string{quote(key)})
 		if err != nil || again != key {
 			t.Fatalf("quoted form of %q parses to %q, %v", key, again, err)
 		}

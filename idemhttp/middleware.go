@@ -22,9 +22,9 @@ import (
 // Config configures a [Middleware]. A nil *Config means all defaults; every
 // field documents its default.
 type Config struct {
-	// Scope is the operation name under which keys are stored. Default
+	// Operation is the operation name under which keys are stored. Default
 	// "http".
-	Scope string
+	Operation string
 
 	// Methods are the request methods the middleware covers; others pass
 	// through untouched. Default POST and PATCH.
@@ -128,10 +128,10 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Scope == "" {
-		c.Scope = "http"
+	if c.Operation == "" {
+		c.Operation = "http"
 	}
-	if _, err := idem.NewKey(c.Scope, "", nil); err != nil {
+	if _, err := idem.NewStoreKey(c.Operation, "", nil); err != nil {
 		return nil, fmt.Errorf("%w: idemhttp: Scope: %v", idem.ErrInvalidConfig, err)
 	}
 	if c.Methods == nil {
@@ -244,7 +244,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, err := ParseKey(values)
+	key, err := ParseHeader(values)
 	if err != nil {
 		m.refuse(w, r, err)
 		return
@@ -310,7 +310,7 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := storeKey(m.cfg.Scope, principal, r.Method, route, key)
+	k, err := storeKey(m.cfg.Operation, principal, r.Method, route, key)
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
@@ -321,7 +321,7 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 			return idem.Identity{}, nil, err
 		}
 	}
-	return idem.Identity{Key: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
+	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
 }
 
 // spoolBody reads r's body into h and a spool within Config.BodyTimeout.
@@ -354,13 +354,13 @@ func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Ha
 
 // storeKey is the store key of an Idempotency-Key: the key scoped by the
 // caller's principal (hashed; "" for none), the method and the route.
-func storeKey(scope, principal, method, route, key string) (idem.Key, error) {
+func storeKey(scope, principal, method, route, key string) (idem.StoreKey, error) {
 	tenant := ""
 	if principal != "" {
 		sum := sha256.Sum256([]byte("idemhttp-principal\x00" + principal))
 		tenant = hex.EncodeToString(sum[:16])
 	}
-	return idem.NewKey(scope, tenant, []byte(method+"\x00"+route+"\x00"+key))
+	return idem.NewStoreKey(scope, tenant, []byte(method+"\x00"+route+"\x00"+key))
 }
 
 // fingerprint starts the fingerprint of r: a SHA-256 over the method,

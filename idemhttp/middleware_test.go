@@ -588,7 +588,7 @@ func TestConfigValidation(t *testing.T) {
 	for name, cfg := range map[string]idemhttp.Config{
 		"set-cookie":  {ReplayHeaders: []string{"set-cookie"}},
 		"date":        {ReplayHeaders: []string{"Content-Type", "date"}},
-		"scope":       {Scope: "has space"},
+		"scope":       {Operation: "has space"},
 		"method":      {Methods: []string{"post"}},
 		"body":        {MaxBodyBytes: -1},
 		"response":    {MaxResponseBytes: -1},
@@ -651,7 +651,7 @@ func FuzzMiddleware(f *testing.F) {
 		before := runs.Load()
 		a, b := send(), send()
 		ran := runs.Load() - before
-		_, perr := idemhttp.ParseKey(map[bool][]string{false: {key}, true: {key, key}}[twoHeaders])
+		_, perr := idemhttp.ParseHeader(map[bool][]string{false: {key}, true: {key, key}}[twoHeaders])
 		switch {
 		case method == "GET":
 			if ran != 2 {

@@ -21,8 +21,8 @@ import (
 // Each field but Principal, which reads the event, is the idemhttp.Config
 // field of the same name; the route is the event's. E is the event type.
 type HTTPConfig[E any] struct {
-	// Scope is the operation name; default as in [Config].
-	Scope string
+	// Operation is the operation name; default as in [Config].
+	Operation string
 	// Methods covered, in upper case (a lower-case one is a configuration
 	// error); others run unprotected. Default POST and PATCH.
 	Methods []string
@@ -156,7 +156,7 @@ func newHTTPAdapter[E, R any](eng *idem.Engine, name string, fn func(context.Con
 	if cfg != nil {
 		c = *cfg
 	}
-	scope, err := scopeFor(name, c.Scope)
+	scope, err := scopeFor(name, c.Operation)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func newHTTPAdapter[E, R any](eng *idem.Engine, name string, fn func(context.Con
 		c.MaxBodyBytes = lambdaPayloadLimit
 	}
 	hc := &idemhttp.Config{
-		Scope:              scope,
+		Operation:          scope,
 		Methods:            c.Methods,
 		Required:           c.Required,
 		Route:              func(r *http.Request) string { return invocationOf[E, R](r).route },

@@ -209,7 +209,7 @@ func TestHTTPConfigIsCheckedAsIdemhttpChecksIt(t *testing.T) {
 		"negative response":    {MaxResponseBytes: -1},
 		"negative retry-after": {StoreRetryAfter: -time.Second},
 		"never replayed":       {ReplayHeaders: []string{"set-cookie"}},
-		"scope":                {Scope: "has space"},
+		"scope":                {Operation: "has space"},
 	} {
 		if _, err := idemlambda.FunctionURL(eng, "orders", fn, &cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)

@@ -94,7 +94,7 @@ func FuzzHTTPAdapter(f *testing.F) {
 		h.Set("X-Size", strconv.Itoa(len(body)))
 		return appResponse{status: status, header: h, body: body}
 	}
-	mw, err := idemhttp.New(eng, &idemhttp.Config{Scope: "fuzz-http", MaxBodyBytes: 64, Logger: quiet})
+	mw, err := idemhttp.New(eng, &idemhttp.Config{Operation: "fuzz-http", MaxBodyBytes: 64, Logger: quiet})
 	if err != nil {
 		f.Fatal(err)
 	}

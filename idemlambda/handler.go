@@ -15,10 +15,10 @@ import (
 
 // Config is what every adapter shares. A nil *Config means all defaults.
 type Config struct {
-	// Scope is the operation name the keys are stored under. Default: the
+	// Operation is the operation name the keys are stored under. Default: the
 	// function's name (AWS_LAMBDA_FUNCTION_NAME) and the handler's name,
 	// "orders-fn.create"; the handler's name alone outside Lambda.
-	Scope string
+	Operation string
 
 	// KeyJMESPath selects the idempotency key from the event, as
 	// Powertools' event_key_jmespath: "body", "powertools_json(body).[user, order_id]",
@@ -80,7 +80,7 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 		c = *cfg
 	}
 	var err error
-	if c.Scope, err = scopeFor(name, c.Scope); err != nil {
+	if c.Operation, err = scopeFor(name, c.Operation); err != nil {
 		return nil, err
 	}
 	if c.KeyJMESPath == "" {
@@ -89,7 +89,7 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	k := &keyer{scope: c.Scope, raise: c.RaiseOnMissingKey, log: c.Logger}
+	k := &keyer{scope: c.Operation, raise: c.RaiseOnMissingKey, log: c.Logger}
 	if k.key, err = compile("KeyJMESPath", c.KeyJMESPath); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func scopeFor(name, scope string) (string, error) {
 			scope = fn + "." + name
 		}
 	}
-	if _, err := idem.NewKey(scope, "", nil); err != nil {
+	if _, err := idem.NewStoreKey(scope, "", nil); err != nil {
 		return "", fmt.Errorf("%w: idemlambda: scope: %v", idem.ErrInvalidConfig, err)
 	}
 	return scope, nil
@@ -144,11 +144,11 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 // identityOf derives the identity for explicit key material, validating
 // event with ValidationJMESPath when set.
 func (k *keyer) identityOf(material []byte, event any) (idem.Identity, bool, error) {
-	key, err := idem.NewKey(k.scope, "", material)
+	key, err := idem.NewStoreKey(k.scope, "", material)
 	if err != nil {
 		return idem.Identity{}, false, err
 	}
-	id := idem.Identity{Key: key}
+	id := idem.Identity{StoreKey: key}
 	if k.validation != nil {
 		v, err := k.validation.search(event)
 		if err != nil {

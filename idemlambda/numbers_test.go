@@ -27,7 +27,7 @@ func TestNumbersAreReadExactly(t *testing.T) {
 		h, err := idemlambda.WrapRaw(eng, "h", func(ctx context.Context, p []byte) ([]byte, error) {
 			*runs++
 			return []byte(strconv.Itoa(*runs)), nil
-		}, &idemlambda.Config{Scope: scope, KeyJMESPath: expr, RaiseOnMissingKey: true, Logger: quiet})
+		}, &idemlambda.Config{Operation: scope, KeyJMESPath: expr, RaiseOnMissingKey: true, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestNumbersAreReadExactly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			k, err := idem.NewKey(scope, "", c)
+			k, err := idem.NewStoreKey(scope, "", c)
 			if err != nil {
 				t.Fatal(err)
 			}

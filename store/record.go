@@ -54,7 +54,7 @@ func ParseStatus(s string) (Status, error) {
 // Record is the stored state of one idempotency key. All times are
 // milliseconds since the Unix epoch, the one unit used everywhere in idem.
 type Record struct {
-	// Key is the store key, "<scope>#<digest>" (see [Key]).
+	// Key is the store key, "<operation>[/<tenant>]#<digest>" (see idem.StoreKey).
 	Key string
 	// Status is the state of the key.
 	Status Status

@@ -194,7 +194,7 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 		return nil, err
 	}
 	mcfg := &idemhttp.Config{
-		Scope:              scope,
+		Operation:          scope,
 		Methods:            o.methods,
 		Required:           o.requireKey,
 		FingerprintHeaders: o.fpHeaders,

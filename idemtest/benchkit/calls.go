@@ -25,7 +25,7 @@ func charge(context.Context) (Receipt, error) { return Receipt{ID: "r-1", Amount
 func NewCalls(b *testing.B, e *idem.Engine, concurrency int) {
 	b.Helper()
 	Run(b, concurrency, func(i int) error {
-		_, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge)
+		_, err := idem.Do(context.Background(), e, idem.Request{Operation: "charge", Key: strconv.Itoa(i)}, charge)
 		return err
 	})
 }
@@ -35,12 +35,12 @@ func NewCalls(b *testing.B, e *idem.Engine, concurrency int) {
 func DuplicateCalls(b *testing.B, e *idem.Engine, concurrency, keys int) {
 	b.Helper()
 	for i := range keys {
-		if _, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i)}, charge); err != nil {
+		if _, err := idem.Do(context.Background(), e, idem.Request{Operation: "charge", Key: strconv.Itoa(i)}, charge); err != nil {
 			b.Fatal(err)
 		}
 	}
 	Run(b, concurrency, func(i int) error {
-		r, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: strconv.Itoa(i % keys)}, charge)
+		r, err := idem.Do(context.Background(), e, idem.Request{Operation: "charge", Key: strconv.Itoa(i % keys)}, charge)
 		if err == nil && !r.Replayed {
 			err = fmt.Errorf("call %d was not a replay", i)
 		}

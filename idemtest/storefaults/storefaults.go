@@ -85,9 +85,9 @@ func (f *fixture) record(t *testing.T, r idem.Request) *store.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := f.direct.Get(context.Background(), id.Key.String())
+	rec, err := f.direct.Get(context.Background(), id.StoreKey.String())
 	if err != nil {
-		t.Fatalf("Get %s: %v", id.Key, err)
+		t.Fatalf("Get %s: %v", id.StoreKey, err)
 	}
 	return rec
 }
@@ -95,7 +95,7 @@ func (f *fixture) record(t *testing.T, r idem.Request) *store.Record {
 var seq atomic.Int64
 
 func req() idem.Request {
-	return idem.Request{Scope: "fault", Key: fmt.Sprintf("k%d-%d", time.Now().UnixNano(), seq.Add(1))}
+	return idem.Request{Operation: "fault", Key: fmt.Sprintf("k%d-%d", time.Now().UnixNano(), seq.Add(1))}
 }
 
 func (f *fixture) do(ctx context.Context, r idem.Request, during func()) (idem.Result[int], error) {
@@ -256,12 +256,12 @@ func lostCompleteReply(t *testing.T, target string, open Open) {
 	r2 := req()
 	id, _ := r2.Identity()
 	now := time.Now().UnixMilli()
-	c, err := f.direct.Claim(context.Background(), store.ClaimParams{Key: id.Key.String(), Owner: "o", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000})
+	c, err := f.direct.Claim(context.Background(), store.ClaimParams{Key: id.StoreKey.String(), Owner: "o", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.proxy.ResetRequests(1)
-	err = f.via.Complete(context.Background(), store.CompleteParams{Key: id.Key.String(), Fence: c.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("7")})
+	err = f.via.Complete(context.Background(), store.CompleteParams{Key: id.StoreKey.String(), Fence: c.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("7")})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Complete reset on the wire: %v, want ErrUnavailable", err)
 	}
@@ -277,7 +277,7 @@ func lostClaimReply(t *testing.T, target string, open Open) {
 	r := req()
 	id, _ := r.Identity()
 	now := time.Now().UnixMilli()
-	p := store.ClaimParams{Key: id.Key.String(), Owner: "owner-1", Fingerprint: "fp", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000}
+	p := store.ClaimParams{Key: id.StoreKey.String(), Owner: "owner-1", Fingerprint: "fp", Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 60_000}
 	f.proxy.DropReplies(1)
 	_, err := f.via.Claim(context.Background(), p)
 	if f.proxy.Dropped.Load() != 1 {

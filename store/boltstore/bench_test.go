@@ -58,7 +58,7 @@ func BenchmarkRaw(b *testing.B) {
 	// Keys and values the size the library writes: "charge#<sha256 hex>" and
 	// a full record.
 	key := func(i int) []byte {
-		k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i)))
+		k, _ := idem.NewStoreKey("charge", "", []byte(strconv.Itoa(i)))
 		return []byte(k.String())
 	}
 	rec := store.MarshalRecord(&store.Record{Key: string(key(0)), Status: store.StatusCompleted, Fence: 1, Owner: "host/12345/0a1b2c3d/123456",

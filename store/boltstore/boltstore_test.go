@@ -84,7 +84,7 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := idem.Request{Scope: "charge", Key: "k"}
+	req := idem.Request{Operation: "charge", Key: "k"}
 	r, err := idem.Do(ctx, eng, req, func(context.Context) (string, error) { return "paid", nil })
 	if err != nil {
 		t.Fatal(err)
@@ -99,9 +99,9 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("idem"))
-		v := append([]byte(nil), b.Get([]byte(r.Key))...)
+		v := append([]byte(nil), b.Get([]byte(r.StoreKey))...)
 		v[len(v)/2] ^= 0x40
-		return b.Put([]byte(r.Key), v)
+		return b.Put([]byte(r.StoreKey), v)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Get(ctx, r.Key); !errors.Is(err, store.ErrCorrupt) {
+	if _, err := s.Get(ctx, r.StoreKey); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("Get of a damaged record: %v, want ErrCorrupt", err)
 	}
 	eng, _ = idem.New(s, &idem.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

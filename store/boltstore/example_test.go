@@ -33,7 +33,7 @@ func ExampleOpen() {
 		if err != nil {
 			return err
 		}
-		res, err := idem.Do(context.Background(), eng, idem.Request{Scope: "charge", Key: "order-42"},
+		res, err := idem.Do(context.Background(), eng, idem.Request{Operation: "charge", Key: "order-42"},
 			func(ctx context.Context) (string, error) {
 				charges++
 				return "receipt-1", nil

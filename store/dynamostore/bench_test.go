@@ -37,7 +37,7 @@ func BenchmarkDuplicateCall(b *testing.B) {
 // failing with the item returned (ALL_OLD).
 func BenchmarkRaw(b *testing.B) {
 	key := func(i int) string {
-		k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i)))
+		k, _ := idem.NewStoreKey("charge", "", []byte(strconv.Itoa(i)))
 		return k.String()
 	}
 	put := func(c *dynamodb.Client, table, k string) error {

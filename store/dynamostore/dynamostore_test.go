@@ -140,7 +140,7 @@ func TestRequestsPerCall(t *testing.T) {
 	ctx := context.Background()
 	runs := 0
 	call := func() idem.Result[string] {
-		res, err := idem.Do(ctx, e, idem.Request{Scope: "charge", Key: "k1", Payload: []byte(`{"amount":5}`)},
+		res, err := idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "k1", Payload: []byte(`{"amount":5}`)},
 			func(context.Context) (string, error) { runs++; return "ch_1", nil })
 		if err != nil {
 			t.Fatal(err)
@@ -270,7 +270,7 @@ func TestSpillLargeResults(t *testing.T) {
 	}
 	runs := 0
 	for i := range 2 {
-		res, err := idem.Do(context.Background(), e, idem.Request{Scope: "report", Key: "r1"}, func(context.Context) ([]byte, error) {
+		res, err := idem.Do(context.Background(), e, idem.Request{Operation: "report", Key: "r1"}, func(context.Context) ([]byte, error) {
 			runs++
 			return big, nil
 		})
@@ -288,7 +288,7 @@ func TestSpillLargeResults(t *testing.T) {
 	sp.mu.Lock()
 	clear(sp.objs)
 	sp.mu.Unlock()
-	_, err = idem.Do(context.Background(), e, idem.Request{Scope: "report", Key: "r1"}, func(context.Context) ([]byte, error) {
+	_, err = idem.Do(context.Background(), e, idem.Request{Operation: "report", Key: "r1"}, func(context.Context) ([]byte, error) {
 		runs++
 		return nil, nil
 	})
@@ -349,7 +349,7 @@ func TestDamagedItemFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := idem.Request{Scope: "charge", Key: "bad"}
+	req := idem.Request{Operation: "charge", Key: "bad"}
 	id, err := req.Identity()
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +361,7 @@ func TestDamagedItemFailsClosed(t *testing.T) {
 		"result not binary":  {"fence": &types.AttributeValueMemberN{Value: "1"}, "status": &types.AttributeValueMemberS{Value: "COMPLETED"}, "data": &types.AttributeValueMemberS{Value: "{}"}},
 		"record version 9":   {"fence": &types.AttributeValueMemberN{Value: "1"}, "status": &types.AttributeValueMemberS{Value: "COMPLETED"}, "v": &types.AttributeValueMemberN{Value: "9"}},
 	} {
-		item["id"] = &types.AttributeValueMemberS{Value: id.Key.String()}
+		item["id"] = &types.AttributeValueMemberS{Value: id.StoreKey.String()}
 		for _, a := range []string{"in_progress_expiration", "expiration_ms", "created_ms"} {
 			item[a] = &types.AttributeValueMemberN{Value: far}
 		}
@@ -376,7 +376,7 @@ func TestDamagedItemFailsClosed(t *testing.T) {
 		if !errors.Is(err, store.ErrCorrupt) || ran {
 			t.Errorf("%s: err %v, ran %v; want ErrCorrupt and no run", name, err, ran)
 		}
-		if _, err := s.Get(context.Background(), id.Key.String()); !errors.Is(err, store.ErrCorrupt) {
+		if _, err := s.Get(context.Background(), id.StoreKey.String()); !errors.Is(err, store.ErrCorrupt) {
 			t.Errorf("%s: Get: %v, want ErrCorrupt", name, err)
 		}
 	}
@@ -398,7 +398,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	_, err = idem.Do(context.Background(), e, idem.Request{Scope: "s", Key: "k"}, func(context.Context) (int, error) { ran = true; return 1, nil })
+	_, err = idem.Do(context.Background(), e, idem.Request{Operation: "s", Key: "k"}, func(context.Context) (int, error) { ran = true; return 1, nil })
 	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, idem.ErrStore) || ran {
 		t.Fatalf("unreachable store: err %v, ran %v; want ErrUnavailable and no run", err, ran)
 	}

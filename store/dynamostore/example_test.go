@@ -43,7 +43,7 @@ func ExampleNew() {
 		return
 	}
 
-	req := idem.Request{Scope: "send-invoice", Key: "invoice-7"}
+	req := idem.Request{Operation: "send-invoice", Key: "invoice-7"}
 	send := func(ctx context.Context) (string, error) { return "sent", nil }
 	for range 2 {
 		res, err := idem.Do(ctx, eng, req, send)

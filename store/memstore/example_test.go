@@ -20,7 +20,7 @@ func ExampleNew() {
 		return
 	}
 
-	req := idem.Request{Scope: "send-invoice", Key: "invoice-7"}
+	req := idem.Request{Operation: "send-invoice", Key: "invoice-7"}
 	send := func(ctx context.Context) (string, error) { return "sent", nil }
 	for range 2 {
 		res, err := idem.Do(context.Background(), eng, req, send)
@@ -45,7 +45,7 @@ func ExampleNew_maxRecords() {
 	ran := 0
 	op := func(ctx context.Context) (int, error) { ran++; return ran, nil }
 	for _, key := range []string{"a", "b", "a"} {
-		_, err := idem.Do(context.Background(), eng, idem.Request{Scope: "job", Key: key}, op)
+		_, err := idem.Do(context.Background(), eng, idem.Request{Operation: "job", Key: key}, op)
 		fmt.Printf("%s: full=%t\n", key, errors.Is(err, memstore.ErrFull))
 	}
 	fmt.Println("runs:", ran)

@@ -32,7 +32,7 @@ func BenchmarkDuplicateCall(b *testing.B) {
 // (what a hand-written check needs to answer it).
 func BenchmarkRaw(b *testing.B) {
 	key := func(i int) string {
-		k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i)))
+		k, _ := idem.NewStoreKey("charge", "", []byte(strconv.Itoa(i)))
 		return k.String()
 	}
 	ins := func(t string) string {

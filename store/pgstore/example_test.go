@@ -29,7 +29,7 @@ func ExampleOpen() {
 		return
 	}
 
-	req := idem.Request{Scope: "send-invoice", Key: "invoice-7"}
+	req := idem.Request{Operation: "send-invoice", Key: "invoice-7"}
 	send := func(ctx context.Context) (string, error) { return "sent", nil }
 	for range 2 {
 		res, err := idem.Do(ctx, eng, req, send)
@@ -72,7 +72,7 @@ func ExampleDoTx() {
 		return
 	}
 
-	req := idem.Request{Scope: "place-order", Key: "order-42", Payload: []byte(`{"amount":1200}`)}
+	req := idem.Request{Operation: "place-order", Key: "order-42", Payload: []byte(`{"amount":1200}`)}
 	place := func(ctx context.Context, tx pgx.Tx) (string, error) {
 		_, err := tx.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ($1, $2)`, "order-42", 1200)
 		return "order-42", err

@@ -158,7 +158,7 @@ func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
 		}
 		return n
 	}
-	r := idem.Request{Scope: "order", Key: "o-1"}
+	r := idem.Request{Operation: "order", Key: "o-1"}
 	for i := range 2 {
 		res, err := pgstore.DoTx(ctx, e, s, r, insert("o-1"))
 		if err != nil || res.Value != "order o-1" || res.Replayed != (i == 1) {
@@ -171,7 +171,7 @@ func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
 
 	// A zombie: its claim is taken over while it runs; its transaction
 	// must not commit.
-	r2 := idem.Request{Scope: "order", Key: "o-2"}
+	r2 := idem.Request{Operation: "order", Key: "o-2"}
 	_, err = pgstore.DoTx(ctx, e, s, r2, func(ctx context.Context, tx pgx.Tx) (string, error) {
 		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-2', 1)"); err != nil {
 			return "", err
@@ -196,7 +196,7 @@ func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
 
 	// An operation error rolls its writes back and releases the key.
 	boom := errors.New("boom")
-	_, err = pgstore.DoTx(ctx, e, s, idem.Request{Scope: "order", Key: "o-3"}, func(ctx context.Context, tx pgx.Tx) (string, error) {
+	_, err = pgstore.DoTx(ctx, e, s, idem.Request{Operation: "order", Key: "o-3"}, func(ctx context.Context, tx pgx.Tx) (string, error) {
 		_, _ = tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-3', 1)")
 		return "", boom
 	})
@@ -239,7 +239,7 @@ func TestOneStatementPerOperation(t *testing.T) {
 	}
 	for i, want := range []int64{2, 1} { // new call: claim + complete; duplicate: claim
 		before := cnt.n.Load()
-		res, err := idem.Do(context.Background(), e, idem.Request{Scope: "s", Key: "k"}, func(context.Context) (int, error) { return 1, nil })
+		res, err := idem.Do(context.Background(), e, idem.Request{Operation: "s", Key: "k"}, func(context.Context) (int, error) { return 1, nil })
 		if err != nil || res.Replayed != (i == 1) {
 			t.Fatal(res, err)
 		}
@@ -363,14 +363,14 @@ func TestDamagedRowFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := idem.Request{Scope: "charge", Key: "bad"}
+	r := idem.Request{Operation: "charge", Key: "bad"}
 	id, _ := r.Identity()
 	// A COMPLETED row whose result was lost, and a row from a future format.
 	for _, q := range []string{
 		"INSERT INTO %s (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version) VALUES ($1, 2, 1, 'o', 0, 9000000000000, '', 0, 1)",
 		"UPDATE %s SET version = 2, result = 'x' WHERE key = $1",
 	} {
-		if _, err := pool.Exec(context.Background(), fmt.Sprintf(q, s.Config().Table), id.Key.String()); err != nil {
+		if _, err := pool.Exec(context.Background(), fmt.Sprintf(q, s.Config().Table), id.StoreKey.String()); err != nil {
 			t.Fatal(err)
 		}
 		ran := false

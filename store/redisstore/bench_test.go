@@ -42,7 +42,7 @@ func BenchmarkDuplicateCall(b *testing.B) {
 // to answer a duplicate. Keys and values are the library's sizes.
 func BenchmarkRaw(b *testing.B) {
 	key := func(p string, i int) string {
-		k, _ := idem.NewKey("charge", "", []byte(strconv.Itoa(i)))
+		k, _ := idem.NewStoreKey("charge", "", []byte(strconv.Itoa(i)))
 		return p + k.String()
 	}
 	val := []byte(`{"id":"r-1","amount":1000}`)

@@ -26,7 +26,7 @@ func ExampleOpen() {
 		return
 	}
 
-	req := idem.Request{Scope: "send-invoice", Key: "invoice-7"}
+	req := idem.Request{Operation: "send-invoice", Key: "invoice-7"}
 	send := func(ctx context.Context) (string, error) { return "sent", nil }
 	for range 2 {
 		res, err := idem.Do(context.Background(), eng, req, send)
@@ -56,7 +56,7 @@ func ExampleNew() {
 		return
 	}
 
-	res, err := idem.Do(context.Background(), eng, idem.Request{Scope: "refund", Key: "order-42"},
+	res, err := idem.Do(context.Background(), eng, idem.Request{Operation: "refund", Key: "order-42"},
 		func(ctx context.Context) (int, error) { return 1200, nil })
 	if err != nil {
 		fmt.Println(err)

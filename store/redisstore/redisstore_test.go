@@ -118,7 +118,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	}
 	runs := 0
 	call := func(key string) idem.Result[string] {
-		res, err := idem.Do(context.Background(), e, idem.Request{Scope: "charge", Key: key}, func(context.Context) (string, error) { runs++; return "ok", nil })
+		res, err := idem.Do(context.Background(), e, idem.Request{Operation: "charge", Key: key}, func(context.Context) (string, error) { runs++; return "ok", nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,9 +223,9 @@ func TestDamagedRecordFailsClosed(t *testing.T) {
 		"unknown status":     func(k string) { c.HSet(ctx, k, "st", 9, "f", 1, "l", 1, "e", 1<<50, "c", 1, "v", 1) },
 		"not a hash":         func(k string) { c.Set(ctx, k, "garbage", 0) },
 	} {
-		r := idem.Request{Scope: "charge", Key: name}
+		r := idem.Request{Operation: "charge", Key: name}
 		id, _ := r.Identity()
-		damage(s.Prefix() + id.Key.String())
+		damage(s.Prefix() + id.StoreKey.String())
 		ran := false
 		_, err := idem.Do(ctx, e, r, func(context.Context) (int, error) { ran = true; return 1, nil })
 		if !errors.Is(err, store.ErrCorrupt) || ran {

@@ -135,7 +135,7 @@ var keySeq atomic.Uint64
 // newKey returns a fresh, well-formed store key unique to this process run.
 func newKey(t *testing.T) string {
 	n := keySeq.Add(1)
-	k, err := idem.NewKey("storetest", fmt.Sprintf("r%x", rand.Uint32()), fmt.Appendf(nil, "%s/%d", t.Name(), n))
+	k, err := idem.NewStoreKey("storetest", fmt.Sprintf("r%x", rand.Uint32()), fmt.Appendf(nil, "%s/%d", t.Name(), n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,10 +635,10 @@ func TestEngineMismatchEveryPath(t *testing.T, _ Features, newStore NewStore) {
 	plain, _ := engineFor(t, s, idem.Config{})
 	scope := fmt.Sprintf("mismatch%x", rand.Uint32())
 	reqA := func(key string) idem.Request {
-		return idem.Request{Scope: scope, Key: key, Payload: []byte(`{"amount":100}`)}
+		return idem.Request{Operation: scope, Key: key, Payload: []byte(`{"amount":100}`)}
 	}
 	reqB := func(key string) idem.Request {
-		return idem.Request{Scope: scope, Key: key, Payload: []byte(`{"amount":101}`)}
+		return idem.Request{Operation: scope, Key: key, Payload: []byte(`{"amount":101}`)}
 	}
 	ok := func(context.Context) (string, error) { return "done", nil }
 
@@ -706,12 +706,12 @@ func TestEngineReplay(t *testing.T, _ Features, newStore NewStore) {
 		}
 		return map[string]int{"charged": 100}, nil
 	}
-	req := idem.Request{Scope: scope, Key: "k1", Payload: []byte(`{"a":1}`)}
+	req := idem.Request{Operation: scope, Key: "k1", Payload: []byte(`{"a":1}`)}
 	r1, err := idem.Do(ctx, e, req, charge)
 	if err != nil || r1.Replayed || r1.Value["charged"] != 100 {
 		t.Fatalf("first call: %+v, %v", r1, err)
 	}
-	r2, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k1", Payload: []byte(` { "a" : 1 } `)}, charge)
+	r2, err := idem.Do(ctx, e, idem.Request{Operation: scope, Key: "k1", Payload: []byte(` { "a" : 1 } `)}, charge)
 	if err != nil || !r2.Replayed || r2.Value["charged"] != 100 {
 		t.Fatalf("second call: %+v, %v", r2, err)
 	}
@@ -726,10 +726,10 @@ func TestEngineReplay(t *testing.T, _ Features, newStore NewStore) {
 		}
 		return 7, nil
 	}
-	if _, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k2"}, flaky); err == nil {
+	if _, err := idem.Do(ctx, e, idem.Request{Operation: scope, Key: "k2"}, flaky); err == nil {
 		t.Fatal("want the retryable error from the first try")
 	}
-	r, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k2"}, flaky)
+	r, err := idem.Do(ctx, e, idem.Request{Operation: scope, Key: "k2"}, flaky)
 	if err != nil || r.Value != 7 || r.Replayed {
 		t.Fatalf("retry after a retryable error: %+v %v", r, err)
 	}
@@ -737,12 +737,12 @@ func TestEngineReplay(t *testing.T, _ Features, newStore NewStore) {
 	declined := func(context.Context) (int, error) {
 		return 0, &idem.TerminalError{Code: "declined", Message: "card declined", Body: []byte(`{"x":1}`)}
 	}
-	_, err = idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k3"}, declined)
+	_, err = idem.Do(ctx, e, idem.Request{Operation: scope, Key: "k3"}, declined)
 	var te *idem.TerminalError
 	if !errors.As(err, &te) || te.Replayed {
 		t.Fatalf("first terminal error: %v", err)
 	}
-	res, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: "k3"}, func(context.Context) (int, error) {
+	res, err := idem.Do(ctx, e, idem.Request{Operation: scope, Key: "k3"}, func(context.Context) (int, error) {
 		t.Error("operation ran after a terminal error was stored")
 		return 0, nil
 	})
@@ -774,7 +774,7 @@ func TestStorm(t *testing.T, f Features, newStore NewStore) {
 			go func(e *idem.Engine) {
 				defer wg.Done()
 				<-start
-				res, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: key}, func(context.Context) (int, error) {
+				res, err := idem.Do(ctx, e, idem.Request{Operation: scope, Key: key}, func(context.Context) (int, error) {
 					runs.Add(1)
 					return round, nil
 				})
@@ -829,7 +829,7 @@ func TestManyKeysWithRepeats(t *testing.T, f Features, newStore NewStore) {
 			defer wg.Done()
 			for k := range work {
 				for {
-					res, err := idem.Do(ctx, e, idem.Request{Scope: scope, Key: fmt.Sprint(k)}, func(context.Context) (int, error) {
+					res, err := idem.Do(ctx, e, idem.Request{Operation: scope, Key: fmt.Sprint(k)}, func(context.Context) (int, error) {
 						total.Add(1)
 						n, _ := runs.LoadOrStore(k, new(atomic.Int32))
 						n.(*atomic.Int32).Add(1)
