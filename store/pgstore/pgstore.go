@@ -402,22 +402,35 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 
 // fenced runs a fenced statement and explains a refusal.
 func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, owner string, now int64, args ...any) error {
-	var n int64
-	var curFence *int64
-	var curOwner *string
-	var status *int16
-	var expires *int64
-	err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), owner, now}, args...)...).Scan(&n, &curFence, &curOwner, &status, &expires)
-	if err != nil {
-		return s.translate(op, key, err)
+	// The explanation is read from the statement's snapshot, while the
+	// write waits for the row's lock and re-checks the newest version. A
+	// refusal whose explanation shows a row the write matches is out of
+	// date: the claim changed (released, deleted, settled) between the
+	// snapshot and the lock, and nothing was written. The statement runs
+	// again on a new snapshot that has the change. A claim's (fence, owner)
+	// never matches again once it stopped matching (owners are unique per
+	// claim), so one more round decides; the bound is a guard.
+	for round := 0; ; round++ {
+		var n int64
+		var curFence *int64
+		var curOwner *string
+		var status *int16
+		var expires *int64
+		err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), owner, now}, args...)...).Scan(&n, &curFence, &curOwner, &status, &expires)
+		if err != nil {
+			return s.translate(op, key, err)
+		}
+		if n == 1 {
+			return nil
+		}
+		if curFence == nil || *expires <= now {
+			return store.ErrNotFound
+		}
+		fe := &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: store.Status(*status)}
+		if !fe.Own() || fe.Status != store.StatusInProgress || round == 2 {
+			return fe
+		}
 	}
-	if n == 1 {
-		return nil
-	}
-	if curFence == nil || *expires <= now {
-		return store.ErrNotFound
-	}
-	return &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: store.Status(*status)}
 }
 
 // Complete implements [idem.Store].

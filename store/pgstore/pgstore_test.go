@@ -541,3 +541,43 @@ func mustGet(t *testing.T, s *pgstore.Store, key string) *store.Record {
 	}
 	return r
 }
+
+// A fenced write that waits for the row's lock while the row is deleted (a
+// sweeper, an operator, the holder's own Release) is refused as not found:
+// its statement's snapshot still shows the row it would have matched, so
+// that row cannot explain the refusal.
+func TestFencedWriteBehindAReleaseIsNotFound(t *testing.T) {
+	s, pool := newStore(t, pgstore.Config{})
+	ctx := context.Background()
+	const now = int64(1_000_000)
+	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var pid uint32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM "+s.Config().Table+" WHERE key = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("r")})
+	}()
+	for waited := false; !waited; {
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("complete behind a release: %v, want ErrNotFound", err)
+	}
+}

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/seed-a1b882c0/idem/store"
@@ -338,11 +336,14 @@ func TestLinearizability(t *testing.T, f Features, newStore NewStore) {
 	case porcupine.Ok:
 		t.Logf("linearizable: %d operations by %d clients over %d keys; %v", len(history), f.LinClients, len(keys), kinds)
 	case porcupine.Illegal:
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("idem-linearizability-%d.html", time.Now().UnixNano()))
+		// The test's artifact directory: kept under -artifacts DIR, else
+		// removed with the test, so passing runs (the suite's self-test
+		// fails broken stores on purpose) leave nothing behind.
+		path := filepath.Join(t.ArtifactDir(), "linearizability.html")
 		if err := porcupine.VisualizePath(linModel, info, path); err != nil {
 			path = "(visualization failed: " + err.Error() + ")"
 		}
-		t.Fatalf("history of %d operations is NOT linearizable against the record model; outcome mix %v; see %s", len(history), kinds, path)
+		t.Fatalf("history of %d operations is NOT linearizable against the record model; outcome mix %v; visualization in %s (run with -artifacts DIR to keep it)", len(history), kinds, path)
 	default:
 		t.Fatalf("linearizability check inconclusive after %v (%d operations)", f.LinTimeout, len(history))
 	}
