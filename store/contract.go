@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Store is the contract every backend implements: a handful of atomic,
 // single-key operations, each one round trip where the backend allows.
@@ -268,3 +271,18 @@ func ApplyFail(r *Record, p FailParams) {
 // engine's bounded marker for an outcome too large to store
 // ([CodeResultTooLarge] with its message cut to the limit) fits any limit.
 func (e ErrorRecord) Size() int { return len(e.Message) + len(e.Body) }
+
+// Every calls fn every interval, timed by after (a clock's After), until
+// stop is closed, and closes done when it returns. Stores run their expiry
+// sweeps with it, on a goroutine of their own that Close stops.
+func Every(stop <-chan struct{}, done chan<- struct{}, after func(time.Duration) <-chan time.Time, interval time.Duration, fn func()) {
+	defer close(done)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-after(interval):
+			fn()
+		}
+	}
+}

@@ -132,7 +132,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", c.Bucket, err)
 	}
 	if c.SweepInterval > 0 {
-		go s.sweepLoop()
+		go store.Every(s.stop, s.done, s.cfg.Clock.After, s.cfg.SweepInterval, func() {
+			_, _ = s.Sweep(store.Millis(s.cfg.Clock.Now()))
+		})
 	} else {
 		close(s.done)
 	}
@@ -392,19 +394,6 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return store.ErrNotFound
 	}
 	return nil
-}
-
-// sweepLoop sweeps every SweepInterval on the store's clock until Close.
-func (s *Store) sweepLoop() {
-	defer close(s.done)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
-			_, _ = s.Sweep(store.Millis(s.cfg.Clock.Now()))
-		}
-	}
 }
 
 // Sweep deletes records expired at now (ms), SweepBatch per transaction,

@@ -76,7 +76,9 @@ func New(cfg *Config) *Store {
 	}
 	s := &Store{cfg: c, m: make(map[string]*store.Record), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.SweepInterval > 0 {
-		go s.sweepLoop()
+		go store.Every(s.stop, s.done, s.cfg.Clock.After, s.cfg.SweepInterval, func() {
+			s.Sweep(store.Millis(s.cfg.Clock.Now()))
+		})
 	} else {
 		close(s.done)
 	}
@@ -88,19 +90,6 @@ func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 	return nil
-}
-
-// sweepLoop sweeps every SweepInterval on the store's clock until Close.
-func (s *Store) sweepLoop() {
-	defer close(s.done)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.cfg.Clock.After(s.cfg.SweepInterval):
-			s.Sweep(store.Millis(s.cfg.Clock.Now()))
-		}
-	}
 }
 
 // Sweep deletes every record expired at now (ms) and returns how many.

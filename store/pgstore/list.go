@@ -57,22 +57,6 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	return out, nil
 }
 
-// reapLoop reaps every ReapInterval on the store's clock until Close.
-func (s *Store) reapLoop() {
-	defer close(s.done)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.cfg.Clock.After(s.cfg.ReapInterval):
-			n, err := s.Reap(context.Background(), store.Millis(s.cfg.Clock.Now()))
-			if s.cfg.OnReap != nil {
-				s.cfg.OnReap(n, err)
-			}
-		}
-	}
-}
-
 // Reap deletes rows expired at now (ms), ReapBatch per statement, and
 // returns how many. It stops early when the store is closed.
 func (s *Store) Reap(ctx context.Context, now int64) (int, error) {

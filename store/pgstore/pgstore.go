@@ -139,7 +139,12 @@ func New(db DB, cfg *Config) (*Store, error) {
 	}
 	s := &Store{db: db, cfg: c, table: table, sql: newStatements(table), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.ReapInterval > 0 {
-		go s.reapLoop()
+		go store.Every(s.stop, s.done, s.cfg.Clock.After, s.cfg.ReapInterval, func() {
+			n, err := s.Reap(context.Background(), store.Millis(s.cfg.Clock.Now()))
+			if s.cfg.OnReap != nil {
+				s.cfg.OnReap(n, err)
+			}
+		})
 	} else {
 		close(s.done)
 	}
