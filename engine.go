@@ -161,7 +161,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context
 		return res, err
 	}
 	keep := e.cache != nil && cacheable[T]()
-	c.op = func(ctx context.Context) (ran_ opResult, err error) {
+	c.op = func(ctx context.Context) (opResult, error) {
 		claim, _ := FromContext(ctx)
 		comp := &Completion[T]{e: e, claim: claim}
 		v, err := fn(ctx, comp)
@@ -556,7 +556,7 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 		return out, nil
 	case opErr == nil && res.settled:
 		// The operation recorded its own success (DoCompleting).
-		done := h.settled(res.result)
+		done := h.settled(res.result, store.Millis(e.cfg.Clock.Now()))
 		if e.cache != nil {
 			e.cache.put(done, res.value)
 		}
@@ -599,8 +599,7 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *store.
 	}
 	var done *store.Record
 	err := h.write(ctx, StoreComplete, store.StatusCompleted, func(wctx context.Context, now int64) error {
-		done = h.settled(result)
-		done.CompletedAt, done.ExpiresAt = now, now+e.cfg.Expiry.Milliseconds()
+		done = h.settled(result, now)
 		return e.store.Complete(wctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result})
 	})
 	var tl *store.TooLargeError
@@ -618,8 +617,7 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *store.
 }
 
 // settled is the COMPLETED record of this claim with result, as of now.
-func (h *holder) settled(result []byte) *store.Record {
-	now := store.Millis(h.e.cfg.Clock.Now())
+func (h *holder) settled(result []byte, now int64) *store.Record {
 	return &store.Record{Key: h.key, Status: store.StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
 		Result: result, ExpiresAt: now + h.e.cfg.Expiry.Milliseconds(), CompletedAt: now}
 }
