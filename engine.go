@@ -104,7 +104,7 @@ func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Cont
 // When fn succeeds but its outcome cannot be recorded, the value is still
 // returned; the failure is logged and counted (OutcomeCompleteFailed).
 func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error)) (Result[T], error) {
-	return doTyped(ctx, e, id, func(ctx context.Context, _ *Completion[T]) (T, error) { return fn(ctx) })
+	return doTyped(ctx, e, id, false, func(ctx context.Context, _ *Completion[T]) (T, error) { return fn(ctx) })
 }
 
 // DoCompleting is [Do] for an operation that records its own success, in
@@ -122,7 +122,7 @@ func DoCompleting[T any](ctx context.Context, e *Engine, req Request, fn func(ct
 	if err != nil {
 		return Result[T]{}, err
 	}
-	return doTyped(ctx, e, id, fn)
+	return doTyped(ctx, e, id, true, fn)
 }
 
 // Completion hands an operation run by [DoCompleting] the Complete of its
@@ -147,7 +147,10 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
 }
 
-func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
+// doTyped is the typed layer of every call; completing says whether fn may
+// record its own success (DoCompleting), so that a plain Do pays nothing
+// for it.
+func doTyped[T any](ctx context.Context, e *Engine, id Identity, completing bool, fn func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	var (
 		res Result[T]
 		ran bool
@@ -162,14 +165,20 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context
 	}
 	keep := e.cache != nil && cacheable[T]()
 	c.op = func(ctx context.Context) (opResult, error) {
-		claim, _ := FromContext(ctx)
-		comp := &Completion[T]{e: e, claim: claim}
+		var comp *Completion[T]
+		if completing {
+			claim, _ := FromContext(ctx)
+			comp = &Completion[T]{e: e, claim: claim}
+		}
 		v, err := fn(ctx, comp)
 		res.Value, ran = v, true
 		if err != nil {
 			return opResult{}, err
 		}
-		out := opResult{result: comp.result, settled: comp.result != nil}
+		var out opResult
+		if comp != nil && comp.result != nil {
+			out.result, out.settled = comp.result, true
+		}
 		if !out.settled {
 			if out.result, err = e.cfg.Codec.Marshal(v); err != nil {
 				return opResult{}, &encodeError{err}
