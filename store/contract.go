@@ -40,11 +40,12 @@ type Store interface {
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 
 	// Complete stores a result and marks the record COMPLETED, setting
-	// ExpiresAt and CompletedAt from p. It succeeds only when the record
-	// is IN_PROGRESS, holds the writer's claim (Fence == p.Fence and Owner
-	// == p.Owner) and is not expired at p.Now.
+	// ExpiresAt and CompletedAt from p (and clearing a stored error). It
+	// succeeds only when the record holds the writer's claim (Fence ==
+	// p.Fence and Owner == p.Owner), is in status p.From (IN_PROGRESS when
+	// p.From is zero) and is not expired at p.Now.
 	//   - absent or expired: [ErrNotFound]; nothing changes.
-	//   - another claim (other fence or other owner), or not IN_PROGRESS: a
+	//   - another claim (other fence or other owner), or another status: a
 	//     [*FencedError] describing the record's claim; nothing changes.
 	//   - result over the store's limit: a [*TooLargeError]; nothing changes.
 	//
@@ -54,19 +55,25 @@ type Store interface {
 	// owner, so the first holder's late write can never land in it.
 	Complete(ctx context.Context, p CompleteParams) error
 
-	// Fail stores a terminal error and marks the record FAILED, under the
-	// same conditions and with the same errors as Complete.
+	// Fail stores a terminal error and marks the record FAILED (clearing a
+	// stored result), under the same conditions and with the same errors
+	// as Complete.
 	Fail(ctx context.Context, p FailParams) error
 
-	// Release deletes the record so that a retry can run, only when it is
-	// IN_PROGRESS and holds the writer's claim (Fence and Owner).
+	// Release deletes the record so that a retry can run, only when it
+	// holds the writer's claim (Fence and Owner) and is in status p.From
+	// (IN_PROGRESS when zero).
 	//   - absent or expired: [ErrNotFound].
-	//   - another claim, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	//   - another claim, or another status: a [*FencedError]; nothing
+	//     changes.
 	Release(ctx context.Context, p ReleaseParams) error
 
-	// Extend renews the lease (LeaseUntil = p.LeaseUntil) of an IN_PROGRESS
-	// record that holds the writer's claim (Fence and Owner), for
-	// long-running work.
+	// Extend changes an IN_PROGRESS record that holds the writer's claim
+	// (Fence and Owner): it renews the lease (LeaseUntil = p.LeaseUntil)
+	// when p.LeaseUntil is not zero, for long-running work, and attaches
+	// the execution reference (Ref = p.Ref) when p.Ref is not empty, for
+	// work handed to something else. Both in one atomic step; with
+	// neither, it only checks that the claim is still held.
 	//   - absent or expired: [ErrNotFound].
 	//   - another claim, or not IN_PROGRESS: a [*FencedError]; nothing changes.
 	Extend(ctx context.Context, p ExtendParams) error
@@ -116,6 +123,12 @@ type CompleteParams struct {
 	// ExpiresAt is the expiry of the completed record (ms).
 	ExpiresAt int64
 	Result    []byte
+	// From is the status the record must be in: zero means IN_PROGRESS,
+	// the holder settling its own claim. A settled status lets whoever
+	// holds the claim that settled the record correct it, with the same
+	// fencing: a workflow redriven to success after it was marked FAILED,
+	// an operator resolving a key by hand.
+	From Status
 }
 
 // FailParams are the arguments of [Store.Fail].
@@ -128,6 +141,12 @@ type FailParams struct {
 	Now       int64
 	ExpiresAt int64
 	Err       ErrorRecord
+	// From is the status the record must be in: zero means IN_PROGRESS,
+	// the holder settling its own claim. A settled status lets whoever
+	// holds the claim that settled the record correct it, with the same
+	// fencing: a workflow redriven to success after it was marked FAILED,
+	// an operator resolving a key by hand.
+	From Status
 }
 
 // ReleaseParams are the arguments of [Store.Release].
@@ -138,6 +157,12 @@ type ReleaseParams struct {
 	// both the fence and the owner of the record's claim.
 	Owner string
 	Now   int64
+	// From is the status the record must be in: zero means IN_PROGRESS,
+	// the holder settling its own claim. A settled status lets whoever
+	// holds the claim that settled the record correct it, with the same
+	// fencing: a workflow redriven to success after it was marked FAILED,
+	// an operator resolving a key by hand.
+	From Status
 }
 
 // ExtendParams are the arguments of [Store.Extend].
@@ -146,9 +171,14 @@ type ExtendParams struct {
 	Fence uint64
 	// Owner is the claim's owner, as given to Claim: a write must hold
 	// both the fence and the owner of the record's claim.
-	Owner      string
-	Now        int64
+	Owner string
+	Now   int64
+	// LeaseUntil, when not zero, is the new lease end (ms): for a claim
+	// handed to other work, the time by which it should be done.
 	LeaseUntil int64
+	// Ref, when not empty, is the execution reference to attach (a
+	// workflow execution's ID, a job's URL).
+	Ref string
 }
 
 // Lister is an optional power of a store: listing records for operators.
@@ -240,20 +270,30 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 
 // CheckFence returns nil when a fenced write (Complete, Fail, Release,
 // Extend) by the claim (fence, owner) at now may change r (nil when
-// absent); else [ErrNotFound] or a [*FencedError], as the contract says.
-func CheckFence(r *Record, key string, fence uint64, owner string, now int64) error {
+// absent), which must be in status from (IN_PROGRESS when zero); else
+// [ErrNotFound] or a [*FencedError], as the contract says.
+func CheckFence(r *Record, key string, fence uint64, owner string, from Status, now int64) error {
 	if r == nil || r.Expired(now) {
 		return ErrNotFound
 	}
-	if r.Fence != fence || r.Owner != owner || r.Status != StatusInProgress {
+	if r.Fence != fence || r.Owner != owner || r.Status != from.OrInProgress() {
 		return &FencedError{Key: key, Fence: fence, Owner: owner, Current: r.Fence, CurrentOwner: r.Owner, Status: r.Status}
 	}
 	return nil
 }
 
+// OrInProgress returns s, or [StatusInProgress] when s is zero: the status
+// a fenced write's From names.
+func (s Status) OrInProgress() Status {
+	if s == 0 {
+		return StatusInProgress
+	}
+	return s
+}
+
 // ApplyComplete marks r COMPLETED as p says. Call it after [CheckFence].
 func ApplyComplete(r *Record, p CompleteParams) {
-	r.Status, r.Result, r.ExpiresAt, r.CompletedAt = StatusCompleted, append([]byte{}, p.Result...), p.ExpiresAt, p.Now
+	r.Status, r.Result, r.Err, r.ExpiresAt, r.CompletedAt = StatusCompleted, append([]byte{}, p.Result...), nil, p.ExpiresAt, p.Now
 }
 
 // ApplyFail marks r FAILED as p says. Call it after [CheckFence].
@@ -262,7 +302,18 @@ func ApplyFail(r *Record, p FailParams) {
 	if er.Body != nil {
 		er.Body = append([]byte{}, er.Body...)
 	}
-	r.Status, r.Err, r.ExpiresAt, r.CompletedAt = StatusFailed, &er, p.ExpiresAt, p.Now
+	r.Status, r.Err, r.Result, r.ExpiresAt, r.CompletedAt = StatusFailed, &er, nil, p.ExpiresAt, p.Now
+}
+
+// ApplyExtend renews r's lease and attaches its reference as p says. Call
+// it after [CheckFence].
+func ApplyExtend(r *Record, p ExtendParams) {
+	if p.LeaseUntil != 0 {
+		r.LeaseUntil = p.LeaseUntil
+	}
+	if p.Ref != "" {
+		r.Ref = p.Ref
+	}
 }
 
 // Size is the number of payload bytes a stored error carries (message and

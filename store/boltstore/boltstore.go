@@ -259,7 +259,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 
 // fenced runs a fenced write: change modifies the held record, or returns
 // true to delete it.
-func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, now int64, change func(r *store.Record) (del bool)) error {
+func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, from store.Status, now int64, change func(r *store.Record) (del bool)) error {
 	var refused error
 	err := s.batch(ctx, func(tx *bolt.Tx) error {
 		refused = nil
@@ -267,7 +267,7 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner stri
 		if err != nil {
 			return err
 		}
-		if refused = store.CheckFence(r, key, fence, owner, now); refused != nil {
+		if refused = store.CheckFence(r, key, fence, owner, from, now); refused != nil {
 			return nil // an answer, not a failure: keep the batch going
 		}
 		if change(r) {
@@ -286,7 +286,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *store.Record) bool {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(r *store.Record) bool {
 		store.ApplyComplete(r, p)
 		return false
 	})
@@ -297,7 +297,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *store.Record) bool {
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(r *store.Record) bool {
 		store.ApplyFail(r, p)
 		return false
 	})
@@ -305,13 +305,13 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 
 // Release implements [idem.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(*store.Record) bool { return true })
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(*store.Record) bool { return true })
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.Now, func(r *store.Record) bool {
-		r.LeaseUntil = p.LeaseUntil
+	return s.fenced(ctx, p.Key, p.Fence, p.Owner, 0, p.Now, func(r *store.Record) bool {
+		store.ApplyExtend(r, p)
 		return false
 	})
 }

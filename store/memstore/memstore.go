@@ -137,9 +137,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 
 // held returns the record that a fenced write may change, or the error the
 // contract names.
-func (s *Store) held(key string, fence uint64, owner string, now int64) (*store.Record, error) {
+func (s *Store) held(key string, fence uint64, owner string, from store.Status, now int64) (*store.Record, error) {
 	r := s.m[key]
-	if err := store.CheckFence(r, key, fence, owner, now); err != nil {
+	if err := store.CheckFence(r, key, fence, owner, from, now); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -155,7 +155,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Owner, p.Now)
+	r, err := s.held(p.Key, p.Fence, p.Owner, p.From, p.Now)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Owner, p.Now)
+	r, err := s.held(p.Key, p.Fence, p.Owner, p.From, p.Now)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.held(p.Key, p.Fence, p.Owner, p.Now); err != nil {
+	if _, err := s.held(p.Key, p.Fence, p.Owner, p.From, p.Now); err != nil {
 		return err
 	}
 	delete(s.m, p.Key)
@@ -202,11 +202,11 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Owner, p.Now)
+	r, err := s.held(p.Key, p.Fence, p.Owner, 0, p.Now)
 	if err != nil {
 		return err
 	}
-	r.LeaseUntil = p.LeaseUntil
+	store.ApplyExtend(r, p)
 	return nil
 }
 

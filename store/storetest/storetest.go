@@ -107,6 +107,8 @@ var Cases = []struct {
 	{"Fencing", TestFencing},
 	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
+	{"Attach", TestAttach},
+	{"Resettle", TestResettle},
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
 	{"EngineMismatchEveryPath", TestEngineMismatchEveryPath},
@@ -387,6 +389,9 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 		"Extend": func(f uint64, o string) error {
 			return s.Extend(ctx, store.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, LeaseUntil: at + 10*lease})
 		},
+		"Attach": func(f uint64, o string) error {
+			return s.Extend(ctx, store.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, Ref: "zombie-execution"})
+		},
 	}
 	stale := []struct {
 		what  string
@@ -447,6 +452,7 @@ func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 			"Complete": s.Complete(ctx, store.CompleteParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("stale")}),
 			"Fail":     s.Fail(ctx, store.FailParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "stale"}}),
 			"Extend":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, LeaseUntil: at + 10*lease}),
+			"Attach":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, Ref: "stale-execution"}),
 			"Release":  s.Release(ctx, store.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}),
 		}
 		for name, err := range writes {
@@ -506,6 +512,121 @@ func TestExtend(t *testing.T, _ Features, newStore NewStore) {
 	}
 	if res := claimAt(t, s, key, "owner-b", fp("a"), newLease); !res.Acquired || !res.Takeover {
 		t.Fatalf("claim at the new lease end: Acquired=%v Takeover=%v", res.Acquired, res.Takeover)
+	}
+}
+
+// TestAttach: Extend with a Ref attaches an execution reference to the
+// claim and, with no LeaseUntil, leaves the lease as it was; with both it
+// does both in one step. The reference is read back by Get, by a
+// conflicting Claim and after the record settles.
+func TestAttach(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	const ref = "arn:aws:states:us-east-1:123456789012:execution:transfers:t-0f3a"
+	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1, Ref: ref}); err != nil {
+		t.Fatalf("Extend with a Ref only: %v", err)
+	}
+	want := *rec
+	want.Ref = ref
+	sameRecord(t, "Get after attaching", mustGet(t, s, key), &want)
+	if res := claimAt(t, s, key, "owner-b", fp("a"), now+2); res.Acquired {
+		t.Fatal("claim of an attached live key acquired it")
+	} else {
+		sameRecord(t, "conflict record of an attached key", res.Record, &want)
+	}
+	// Both at once: a new lease and another reference (a redrive, an
+	// adopted execution).
+	want.LeaseUntil, want.Ref = now+20*lease, ref+"-2"
+	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, LeaseUntil: want.LeaseUntil, Ref: want.Ref}); err != nil {
+		t.Fatalf("Extend with a lease and a Ref: %v", err)
+	}
+	sameRecord(t, "Get after extending and attaching", mustGet(t, s, key), &want)
+	// Neither: a check that the claim is still held, which changes nothing.
+	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 4}); err != nil {
+		t.Fatalf("Extend with neither: %v", err)
+	}
+	sameRecord(t, "Get after an empty Extend", mustGet(t, s, key), &want)
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 5, ExpiresAt: now + 5 + expiry, Result: []byte("done")}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	want.Status, want.Result, want.CompletedAt, want.ExpiresAt = store.StatusCompleted, []byte("done"), now+5, now+5+expiry
+	sameRecord(t, "COMPLETED record keeps its reference", mustGet(t, s, key), &want)
+}
+
+// TestResettle: a settled record can be corrected by a fenced write that
+// names the status it must be in (From): the claim that settled it turns
+// FAILED into COMPLETED (a workflow redriven to success), COMPLETED into
+// FAILED, or releases it so the key runs again. The write is refused, and
+// changes nothing, when the record is in another status or holds another
+// claim, exactly as fenced writes of an IN_PROGRESS record are.
+func TestResettle(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, Ref: "execution-1"}); err != nil {
+		t.Fatal(err)
+	}
+	er := store.ErrorRecord{Code: "States.Timeout", Message: "execution timed out"}
+	if err := s.Fail(ctx, store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1, ExpiresAt: now + 1 + expiry, Err: er}); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	failed := mustGet(t, s, key)
+	refused := func(what string, err error, status store.Status, before *store.Record) {
+		t.Helper()
+		var fe *store.FencedError
+		if !errors.As(err, &fe) || fe.Status != status {
+			t.Errorf("%s: %v, want a *FencedError naming status %v", what, err, status)
+		}
+		sameRecord(t, what+" changed the record", mustGet(t, s, key), before)
+	}
+	// A settled record refuses writes that expect IN_PROGRESS, and writes
+	// from another claim whatever they expect.
+	refused("Complete of a FAILED record without From", s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 2, ExpiresAt: now + 2 + expiry, Result: []byte("x")}), store.StatusFailed, failed)
+	refused("Complete From FAILED by another owner", s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: "owner-b", Now: now + 2, ExpiresAt: now + 2 + expiry, Result: []byte("x"), From: store.StatusFailed}), store.StatusFailed, failed)
+	refused("Release From COMPLETED of a FAILED record", s.Release(ctx, store.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 2, From: store.StatusCompleted}), store.StatusFailed, failed)
+
+	// FAILED → COMPLETED: the error goes, the result and times are new,
+	// the claim and its reference stay.
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, ExpiresAt: now + 3 + expiry, Result: []byte("redriven"), From: store.StatusFailed}); err != nil {
+		t.Fatalf("Complete From FAILED: %v", err)
+	}
+	want := *failed
+	want.Status, want.Err, want.Result, want.CompletedAt, want.ExpiresAt = store.StatusCompleted, nil, []byte("redriven"), now+3, now+3+expiry
+	sameRecord(t, "Get after Complete From FAILED", mustGet(t, s, key), &want)
+	// The same write again (its reply lost) finds the record settled as
+	// it wanted, under its own claim.
+	err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 4, ExpiresAt: now + 4 + expiry, Result: []byte("redriven"), From: store.StatusFailed})
+	var fe *store.FencedError
+	if !errors.As(err, &fe) || !fe.Own() || fe.Status != store.StatusCompleted {
+		t.Errorf("Complete From FAILED retried after it landed: %v, want a *FencedError that is Own() with status COMPLETED", err)
+	}
+
+	// COMPLETED → FAILED: the result goes.
+	if err := s.Fail(ctx, store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 5, ExpiresAt: now + 5 + expiry, Err: er, From: store.StatusCompleted}); err != nil {
+		t.Fatalf("Fail From COMPLETED: %v", err)
+	}
+	want.Status, want.Err, want.Result, want.CompletedAt, want.ExpiresAt = store.StatusFailed, &er, nil, now+5, now+5+expiry
+	sameRecord(t, "Get after Fail From COMPLETED", mustGet(t, s, key), &want)
+
+	// Release From FAILED: the key is free again.
+	if err := s.Release(ctx, store.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 6, From: store.StatusFailed}); err != nil {
+		t.Fatalf("Release From FAILED: %v", err)
+	}
+	if res := claimAt(t, s, key, "owner-b", fp("a"), now+7); !res.Acquired {
+		t.Fatal("claim after Release From FAILED did not acquire")
+	}
+
+	// An expired settled record is absent to every write.
+	key2 := newKey(t)
+	rec2 := claimAt(t, s, key2, "owner-a", fp("a"), now).Record
+	if err := s.Fail(ctx, store.FailParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now, ExpiresAt: now + 10, Err: er}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, store.CompleteParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now + 10, ExpiresAt: now + 10 + expiry, Result: []byte("late"), From: store.StatusFailed}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Complete From FAILED of an expired record: %v, want ErrNotFound", err)
 	}
 }
 

@@ -30,6 +30,8 @@ var broken = map[string]struct {
 	"truncates-results":          {func(m *memstore.Store) store.Store { return &truncating{Store: m} }, "ResultSizeLimit"},
 	"fence-without-owner":        {func(m *memstore.Store) store.Store { return &noOwner{Store: m} }, "ReclaimAfterDeletion"},
 	"gives-up-under-contention":  {func(m *memstore.Store) store.Store { return &givesUp{Store: m} }, "Linearizability"},
+	"resettles-any-status":       {func(m *memstore.Store) store.Store { return &anyStatus{Store: m} }, "Resettle"},
+	"attach-resets-lease":        {func(m *memstore.Store) store.Store { return &attachResets{Store: m} }, "Attach"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -187,4 +189,24 @@ func (s *givesUp) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimRe
 		}
 	}
 	return store.ClaimResult{}, fmt.Errorf("claim %s: the record changed under 2 attempts: %w", p.Key, store.ErrUnavailable)
+}
+
+type anyStatus struct{ *memstore.Store }
+
+// Complete corrects a settled record whatever status the write names.
+func (s *anyStatus) Complete(ctx context.Context, p store.CompleteParams) error {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status != store.StatusInProgress {
+		p.From = r.Status
+	}
+	return s.Store.Complete(ctx, p)
+}
+
+type attachResets struct{ *memstore.Store }
+
+// Extend writes LeaseUntil even when the write only attaches a reference.
+func (s *attachResets) Extend(ctx context.Context, p store.ExtendParams) error {
+	if p.LeaseUntil == 0 {
+		p.LeaseUntil = p.Now
+	}
+	return s.Store.Extend(ctx, p)
 }
