@@ -433,14 +433,21 @@ func (c *call) replay(rec *store.Record) (outcome, error) {
 // owner returns a claim owner unique to this call: the engine's owner
 // prefix (the configured owner and a random instance id) and a sequence
 // number. Stores check it on every fenced write, so it must never repeat.
-func (e *Engine) owner() string {
+//
+// A label given with [WithLockedBy] ends it, after another '/'.
+func (e *Engine) owner(ctx context.Context) string {
 	var b [24]byte
 	seq := strconv.AppendUint(b[:0], e.seq.Add(1), 10)
+	by, _ := ctx.Value(lockedByKey{}).(string)
 	var sb strings.Builder
-	sb.Grow(len(e.ownerPrefix) + 1 + len(seq))
+	sb.Grow(len(e.ownerPrefix) + 2 + len(seq) + len(by))
 	sb.WriteString(e.ownerPrefix)
 	sb.WriteByte('/')
 	sb.Write(seq)
+	if by != "" {
+		sb.WriteByte('/')
+		sb.WriteString(by)
+	}
 	return sb.String()
 }
 
@@ -466,7 +473,7 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 	p := store.ClaimParams{
 		Key:         c.key,
 		Fingerprint: c.fingerprint,
-		Owner:       e.owner(),
+		Owner:       e.owner(ctx),
 		Now:         nowMs,
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
@@ -518,8 +525,11 @@ type holder struct {
 	owner     string
 	expiresAt int64
 	lease     time.Duration
-	flight    *flight
+	flight    *flight // nil for a write through a Token
 	renew     *renewer
+	// from is the status the record must be in for the outcome write:
+	// zero (IN_PROGRESS) but for a token read from a settled record.
+	from store.Status
 }
 
 // execute runs op under the claim and records its outcome. The lease is
@@ -572,11 +582,11 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 		e.land(h.key, h.flight, done)
 		return out, nil
 	case opErr == nil:
-		done := h.complete(ctx, res.result, res.value)
+		done, _ := h.complete(ctx, res.result, res.value)
 		e.land(h.key, h.flight, done)
 		return out, nil
 	case errors.As(opErr, &term):
-		final := h.fail(ctx, term.record())
+		final, _ := h.fail(ctx, term.record())
 		e.land(h.key, h.flight, final)
 		return out, opErr
 	case errors.As(opErr, &unc):
@@ -599,8 +609,9 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 
 // complete records a success and returns the record the flight's
 // followers replay: the COMPLETED one, the FAILED marker that replaced a
-// result too large to store, or nil when nothing could be recorded.
-func (h *holder) complete(ctx context.Context, result []byte, value any) *store.Record {
+// result too large to store, or nil and the store's last answer when
+// nothing could be recorded (logged and counted already).
+func (h *holder) complete(ctx context.Context, result []byte, value any) (*store.Record, error) {
 	e := h.e
 	if e.cfg.MaxResultBytes > 0 && len(result) > e.cfg.MaxResultBytes {
 		return h.storeUnreplayable(ctx, CodeResultTooLarge,
@@ -609,7 +620,7 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *store.
 	var done *store.Record
 	err := h.write(ctx, StoreComplete, store.StatusCompleted, func(wctx context.Context, now int64) error {
 		done = h.settled(result, now)
-		return e.store.Complete(wctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result})
+		return e.store.Complete(wctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result, From: h.from})
 	})
 	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
@@ -617,12 +628,12 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) *store.
 	}
 	if err != nil {
 		h.writeFailed(StoreComplete, err)
-		return nil
+		return nil, err
 	}
-	if e.cache != nil {
+	if e.cache != nil && h.flight != nil { // a token's write knows no fingerprint
 		e.cache.put(done, value)
 	}
-	return done
+	return done, nil
 }
 
 // settled is the COMPLETED record of this claim with result, as of now.
@@ -634,7 +645,7 @@ func (h *holder) settled(result []byte, now int64) *store.Record {
 // storeUnreplayable marks a successful call whose result cannot be stored
 // as FAILED with code, so that retries get a clear error instead of running
 // the operation a second time. The message is cut to fit limit (0: none).
-func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) *store.Record {
+func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) (*store.Record, error) {
 	e := h.e
 	e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
@@ -654,17 +665,18 @@ func boundedError(code, msg string, limit int) store.ErrorRecord {
 }
 
 // fail records a terminal error and returns the FAILED record the flight's
-// followers replay, nil when nothing could be recorded. A terminal error
+// followers replay, or nil and the store's last answer when nothing could
+// be recorded (logged and counted already). A terminal error
 // too large for the store is replaced by a bounded marker with
 // [CodeResultTooLarge], as a too-large result is: the key never stays
 // IN_PROGRESS for a retry to run again.
-func (h *holder) fail(ctx context.Context, er store.ErrorRecord) *store.Record {
+func (h *holder) fail(ctx context.Context, er store.ErrorRecord) (*store.Record, error) {
 	e := h.e
 	var final *store.Record
 	err := h.write(ctx, StoreFail, store.StatusFailed, func(wctx context.Context, now int64) error {
 		final = &store.Record{Key: h.key, Status: store.StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
 			Err: &er, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
-		return e.store.Fail(wctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er})
+		return e.store.Fail(wctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er, From: h.from})
 	})
 	var tl *store.TooLargeError
 	if errors.As(err, &tl) {
@@ -681,25 +693,27 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) *store.Record {
 	}
 	if err != nil {
 		h.writeFailed(StoreFail, err)
-		return nil
+		return nil, err
 	}
 	e.cfg.Observer.Observe(h.name, OutcomeFailed)
-	return final
+	return final, nil
 }
 
 // release deletes the claim so that a retry can run. A claim that is gone
 // already (expired, reclaimed, released by an earlier attempt whose reply
-// was lost) is released.
-func (h *holder) release(ctx context.Context) {
+// was lost) is released. The error is the store's last answer when the
+// release failed (logged and counted already).
+func (h *holder) release(ctx context.Context) error {
 	e := h.e
 	err := h.write(ctx, StoreRelease, 0, func(wctx context.Context, now int64) error {
-		return e.store.Release(wctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now})
+		return e.store.Release(wctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.writeFailed(StoreRelease, err)
-		return
+		return err
 	}
 	e.cfg.Observer.Observe(h.name, OutcomeReleased)
+	return nil
 }
 
 // Outcome writes are retried with capped exponential backoff and jitter

@@ -149,4 +149,9 @@ const (
 	StoreFail     StoreOp = "fail"
 	StoreRelease  StoreOp = "release"
 	StoreExtend   StoreOp = "extend"
+	// StoreAttach is an Extend that attaches an execution reference
+	// ([Engine.Attach]).
+	StoreAttach StoreOp = "attach"
+	// StoreGet is a read of one record ([Engine.Status]).
+	StoreGet StoreOp = "get"
 )

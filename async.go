@@ -1,0 +1,382 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// Status is the state of a key: [StatusInProgress], [StatusCompleted] or
+// [StatusFailed].
+type Status = store.Status
+
+// The states of a key.
+const (
+	StatusInProgress = store.StatusInProgress
+	StatusCompleted  = store.StatusCompleted
+	StatusFailed     = store.StatusFailed
+)
+
+// ErrNotFound: no live record for the key ([Engine.Status]). It is
+// store.ErrNotFound, the same error value.
+var ErrNotFound = store.ErrNotFound
+
+// MaxRefLen is the longest execution reference [Engine.Attach] accepts:
+// room for any AWS ARN (2,048 characters) and a URL.
+const MaxRefLen = 2048
+
+// MaxLockedByLen is the longest label [WithLockedBy] keeps.
+const MaxLockedByLen = 128
+
+// State is a key's record as callers and operators read it: its status,
+// who claimed it and when, the execution it was handed to, when it should
+// be done and when it was, and its outcome.
+type State struct {
+	// Key is the store key.
+	Key string
+	// Status is the record's status.
+	Status Status
+	// Fence and LockedBy name the claim that made (or holds) the record.
+	// LockedBy is the claim's owner: the engine's owner, a unique suffix,
+	// and the label given with [WithLockedBy], if any.
+	Fence    uint64
+	LockedBy string
+	// Ref is the execution reference attached to the claim ([Engine.Attach]),
+	// empty when none was.
+	Ref string
+	// Fingerprint is the hex SHA-256 of the request payload, empty when
+	// none was given.
+	Fingerprint string
+	// CreatedAt is when the claim was made.
+	CreatedAt time.Time
+	// ExpectedCompletion is the claim's lease: when the work should be
+	// done, and when another caller may take over an IN_PROGRESS record.
+	ExpectedCompletion time.Time
+	// CompletedAt is when the record was settled; zero while IN_PROGRESS.
+	CompletedAt time.Time
+	// ExpiresAt is when the record stops counting.
+	ExpiresAt time.Time
+	// Result is the encoded result of a COMPLETED record; decode it with
+	// [State.Decode].
+	Result []byte
+	// Err is the stored terminal error of a FAILED record.
+	Err *TerminalError
+
+	codec Codec
+}
+
+func (e *Engine) state(r *store.Record) *State {
+	s := &State{
+		Key: r.Key, Status: r.Status, Fence: r.Fence, LockedBy: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
+		CreatedAt: store.FromMillis(r.CreatedAt), ExpectedCompletion: store.FromMillis(r.LeaseUntil),
+		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, codec: e.cfg.Codec,
+	}
+	if r.CompletedAt != 0 {
+		s.CompletedAt = store.FromMillis(r.CompletedAt)
+	}
+	if r.Status == store.StatusFailed {
+		s.Err = terminalFromRecord(r.Err)
+	}
+	return s
+}
+
+// Decode decodes a COMPLETED record's result into v with the engine's
+// codec.
+func (s *State) Decode(v any) error {
+	if s.Status != StatusCompleted {
+		return fmt.Errorf("idem: %s is %s; only a COMPLETED record has a result", s.Key, s.Status)
+	}
+	if err := s.codec.Unmarshal(s.Result, v); err != nil {
+		return &store.CorruptError{Key: s.Key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", v, err)}
+	}
+	return nil
+}
+
+// Overdue reports whether the record is IN_PROGRESS past its expected
+// completion at now: the work should have finished and has not (stuck).
+func (s *State) Overdue(now time.Time) bool {
+	return s.Status == StatusInProgress && !now.Before(s.ExpectedCompletion)
+}
+
+// Token returns the token of the record's claim, requiring the record's
+// current status: for an IN_PROGRESS record the holder's token, for a
+// settled one a token that can correct it (complete a FAILED record whose
+// workflow was redriven to success, release it to run again). Every write
+// through it is refused if the record changed in between. Hand it only to
+// code entitled to settle the key.
+func (s *State) Token() Token {
+	k, _ := ParseStoreKey(s.Key)
+	return Token{Key: k, Fence: s.Fence, Owner: s.LockedBy, Status: s.Status}
+}
+
+// Status returns the record of key, read with strong consistency: for
+// status endpoints, workers and operators. A key with no live record
+// (absent or expired) gives an error matching [ErrNotFound]; a store
+// failure a [*StoreError].
+func (e *Engine) Status(ctx context.Context, key StoreKey) (*State, error) {
+	k := key.String()
+	var r *store.Record
+	err := e.timed(StoreGet, func() (err error) {
+		r, err = e.store.Get(ctx, k)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Expired(store.Millis(e.cfg.Clock.Now()))) {
+		return nil, fmt.Errorf("idem: no live record for %s: %w", k, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, &StoreError{Op: StoreGet, Key: k, Err: err}
+	}
+	return e.state(r), nil
+}
+
+// BeginOptions configure [Engine.Begin]. A nil *BeginOptions means all
+// defaults.
+type BeginOptions struct {
+	// ExpectedCompletion is how long the work should take: the claim's
+	// lease, after which the record counts as stuck and another caller
+	// may take the key over (unless the work extends it with
+	// [Engine.Extend]). It is separate from the replay expiry
+	// (Config.Expiry) and at most that. Default Config.Lease.
+	ExpectedCompletion time.Duration
+}
+
+// Begun is the answer of [Engine.Begin].
+type Begun struct {
+	// Acquired is true when this call claimed the key: Token names the
+	// claim, to hand to the work.
+	Acquired bool
+	// Takeover is true when the claim replaced an IN_PROGRESS record whose
+	// expected completion had passed.
+	Takeover bool
+	// Token is the new claim's token when Acquired, else zero.
+	Token Token
+	// State is the record: the new claim when Acquired, else the existing
+	// outcome — COMPLETED (decode its result: a replay), FAILED (its
+	// terminal error) or IN_PROGRESS (the holder, its execution reference
+	// and expected completion).
+	State *State
+}
+
+// Begin claims the key req names without running anything: the work is
+// handed to something else (a workflow, a worker, another process), which
+// finishes it later through the returned token with [Engine.Complete] or
+// [Engine.Fail]. The claim's lease is the expected completion
+// (BeginOptions); it is not renewed by the engine — the work heartbeats
+// with [Engine.Extend] if it needs longer.
+//
+// The answer is either a new claim (Begun.Acquired, with its Token) or the
+// key's existing record, in one store round trip; neither is an error. A
+// payload that differs from the stored one fails with a
+// [*MismatchError]; a store failure with a [*StoreError] (Begin fails
+// closed whatever Config.FailOpen says, since nothing runs). With
+// Config.Disabled, Begin claims nothing and returns Acquired with a token
+// whose writes do nothing.
+//
+// The claim's owner is the engine's, plus the label of [WithLockedBy] when
+// ctx carries one (a request or invocation ID), so operators can tell who
+// claimed the key.
+func (e *Engine) Begin(ctx context.Context, req Request, o *BeginOptions) (Begun, error) {
+	id, err := req.Identity()
+	if err != nil {
+		return Begun{}, err
+	}
+	return e.BeginIdentity(ctx, id, o)
+}
+
+// BeginIdentity is [Engine.Begin] for a precomputed [Identity].
+func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions) (Begun, error) {
+	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint}
+	lease := e.cfg.Lease
+	if o != nil && o.ExpectedCompletion != 0 {
+		lease = o.ExpectedCompletion
+	}
+	if lease <= 0 || lease > e.cfg.Expiry {
+		return Begun{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidConfig, lease, e.cfg.Expiry)
+	}
+	if e.cfg.Disabled {
+		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
+		return Begun{Acquired: true, Token: Token{Key: id.StoreKey, Status: StatusInProgress}}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Begun{}, err
+	}
+	now := store.Millis(e.cfg.Clock.Now())
+	p := store.ClaimParams{
+		Key: c.key, Fingerprint: c.fingerprint, Owner: e.owner(ctx), Now: now,
+		LeaseUntil: now + max(lease.Milliseconds(), 1), ExpiresAt: now + e.cfg.Expiry.Milliseconds(),
+	}
+	var res store.ClaimResult
+	err := e.timed(StoreClaim, func() (err error) {
+		res, err = e.store.Claim(ctx, p)
+		return err
+	})
+	if err == nil && res.Record == nil {
+		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
+	}
+	if err != nil {
+		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
+		return Begun{}, &StoreError{Op: StoreClaim, Key: c.key, Err: err}
+	}
+	if err := c.mismatch(res.Record.Fingerprint); err != nil {
+		return Begun{}, err
+	}
+	b := Begun{Acquired: res.Acquired, Takeover: res.Takeover, State: e.state(res.Record)}
+	switch {
+	case res.Acquired:
+		e.cfg.Observer.Observe(c.name, OutcomeAcquired)
+		if res.Takeover {
+			e.cfg.Observer.Observe(c.name, OutcomeTakeover)
+			e.cfg.Logger.Info("idem: took over a claim whose expected completion had passed", "key", c.key, "fence", res.Record.Fence)
+		}
+		b.Token = Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress}
+	case res.Record.Status == store.StatusInProgress:
+		e.cfg.Observer.Observe(c.name, OutcomeInProgress)
+	default:
+		e.cfg.Observer.Observe(c.name, OutcomeReplayed)
+	}
+	return b, nil
+}
+
+// tokenHolder is the holder of a token's claim, for the engine's retried,
+// fenced outcome writes.
+func (e *Engine) tokenHolder(t Token) *holder {
+	return &holder{
+		call:  &call{e: e, key: t.Key.String(), name: t.Key.Operation},
+		fence: t.Fence, owner: t.Owner, from: t.Status,
+	}
+}
+
+// tokenWrite answers a write through t: nil, a [*StaleTokenError] when the
+// store refused it, or the store's failure as a [*StoreError].
+func tokenWrite(op StoreOp, t Token, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+		return staleToken(op, t, err)
+	}
+	var se *StoreError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &StoreError{Op: op, Key: t.Key.String(), Err: err}
+}
+
+// Complete records v (encoded with the engine's codec) as the outcome of
+// t's claim: the record becomes COMPLETED and later calls with the key
+// replay v. The write is fenced — refused with a [*StaleTokenError] when
+// t's claim is no longer the record's, or the record is no longer in the
+// status t names — and retried on transient store faults while
+// Config.WriteTimeout lasts; a retry that finds its own write landed
+// succeeds. A result over Config.MaxResultBytes or the store's limit is
+// replaced by the [CodeResultTooLarge] marker, as for [Do], and Complete
+// returns nil: the key is settled. Writes through a token of a disabled
+// engine do nothing.
+func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
+	if e.cfg.Disabled {
+		return nil
+	}
+	b, err := e.cfg.Codec.Marshal(v)
+	if err != nil {
+		return &encodeError{err}
+	}
+	_, err = e.tokenHolder(t).complete(ctx, b, nil)
+	return tokenWrite(StoreComplete, t, err)
+}
+
+// Fail records err as the terminal outcome of t's claim: the record
+// becomes FAILED and later calls with the key get the error. A
+// [*TerminalError] keeps its code, message and body; any other error is
+// stored with its message and no code. Fenced and retried as
+// [Engine.Complete] is.
+func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
+	if e.cfg.Disabled {
+		return nil
+	}
+	if err == nil {
+		return errors.New("idem: Fail needs an error to store")
+	}
+	var term *TerminalError
+	if !errors.As(err, &term) {
+		term = &TerminalError{Message: err.Error()}
+	}
+	_, werr := e.tokenHolder(t).fail(ctx, term.record())
+	return tokenWrite(StoreFail, t, werr)
+}
+
+// Release deletes t's claim so that the key can run again: for work that
+// could not start or failed in a way worth retrying. A claim that is gone
+// already counts as released. Fenced and retried as [Engine.Complete] is.
+func (e *Engine) Release(ctx context.Context, t Token) error {
+	if e.cfg.Disabled {
+		return nil
+	}
+	return tokenWrite(StoreRelease, t, e.tokenHolder(t).release(ctx))
+}
+
+// Extend moves t's expected completion to now + d, in one fenced store
+// call: the heartbeat of long work, which keeps the key from being taken
+// over. The claim still ends at the record's expiry. A refused Extend
+// ([*StaleTokenError]) tells the work that its claim is gone and its
+// outcome will not be recorded.
+func (e *Engine) Extend(ctx context.Context, t Token, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: Extend needs a positive duration, not %v", ErrInvalidConfig, d)
+	}
+	return e.touch(ctx, t, StoreExtend, func(p *store.ExtendParams) { p.LeaseUntil = p.Now + max(d.Milliseconds(), 1) })
+}
+
+// Attach records ref — the execution the work was handed to, such as a
+// workflow execution's ARN or a job's URL — on t's claim, in one fenced
+// store call. Duplicates and operators see it ([State.Ref]); attaching
+// again replaces it.
+func (e *Engine) Attach(ctx context.Context, t Token, ref string) error {
+	if ref == "" || len(ref) > MaxRefLen || strings.IndexFunc(ref, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("%w: execution reference must be 1 to %d printable characters", ErrInvalidConfig, MaxRefLen)
+	}
+	return e.touch(ctx, t, StoreAttach, func(p *store.ExtendParams) { p.Ref = ref })
+}
+
+// touch makes one fenced Extend through t, retried on transient faults
+// while Config.WriteTimeout lasts.
+func (e *Engine) touch(ctx context.Context, t Token, op StoreOp, set func(*store.ExtendParams)) error {
+	if e.cfg.Disabled {
+		return nil
+	}
+	h := e.tokenHolder(t)
+	err := h.write(ctx, op, 0, func(wctx context.Context, now int64) error {
+		p := store.ExtendParams{Key: h.key, Fence: t.Fence, Owner: t.Owner, Now: now}
+		set(&p)
+		return e.store.Extend(wctx, p)
+	})
+	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+		e.cfg.Observer.Observe(h.name, OutcomeFenced)
+	}
+	return tokenWrite(op, t, err)
+}
+
+// lockedByKey carries the label of WithLockedBy.
+type lockedByKey struct{}
+
+// WithLockedBy returns a copy of ctx whose claims are labelled who — a
+// request ID, a Lambda invocation's request ID, a job name — in the
+// record's owner (State.LockedBy), so that operators can tell who claimed
+// a key. Characters other than printable ASCII become '_' and the label is
+// cut to MaxLockedByLen.
+func WithLockedBy(ctx context.Context, who string) context.Context {
+	if len(who) > MaxLockedByLen {
+		who = who[:MaxLockedByLen]
+	}
+	who = strings.Map(func(r rune) rune {
+		if r < 0x21 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, who)
+	return context.WithValue(ctx, lockedByKey{}, who)
+}

@@ -1,0 +1,364 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+type transfer struct {
+	ID     string `json:"id"`
+	Amount int    `json:"amount"`
+}
+
+func mustBegin(t *testing.T, e *idem.Engine, ctx context.Context, r idem.Request, o *idem.BeginOptions) idem.Begun {
+	t.Helper()
+	b, err := e.Begin(ctx, r, o)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	return b
+}
+
+// The whole life of work handed elsewhere: a starter begins, hands the
+// token (as a string) to a worker in another process, which attaches its
+// execution and completes; a duplicate during the work sees the holder and
+// its execution, a duplicate after it gets the result, and a plain Do with
+// the key replays it without running.
+func TestBeginHandsTheClaimToAnotherProcess(t *testing.T) {
+	en := setup(t, idem.Config{Lease: time.Minute})
+	ctx := context.Background()
+	starter := en.eng
+	worker := en.another(t, idem.Config{})
+
+	b := mustBegin(t, starter, idem.WithLockedBy(ctx, "req-7 from\tthe edge"), req("t-1"), &idem.BeginOptions{ExpectedCompletion: 10 * time.Minute})
+	if !b.Acquired || b.Token.IsZero() || b.State.Status != idem.StatusInProgress {
+		t.Fatalf("Begin of a new key: %+v", b)
+	}
+	if want := t0.Add(10 * time.Minute); !b.State.ExpectedCompletion.Equal(want) || !b.State.CreatedAt.Equal(t0) {
+		t.Fatalf("expected completion %v, created %v; want %v, %v", b.State.ExpectedCompletion, b.State.CreatedAt, want, t0)
+	}
+	if !strings.HasSuffix(b.State.LockedBy, "/req-7_from_the_edge") {
+		t.Fatalf("LockedBy %q does not end with the sanitised label", b.State.LockedBy)
+	}
+	wire := b.Token.String()
+	if strings.ContainsAny(wire, "+/=") {
+		t.Fatalf("token %q is not URL-safe", wire)
+	}
+
+	tok, err := idem.ParseToken(wire, "charge")
+	if err != nil || tok != b.Token {
+		t.Fatalf("ParseToken: %+v, %v; want %+v", tok, err, b.Token)
+	}
+	const arn = "arn:aws:states:us-east-1:123456789012:execution:transfers:charge-1"
+	if err := worker.Attach(ctx, tok, arn); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+
+	en.clock.Advance(time.Minute) // the engine's own lease has passed; the expected completion has not
+	dup := mustBegin(t, starter, ctx, req("t-1"), nil)
+	if dup.Acquired || dup.State.Status != idem.StatusInProgress || dup.State.Ref != arn || dup.State.LockedBy != b.State.LockedBy {
+		t.Fatalf("duplicate during the work: %+v (state %+v)", dup, dup.State)
+	}
+	if dup.State.Overdue(en.clock.Now()) {
+		t.Fatal("work within its expected completion reported overdue")
+	}
+
+	if err := worker.Complete(ctx, tok, transfer{ID: "tr-1", Amount: 100}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	after := mustBegin(t, starter, ctx, req("t-1"), nil)
+	var got transfer
+	if after.Acquired || after.State.Status != idem.StatusCompleted || after.State.Decode(&got) != nil || got.ID != "tr-1" {
+		t.Fatalf("duplicate after the work: %+v, decoded %+v", after.State, got)
+	}
+	if after.State.Ref != arn || !after.State.CompletedAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("completed state keeps ref %q and completed at %v", after.State.Ref, after.State.CompletedAt)
+	}
+	res, err := idem.Do(ctx, starter, req("t-1"), func(context.Context) (transfer, error) {
+		t.Fatal("Do ran the operation of a key completed through a token")
+		return transfer{}, nil
+	})
+	if err != nil || !res.Replayed || res.Value.ID != "tr-1" {
+		t.Fatalf("Do after Complete: %+v, %v", res, err)
+	}
+	st, err := worker.Status(ctx, tok.Key)
+	if err != nil || st.Status != idem.StatusCompleted || st.Ref != arn {
+		t.Fatalf("Status: %+v, %v", st, err)
+	}
+}
+
+// Round trips per asynchronous call: a new call is two (claim, attach), a
+// duplicate one (claim), a completion one.
+func TestAsyncRoundTrips(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	b := mustBegin(t, en.eng, ctx, req("rt"), nil)
+	if err := en.eng.Attach(ctx, b.Token, "exec-1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := en.store.Total(); n != 2 {
+		t.Fatalf("a new async call made %d store calls, want 2 (claim, attach)", n)
+	}
+	mustBegin(t, en.eng, ctx, req("rt"), nil)
+	if n := en.store.Total(); n != 3 {
+		t.Fatalf("a duplicate made %d store calls, want 1", n-2)
+	}
+	if err := en.eng.Complete(ctx, b.Token, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if n := en.store.Total(); n != 4 {
+		t.Fatalf("a completion made %d store calls, want 1", n-3)
+	}
+}
+
+func TestBeginAnswersExistingOutcomes(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	b := mustBegin(t, en.eng, ctx, req("f"), nil)
+	if err := en.eng.Fail(ctx, b.Token, idem.Terminal(errors.New("insufficient funds"), "declined")); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	dup := mustBegin(t, en.eng, ctx, req("f"), nil)
+	if dup.Acquired || dup.State.Status != idem.StatusFailed || dup.State.Err == nil || dup.State.Err.Code != "declined" || !dup.State.Err.Replayed {
+		t.Fatalf("Begin of a FAILED key: %+v", dup.State)
+	}
+	if _, err := idem.Do(ctx, en.eng, req("f"), func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, idem.ErrTerminal) {
+		t.Fatalf("Do of a key failed through a token: %v, want the stored terminal error", err)
+	}
+	// A plain error is stored with its message.
+	b2 := mustBegin(t, en.eng, ctx, req("f2"), nil)
+	if err := en.eng.Fail(ctx, b2.Token, errors.New("workflow aborted")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := en.eng.Status(ctx, b2.Token.Key); st.Err == nil || st.Err.Message != "workflow aborted" {
+		t.Fatalf("stored plain error: %+v", st.Err)
+	}
+	// Another payload under the key is a mismatch, on Begin too.
+	other := req("f")
+	other.Payload = []byte(`{"amount":999}`)
+	if _, err := en.eng.Begin(ctx, other, nil); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("Begin with another payload: %v, want ErrMismatch", err)
+	}
+	if _, err := en.eng.Status(ctx, mustKey(t, "charge", "absent")); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Status of an absent key: %v, want ErrNotFound", err)
+	}
+}
+
+func mustKey(t *testing.T, op, key string) idem.StoreKey {
+	t.Helper()
+	r := idem.Request{Operation: op, Key: key}
+	id, err := r.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.StoreKey
+}
+
+// Work that outlives its expected completion without heartbeats loses the
+// key to a retry; every write through its token is then refused with a
+// typed error naming the current claim, and changes nothing. A heartbeat
+// (Extend) keeps the key.
+func TestStaleTokenIsRefused(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	slow := mustBegin(t, en.eng, ctx, req("s"), &idem.BeginOptions{ExpectedCompletion: time.Minute})
+	en.clock.Advance(50 * time.Second)
+	if err := en.eng.Extend(ctx, slow.Token, time.Minute); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	en.clock.Advance(50 * time.Second) // past the first expected completion, within the extended one
+	if b := mustBegin(t, en.eng, ctx, req("s"), nil); b.Acquired {
+		t.Fatal("a retry took over work that heartbeat")
+	}
+	en.clock.Advance(11 * time.Second)
+	retry := mustBegin(t, en.eng, ctx, req("s"), nil)
+	if !retry.Acquired || !retry.Takeover || retry.Token.Fence != slow.Token.Fence+1 {
+		t.Fatalf("retry after the expected completion: %+v", retry)
+	}
+	before, _ := en.eng.Status(ctx, retry.Token.Key)
+	writes := map[string]error{
+		"Complete": en.eng.Complete(ctx, slow.Token, "late"),
+		"Fail":     en.eng.Fail(ctx, slow.Token, errors.New("late")),
+		"Release":  en.eng.Release(ctx, slow.Token),
+		"Extend":   en.eng.Extend(ctx, slow.Token, time.Hour),
+		"Attach":   en.eng.Attach(ctx, slow.Token, "late-exec"),
+	}
+	for name, err := range writes {
+		var ste *idem.StaleTokenError
+		if !errors.As(err, &ste) || !errors.Is(err, idem.ErrStaleToken) || !errors.Is(err, store.ErrFenced) {
+			t.Errorf("%s through a stale token: %v, want a *StaleTokenError", name, err)
+			continue
+		}
+		if ste.Fence != retry.Token.Fence || ste.Owner != retry.Token.Owner || ste.Status != idem.StatusInProgress {
+			t.Errorf("%s: error names claim %d (%s) %v, want the retry's %d (%s)", name, ste.Fence, ste.Owner, ste.Status, retry.Token.Fence, retry.Token.Owner)
+		}
+	}
+	after, _ := en.eng.Status(ctx, retry.Token.Key)
+	if fmt.Sprint(*after) != fmt.Sprint(*before) {
+		t.Fatalf("stale writes changed the record:\n%+v\n%+v", before, after)
+	}
+	// Once the retry's claim is released and the record gone, the stale
+	// token's writes say so.
+	if err := en.eng.Release(ctx, retry.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := en.eng.Complete(ctx, slow.Token, "late"); !errors.Is(err, idem.ErrStaleToken) || !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Complete through a token of a vanished record: %v", err)
+	}
+	if err := en.eng.Extend(ctx, retry.Token, 0); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatalf("Extend by 0: %v", err)
+	}
+}
+
+// Malformed tokens and tokens of another operation are refused before any
+// store call.
+func TestBadTokensNeverWrite(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	b := mustBegin(t, en.eng, ctx, req("b"), nil)
+	good := b.Token.String()
+	calls := en.store.Total()
+	cases := map[string]string{
+		"empty":           "",
+		"not base64":      "!!!",
+		"padded":          good + "==",
+		"truncated":       good[:len(good)/2],
+		"too long":        strings.Repeat("A", idem.MaxTokenLen+1),
+		"another version": "AgE",
+		"no owner":        idem.Token{Key: b.Token.Key, Fence: 1, Status: idem.StatusInProgress}.String(),
+		"no fence":        idem.Token{Key: b.Token.Key, Owner: "o", Status: idem.StatusInProgress}.String(),
+	}
+	for name, s := range cases {
+		if _, err := idem.ParseToken(s, ""); !errors.Is(err, idem.ErrInvalidToken) {
+			t.Errorf("%s: ParseToken = %v, want ErrInvalidToken", name, err)
+		}
+	}
+	_, err := idem.ParseToken(good, "refund")
+	var te *idem.TokenError
+	if !errors.As(err, &te) || !strings.Contains(te.Reason, `"charge", not "refund"`) {
+		t.Fatalf("token of another operation: %v", err)
+	}
+	if en.store.Total() != calls {
+		t.Fatal("refusing tokens made store calls")
+	}
+	if err := en.eng.Attach(ctx, b.Token, ""); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatalf("empty reference: %v", err)
+	}
+	if err := en.eng.Attach(ctx, b.Token, "a\nb"); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatalf("reference with a newline: %v", err)
+	}
+	if _, err := en.eng.Begin(ctx, req("b2"), &idem.BeginOptions{ExpectedCompletion: 2 * time.Hour}); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatalf("expected completion past the expiry: %v", err)
+	}
+}
+
+// A FAILED record's token (read from its state) completes it, as a
+// workflow redriven to success does; the same token is refused once the
+// record changed.
+func TestSettledRecordIsCorrectedThroughItsStateToken(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	b := mustBegin(t, en.eng, ctx, req("r"), nil)
+	if err := en.eng.Fail(ctx, b.Token, idem.Terminal(errors.New("timed out"), "States.Timeout")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := en.eng.Status(ctx, b.Token.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix := st.Token()
+	if fix.Status != idem.StatusFailed || fix.Fence != b.Token.Fence {
+		t.Fatalf("state token %+v", fix)
+	}
+	if err := en.eng.Complete(ctx, b.Token, "x"); !errors.Is(err, idem.ErrStaleToken) {
+		t.Fatalf("IN_PROGRESS token of a FAILED record: %v, want ErrStaleToken", err)
+	}
+	en.clock.Advance(time.Second)
+	if err := en.eng.Complete(ctx, fix, "redriven"); err != nil {
+		t.Fatalf("Complete through the FAILED record's token: %v", err)
+	}
+	res, err := idem.Do(ctx, en.eng, req("r"), func(context.Context) (string, error) { return "ran", nil })
+	if err != nil || res.Value != "redriven" || !res.Replayed {
+		t.Fatalf("Do after the correction: %+v, %v", res, err)
+	}
+	if err := en.eng.Release(ctx, fix); !errors.Is(err, idem.ErrStaleToken) {
+		t.Fatalf("Release through the FAILED token of a now COMPLETED record: %v", err)
+	}
+}
+
+// Writes through a token are retried through transient faults, and a
+// retry that finds its own write landed (the reply was lost) succeeds.
+func TestTokenWritesSurviveLostReplies(t *testing.T) {
+	for _, method := range []string{"complete", "fail", "release", "extend"} {
+		t.Run(method, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+				ctx := context.Background()
+				b := mustBegin(t, en.eng, ctx, req("l"), nil)
+				en.store.LoseReplies(method, func(n int64) error {
+					if n == 1 {
+						return fmt.Errorf("connection reset: %w", store.ErrUnavailable)
+					}
+					return nil
+				})
+				var err error
+				switch method {
+				case "complete":
+					err = en.eng.Complete(ctx, b.Token, "ok")
+				case "fail":
+					err = en.eng.Fail(ctx, b.Token, errors.New("no"))
+				case "release":
+					err = en.eng.Release(ctx, b.Token)
+				case "extend":
+					err = en.eng.Attach(ctx, b.Token, "exec")
+				}
+				if err != nil {
+					t.Fatalf("%s with its first reply lost: %v", method, err)
+				}
+				if n := en.store.Calls(method); n != 2 {
+					t.Fatalf("%d %s calls, want the lost one and one retry", n, method)
+				}
+			})
+		})
+	}
+}
+
+// A store that cannot be reached fails Begin closed, with a StoreError.
+func TestBeginFailsClosed(t *testing.T) {
+	en := setup(t, idem.Config{FailOpen: true})
+	en.store.FailAlways("claim", fmt.Errorf("refused: %w", store.ErrUnavailable))
+	_, err := en.eng.Begin(context.Background(), req("d"), nil)
+	var se *idem.StoreError
+	if !errors.As(err, &se) || se.Op != idem.StoreClaim {
+		t.Fatalf("Begin against a down store: %v, want a *StoreError of the claim", err)
+	}
+}
+
+func FuzzParseToken(f *testing.F) {
+	k, _ := idem.ParseStoreKey("charge/t-1#" + strings.Repeat("ab", 32))
+	f.Add(idem.Token{Key: k, Fence: 7, Owner: "host/1/abc/3", Status: idem.StatusInProgress}.String())
+	f.Add(idem.Token{Key: k, Fence: 1 << 60, Owner: "ü", Status: idem.StatusFailed}.String())
+	f.Add("AQE")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, err := idem.ParseToken(s, "")
+		if err != nil {
+			if !errors.Is(err, idem.ErrInvalidToken) {
+				t.Fatalf("error %v is not ErrInvalidToken", err)
+			}
+			return
+		}
+		again, err := idem.ParseToken(tok.String(), tok.Key.Operation)
+		if err != nil || again != tok {
+			t.Fatalf("round trip of %+v: %+v, %v", tok, again, err)
+		}
+	})
+}

@@ -1,0 +1,175 @@
+package idem
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// Token names one claim of one key: the store key, and the claim's fence
+// and owner, which never repeat together (see docs/state-machine.md). It is
+// what [Engine.Begin] hands to the work that finishes elsewhere: any
+// process with the token and an engine on the same store can complete,
+// fail, release, extend or attach the claim, and every such write is
+// refused once the claim is no longer the record's.
+//
+// Its string form ([Token.String]) is opaque and URL-safe; read it back
+// with [ParseToken].
+type Token struct {
+	// Key is the claimed key.
+	Key StoreKey
+	// Fence and Owner name the claim.
+	Fence uint64
+	Owner string
+	// Status is the status the token's holder saw the record in, which
+	// every write through the token requires it to still have:
+	// [StatusInProgress] for a claim from Begin. A token read from a
+	// settled record ([State.Token]) lets its holder correct that record
+	// (a workflow redriven to success, an operator resolving a key by
+	// hand) and is refused if anything changed in between.
+	Status Status
+}
+
+// MaxTokenLen is the longest token string [ParseToken] reads.
+const MaxTokenLen = 4096
+
+// tokenVersion is the first byte of every encoded token.
+const tokenVersion = 1
+
+// String returns the token's opaque, URL-safe form (base64url, no padding).
+func (t Token) String() string {
+	key := t.Key.String()
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(key)+len(t.Owner))
+	b = append(b, tokenVersion, byte(t.Status))
+	b = binary.AppendUvarint(b, t.Fence)
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = append(b, t.Owner...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// IsZero reports whether t is the zero Token (no claim).
+func (t Token) IsZero() bool { return t.Fence == 0 && t.Owner == "" }
+
+// ParseToken reads a token made by [Token.String]. When operation is not
+// empty, the token must name a key of that operation: a worker that
+// finishes one kind of work refuses a token of another before any store
+// write. Tenants are checked by the caller that knows them (idemhttp checks
+// the principal). Errors are a [*TokenError].
+func ParseToken(s, operation string) (Token, error) {
+	bad := func(reason string) (Token, error) { return Token{}, &TokenError{Token: s, Reason: reason} }
+	if s == "" {
+		return bad("empty")
+	}
+	if len(s) > MaxTokenLen {
+		return bad(fmt.Sprintf("%d characters, over the limit of %d", len(s), MaxTokenLen))
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return bad("not base64url: " + err.Error())
+	}
+	if len(b) < 2 || b[0] != tokenVersion {
+		return bad("unknown token version")
+	}
+	t := Token{Status: Status(b[1])}
+	if t.Status == 0 || !t.Status.Valid() {
+		return bad(fmt.Sprintf("unknown status %d", b[1]))
+	}
+	b = b[2:]
+	var n int
+	if t.Fence, n = binary.Uvarint(b); n <= 0 || t.Fence == 0 {
+		return bad("no fence")
+	}
+	b = b[n:]
+	klen, n := binary.Uvarint(b)
+	if n <= 0 || klen > uint64(len(b)-n) {
+		return bad("truncated key")
+	}
+	b = b[n:]
+	if t.Key, err = ParseStoreKey(string(b[:klen])); err != nil {
+		return bad("its key is invalid: " + err.Error())
+	}
+	t.Owner = string(b[klen:])
+	if t.Owner == "" || !utf8.ValidString(t.Owner) {
+		return bad("no valid owner")
+	}
+	if operation != "" && t.Key.Operation != operation {
+		return bad(fmt.Sprintf("it names operation %q, not %q", t.Key.Operation, operation))
+	}
+	return t, nil
+}
+
+// ErrInvalidToken: a token is malformed or names another operation or
+// tenant. The error is a [*TokenError]; nothing was written.
+var ErrInvalidToken = errors.New("idem: invalid token")
+
+// ErrStaleToken: a write through a token was refused because the token's
+// claim is no longer the record's (the key was taken over, settled,
+// released or expired). The error is a [*StaleTokenError].
+var ErrStaleToken = errors.New("idem: stale token")
+
+// TokenError describes a token that cannot be used.
+type TokenError struct {
+	Token  string
+	Reason string
+}
+
+func (e *TokenError) Error() string {
+	t := e.Token
+	if len(t) > 24 {
+		t = t[:24] + "..."
+	}
+	return fmt.Sprintf("idem: invalid token %q: %s", t, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidToken) true.
+func (e *TokenError) Is(target error) bool { return target == ErrInvalidToken }
+
+// StaleTokenError is a write through a token that the store refused: the
+// record is absent or expired (Status zero), or holds another claim, or is
+// no longer in the status the token names.
+type StaleTokenError struct {
+	// Op is the refused write.
+	Op StoreOp
+	// Token is the token used.
+	Token Token
+	// Status, Fence and Owner describe the record as the store saw it;
+	// Status is zero when it was absent or expired.
+	Status Status
+	Fence  uint64
+	Owner  string
+	// Err is the store's answer: [store.ErrNotFound] or a
+	// [*store.FencedError].
+	Err error
+}
+
+func staleToken(op StoreOp, t Token, err error) error {
+	e := &StaleTokenError{Op: op, Token: t, Err: err}
+	var fe *store.FencedError
+	switch {
+	case errors.As(err, &fe):
+		e.Status, e.Fence, e.Owner = fe.Status, fe.Current, fe.CurrentOwner
+	case errors.Is(err, store.ErrNotFound):
+	default:
+		return err
+	}
+	return e
+}
+
+func (e *StaleTokenError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("idem: %s through a stale token refused: %s is absent or expired", e.Op, e.Token.Key)
+	}
+	return fmt.Sprintf("idem: %s through a stale token refused: %s is %s under claim %d (%s), the token names %s under claim %d (%s)",
+		e.Op, e.Token.Key, e.Status, e.Fence, e.Owner, e.Token.Status, e.Token.Fence, e.Token.Owner)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// Unwrap returns the store's answer.
+func (e *StaleTokenError) Unwrap() error { return e.Err }
