@@ -336,8 +336,8 @@ func (e *Engine) Extend(ctx context.Context, t Token, d time.Duration) error {
 // store call. Duplicates and operators see it ([State.Ref]); attaching
 // again replaces it.
 func (e *Engine) Attach(ctx context.Context, t Token, ref string) error {
-	if ref == "" || len(ref) > MaxRefLen || strings.IndexFunc(ref, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return fmt.Errorf("%w: execution reference must be 1 to %d printable characters", ErrInvalidConfig, MaxRefLen)
+	if err := validRef(ref); err != nil {
+		return err
 	}
 	return e.touch(ctx, t, StoreAttach, func(p *store.ExtendParams) { p.Ref = ref })
 }
@@ -379,4 +379,66 @@ func WithLockedBy(ctx context.Context, who string) context.Context {
 		return r
 	}, who)
 	return context.WithValue(ctx, lockedByKey{}, who)
+}
+
+type holderKey struct{}
+
+// Detach hands the claim of the operation running in ctx (under [Do],
+// [DoIdentity] or [Op.Do]) to work that outlives the call — a queued job,
+// a workflow, a Lambda handler's follow-up — and returns its [Token]. The
+// claim's expected completion becomes now + expectedCompletion (at most the
+// record's expiry) and ref, when not empty, is attached as its execution
+// reference, in one fenced store write; the engine stops renewing the
+// lease, and when the operation returns it records nothing: neither the
+// value nor an error, nor a release. The record stays IN_PROGRESS until
+// the token's holder settles it with [Engine.Complete] or [Engine.Fail],
+// or its expected completion passes (then a retry may take the key over).
+// Duplicates meanwhile get an [*InProgressError] carrying ref.
+//
+// This is how a handler answers "202 Accepted" (idemhttp's Accept), and
+// how a Lambda handler holds its claim past its own invocation deadline.
+// Detaching again moves the expected completion and the reference again.
+// When the write fails (the claim was lost, the store is down) the claim
+// is not handed off and the call's outcome is recorded as usual.
+func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (Token, error) {
+	h, ok := ctx.Value(holderKey{}).(*holder)
+	if !ok {
+		return Token{}, errors.New("idem: Detach called outside an operation run by Do")
+	}
+	e := h.e
+	if expectedCompletion <= 0 || expectedCompletion > e.cfg.Expiry {
+		return Token{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidConfig, expectedCompletion, e.cfg.Expiry)
+	}
+	if ref != "" {
+		if err := validRef(ref); err != nil {
+			return Token{}, err
+		}
+	}
+	k, err := ParseStoreKey(h.key)
+	if err != nil {
+		return Token{}, err
+	}
+	t := Token{Key: k, Fence: h.fence, Owner: h.owner, Status: StatusInProgress}
+	// No renewal may move the lease back once it is handed off.
+	h.renew.stop()
+	err = h.write(ctx, StoreExtend, 0, func(wctx context.Context, now int64) error {
+		return e.store.Extend(wctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
+			LeaseUntil: min(now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt), Ref: ref})
+	})
+	if err != nil {
+		return Token{}, tokenWrite(StoreExtend, t, err)
+	}
+	if ref != "" && h.flight != nil {
+		h.flight.ref.Store(&ref)
+	}
+	h.detached.Store(true)
+	return t, nil
+}
+
+// validRef checks an execution reference.
+func validRef(ref string) error {
+	if ref == "" || len(ref) > MaxRefLen || strings.IndexFunc(ref, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("%w: execution reference must be 1 to %d printable characters", ErrInvalidConfig, MaxRefLen)
+	}
+	return nil
 }

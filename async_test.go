@@ -362,3 +362,98 @@ func FuzzParseToken(f *testing.F) {
 		}
 	})
 }
+
+// An operation run by Do hands its claim off with Detach: the engine
+// records nothing when it returns (not even its error), duplicates see the
+// reference, and the token completes the key from another process. A
+// deadline on the call's context (a Lambda invocation's) does not bound
+// the handed-off claim.
+func TestDetachHandsTheRunningClaimOff(t *testing.T) {
+	en := setup(t, idem.Config{})
+	worker := en.another(t, idem.Config{})
+	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(3*time.Second))
+	defer cancel()
+	var tok idem.Token
+	for _, opErr := range []error{nil, errors.New("handler failed after handing off")} {
+		tok = idem.Token{}
+		key := fmt.Sprintf("detach-%v", opErr != nil)
+		res, err := idem.Do(ctx, en.eng, req(key), func(ctx context.Context) (string, error) {
+			var err error
+			if tok, err = idem.Detach(ctx, 15*time.Minute, "job-42"); err != nil {
+				t.Fatalf("Detach: %v", err)
+			}
+			return "accepted", opErr
+		})
+		if res.Value != "accepted" || !errors.Is(err, opErr) {
+			t.Fatalf("Do that detached: %+v, %v", res, err)
+		}
+		st, err := en.eng.Status(context.Background(), tok.Key)
+		if err != nil || st.Status != idem.StatusInProgress || st.Ref != "job-42" || !st.ExpectedCompletion.Equal(t0.Add(15*time.Minute)) {
+			t.Fatalf("record after Detach: %+v, %v", st, err)
+		}
+	}
+	if en.store.Calls("complete")+en.store.Calls("release")+en.store.Calls("fail") != 0 {
+		t.Fatal("the engine wrote an outcome for a handed-off claim")
+	}
+	if n := en.obs.Count(idem.OutcomeHandedOff); n != 2 {
+		t.Fatalf("handed_off counted %d times, want 2", n)
+	}
+	en.clock.Advance(10 * time.Minute) // past the invocation's deadline and the engine's lease
+	_, err := idem.Do(context.Background(), worker, req("detach-false"), func(context.Context) (string, error) {
+		t.Fatal("a duplicate ran a handed-off key")
+		return "", nil
+	})
+	var ipe *idem.InProgressError
+	if !errors.As(err, &ipe) || ipe.Ref != "job-42" {
+		t.Fatalf("duplicate of a handed-off key: %v, want an InProgressError with the reference", err)
+	}
+	b, _ := en.eng.Status(context.Background(), mustKeyOf(t, req("detach-false")))
+	if err := worker.Complete(context.Background(), b.Token(), "done later"); err != nil {
+		t.Fatalf("Complete through the handed-off token: %v", err)
+	}
+	res, err := idem.Do(context.Background(), en.eng, req("detach-false"), func(context.Context) (string, error) { return "again", nil })
+	if err != nil || res.Value != "done later" || !res.Replayed {
+		t.Fatalf("Do after the worker completed: %+v, %v", res, err)
+	}
+	if _, err := idem.Detach(context.Background(), time.Minute, ""); err == nil {
+		t.Fatal("Detach outside an operation succeeded")
+	}
+}
+
+// An in-process duplicate of a call that handed off learns the reference
+// too, from the flight it joins.
+func TestDetachReferenceReachesInProcessDuplicates(t *testing.T) {
+	en := setup(t, idem.Config{})
+	detached, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := idem.Do(context.Background(), en.eng, req("f"), func(ctx context.Context) (string, error) {
+			if _, err := idem.Detach(ctx, time.Minute, "queue/7"); err != nil {
+				return "", err
+			}
+			close(detached)
+			<-finish
+			return "accepted", nil
+		})
+		done <- err
+	}()
+	<-detached
+	_, err := idem.Do(context.Background(), en.eng, req("f"), func(context.Context) (string, error) { return "", nil })
+	close(finish)
+	var ipe *idem.InProgressError
+	if !errors.As(err, &ipe) || ipe.Ref != "queue/7" {
+		t.Fatalf("in-process duplicate: %v, want an InProgressError with the reference", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustKeyOf(t *testing.T, r idem.Request) idem.StoreKey {
+	t.Helper()
+	id, err := r.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.StoreKey
+}

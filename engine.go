@@ -258,6 +258,9 @@ type flight struct {
 
 	done  chan struct{} // closed once the leader has finished
 	final *store.Record // COMPLETED or FAILED outcome, nil when released
+	// ref is the execution reference the leader attached when it handed
+	// its claim off ([Detach]), for the followers' InProgressError.
+	ref atomic.Pointer[string]
 }
 
 // join returns the in-process flight for key, creating it (leader = true)
@@ -379,6 +382,9 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 	// have run out in this process's view, but the key is still held.
 	until := store.FromMillis(max(f.leaseUntil.Load(), store.Millis(e.cfg.Clock.Now())))
 	busy := &InProgressError{Key: c.key, LeaseUntil: until, Owner: rec.Owner}
+	if ref := f.ref.Load(); ref != nil {
+		busy.Ref = *ref
+	}
 	if e.cfg.Wait == 0 {
 		return outcome{}, false, busy
 	}
@@ -415,7 +421,7 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 		}
 		return c.replay(rec)
 	case store.StatusInProgress:
-		return outcome{}, &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner}
+		return outcome{}, &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner, Ref: rec.Ref}
 	}
 	return outcome{}, &store.CorruptError{Key: c.key, Reason: "record has invalid status " + rec.Status.String()}
 }
@@ -530,6 +536,9 @@ type holder struct {
 	// from is the status the record must be in for the outcome write:
 	// zero (IN_PROGRESS) but for a token read from a settled record.
 	from store.Status
+	// detached is set once the operation handed its claim off ([Detach]):
+	// the engine then writes no outcome for it.
+	detached atomic.Bool
 }
 
 // execute runs op under the claim and records its outcome. The lease is
@@ -539,6 +548,7 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 	e := h.e
 	opCtx, cancel := context.WithCancelCause(ctx)
 	opCtx = NewContext(opCtx, Claim{Key: h.key, Fence: h.fence, Owner: h.owner})
+	opCtx = context.WithValue(opCtx, holderKey{}, h)
 	// A lease taken from the context's deadline already covers all the
 	// operation can do: the context ends there. Renewing it would only keep
 	// the key from a retry after a timed-out caller (a Lambda invocation)
@@ -552,11 +562,13 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 		if finished {
 			return
 		}
-		// op panicked: release the claim so a retry can run; the panic
-		// goes on up the stack.
+		// op panicked: release the claim so a retry can run, unless it
+		// was handed off; the panic goes on up the stack.
 		cancel(nil)
 		h.renew.stop()
-		h.release(ctx)
+		if !h.detached.Load() {
+			h.release(ctx)
+		}
 		e.land(h.key, h.flight, nil)
 	}()
 	res, opErr := h.op(opCtx)
@@ -569,6 +581,11 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 	var term *TerminalError
 	var unc *UncertainError
 	switch {
+	case h.detached.Load():
+		// The claim was handed off: whoever holds its token settles it.
+		e.cfg.Observer.Observe(h.name, OutcomeHandedOff)
+		e.land(h.key, h.flight, nil)
+		return out, opErr
 	case errors.As(opErr, &encErr):
 		h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
 		e.land(h.key, h.flight, nil)

@@ -56,6 +56,10 @@ type InProgressError struct {
 	LeaseUntil time.Time
 	// Owner is the holder, for logs.
 	Owner string
+	// Ref is the execution reference attached to the claim, when the work
+	// was handed to something else ([Engine.Attach], [Detach]); empty for
+	// an operation running in its caller.
+	Ref string
 }
 
 func (e *InProgressError) Error() string {

@@ -47,13 +47,16 @@ const (
 	// OutcomeWriteRetried: an outcome write (complete, fail, release)
 	// failed on a transient fault and is tried again, once per retry.
 	OutcomeWriteRetried
+	// OutcomeHandedOff: the operation handed its claim to other work
+	// ([Detach]); the engine recorded no outcome for it.
+	OutcomeHandedOff
 	numOutcomes
 )
 
 var outcomeNames = [...]string{
 	"acquired", "takeover", "replayed", "cache_hit", "in_progress", "mismatch",
 	"fenced", "store_error", "complete_failed", "failed", "released", "unprotected",
-	"uncertain", "write_retried",
+	"uncertain", "write_retried", "handed_off",
 }
 
 // String returns the outcome's metric label, such as "replayed".
