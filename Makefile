@@ -31,7 +31,7 @@ bench: ## run the benchmarks of every module (-benchmem); starts DynamoDB Local
 bench-modules:
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
 
-FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor
+FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey .:FuzzParseToken store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor
 
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@set -e; for t in $(FUZZ_TARGETS); do d=$${t%%:*}; f=$${t##*:}; echo "== $$d $$f"; \
