@@ -9,10 +9,10 @@
 // lease, is taken over by an UpdateItem conditional on its being claimable
 // at the caller's Now, which adds 1 to the fence of the item it finds: a
 // takeover costs two requests, of racing claimers exactly one wins, and a
-// claim never needs a third. Complete, Fail,
-// Release and Extend are single writes conditional on the fence; Get is a
-// strongly consistent GetItem. A new call therefore costs two requests
-// (claim + complete) and a duplicate one.
+// claim never needs a third. Complete, Fail, Release and Extend are
+// single writes conditional on the fence and on the status they expect;
+// Get is a strongly consistent GetItem. A new call therefore costs two
+// requests (claim + complete) and a duplicate one.
 //
 // A claim whose write was applied but whose reply was lost (and which the
 // SDK's retryer sends again) meets its own item: the store recognises its
@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -77,7 +78,12 @@ type Spiller interface {
 	// p.ExpiresAt (ms), and returns a reference to it. Fence and owner
 	// together name the claim: a fence alone can repeat after the record
 	// was deleted and claimed afresh, so a spiller that names objects
-	// after the claim must use both.
+	// after the claim must use both. Spill runs before the write it is
+	// for, which may then be refused, and one claim may complete more
+	// than once (a settled record corrected through
+	// store.CompleteParams.From), so each Spill of other data needs an
+	// object of its own (a random suffix, or a hash of the data): one that
+	// replaced the object of a stored result would change that result.
 	Spill(ctx context.Context, p SpillParams) (ref string, err error)
 	// Load returns the data stored under ref.
 	Load(ctx context.Context, ref string) ([]byte, error)
@@ -369,14 +375,17 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 	return it
 }
 
-// fenced is the condition of the four fenced writes.
-const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :ip AND #expms > :now"
+// fenced is the condition of the four fenced writes: :from is the status
+// the write expects.
+const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :from AND #expms > :now"
 
-// Complete implements [idem.Store].
+// Complete implements [idem.Store]. It removes a stored error and the
+// other form of a stored result (inline or spilled), which a settled item
+// corrected by its claim (From) may hold.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
-	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now"
+	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now REMOVE #dref, #ecode, #emsg, #ebody"
 	vals := map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":data": bin(p.Result)}
-	ph := []string{"#data"}
+	ph := []string{"#data", "#dref"}
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		if s.cfg.Spiller == nil {
 			return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
@@ -385,35 +394,49 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 		if err != nil {
 			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, store.ErrUnavailable, err)
 		}
-		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data"
+		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data, #ecode, #emsg, #ebody"
 		vals = map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":dref": str(ref)}
 		ph = []string{"#dref", "#data"}
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
-	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.Now, set, vals, append(ph, "#exp", "#expms", "#completed"))
+	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, append(ph, "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
 }
 
-// Fail implements [idem.Store].
+// Fail implements [idem.Store]. It removes a stored result (inline or
+// spilled), which a settled item corrected by its claim (From) may hold.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now"
+	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data, #dref"
 	vals := map[string]types.AttributeValue{
 		":failed": str(store.StatusFailed.String()), ":code": str(p.Err.Code), ":msg": str(p.Err.Message),
 		":body": bin(p.Err.Body), ":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt),
 	}
-	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed"})
+	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"})
 }
 
-// Extend implements [idem.Store].
+// Extend implements [idem.Store]. With neither a lease nor a Ref it sets
+// the lease to itself: a write that changes nothing, for its condition.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, p.Now, "SET #lease = :lease",
-		map[string]types.AttributeValue{":lease": num(p.LeaseUntil)}, []string{"#lease"})
+	var set, ph []string
+	vals := map[string]types.AttributeValue{}
+	if p.LeaseUntil != 0 {
+		set, ph, vals[":lease"] = append(set, "#lease = :lease"), append(ph, "#lease"), num(p.LeaseUntil)
+	}
+	if p.Ref != "" {
+		set, ph, vals[":ref"] = append(set, "#ref = :ref"), append(ph, "#ref"), str(p.Ref)
+	}
+	if len(set) == 0 {
+		set, ph = []string{"#lease = #lease"}, []string{"#lease"}
+	}
+	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now, "SET "+strings.Join(set, ", "), vals, ph)
 }
 
-func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, owner string, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
-	vals[":now"], vals[":ip"], vals[":fence"], vals[":owner"] = num(now), str(store.StatusInProgress.String()), unum(fence), str(owner)
+// fencedUpdate runs a fenced UpdateItem on an item in status from
+// (IN_PROGRESS when zero).
+func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
+	vals[":now"], vals[":from"], vals[":fence"], vals[":owner"] = num(now), str(from.OrInProgress().String()), unum(fence), str(owner)
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.cfg.Table),
 		Key:                                 s.itemKey(key),
@@ -423,12 +446,12 @@ func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, 
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, op, key, fence, owner, now, err)
+	return s.fencedError(ctx, op, key, fence, owner, from, now, err)
 }
 
 // fencedError turns a failed fenced write into ErrNotFound or a
 // *FencedError from the item returned with the failure.
-func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, owner string, now int64, err error) error {
+func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -440,7 +463,7 @@ func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, o
 	if derr != nil {
 		return derr
 	}
-	if ferr := store.CheckFence(rec, key, fence, owner, now); ferr != nil {
+	if ferr := store.CheckFence(rec, key, fence, owner, from, now); ferr != nil {
 		return ferr
 	}
 	return &store.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
@@ -454,11 +477,11 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 		ConditionExpression:      aws.String(fencedCond),
 		ExpressionAttributeNames: s.pick("#st", "#fence", "#owner", "#expms"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":ip": str(store.StatusInProgress.String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
+			":now": num(p.Now), ":from": str(p.From.OrInProgress().String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Owner, p.Now, err)
+	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Owner, p.From, p.Now, err)
 }
 
 // Get implements [idem.Store] with a strongly consistent GetItem.

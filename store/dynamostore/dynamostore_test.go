@@ -232,16 +232,19 @@ func TestLostClaimReplyWithoutRetries(t *testing.T) {
 	}
 }
 
-// memSpiller is a test Spiller keeping spilled results in memory.
+// memSpiller is a test Spiller keeping spilled results in memory, each
+// Spill in an object of its own.
 type memSpiller struct {
 	mu   sync.Mutex
 	objs map[string][]byte
+	seq  int
 }
 
 func (m *memSpiller) Spill(_ context.Context, p dynamostore.SpillParams) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ref := fmt.Sprintf("mem://%s/%d/%s", p.Key, p.Fence, p.Owner)
+	m.seq++
+	ref := fmt.Sprintf("mem://%s/%d/%s/%d", p.Key, p.Fence, p.Owner, m.seq)
 	m.objs[ref] = append([]byte(nil), p.Data...)
 	return ref, nil
 }
@@ -566,4 +569,122 @@ func TestClaimDecidesWhenTheItemChangesUnderIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A settled item corrected by its claim (From) keeps no attribute of its
+// former outcome, whether the result is inline or spilled: decodeMeta
+// reads the result only of a COMPLETED item and the error only of a FAILED
+// one, so the conformance suite cannot see an attribute left behind. Every
+// fenced write, Extend with a Ref, a lease, both or neither included, is
+// one request.
+func TestResettleSpilledResult(t *testing.T) {
+	ep := endpoint(t)
+	var cnt counter
+	sp := &memSpiller{objs: map[string][]byte{}}
+	s := newStore(t, newClient(ep), dynamostore.Config{Spiller: sp, MaxResultBytes: 1000})
+	s, _ = dynamostore.New(newClient(ep, cnt.option), s.Config())
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	const key = "rs#1"
+	big := []byte(strings.Repeat("x", 5000))
+	item := func() map[string]types.AttributeValue {
+		t.Helper()
+		out, err := newClient(ep).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table),
+			Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Item
+	}
+	has := func(what string, want, absent []string) {
+		t.Helper()
+		it := item()
+		for _, a := range want {
+			if _, ok := it[a]; !ok {
+				t.Errorf("%s: no attribute %s", what, a)
+			}
+		}
+		for _, a := range absent {
+			if _, ok := it[a]; ok {
+				t.Errorf("%s: attribute %s left behind", what, a)
+			}
+		}
+	}
+	oneRequest := func(what string, err error, before int64) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := cnt.n.Load() - before; n != 1 {
+			t.Errorf("%s made %d requests, want 1", what, n)
+		}
+	}
+	if _, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []store.ExtendParams{{Ref: "exec-1"}, {LeaseUntil: now + 20_000}, {LeaseUntil: now + 30_000, Ref: "exec-2"}, {}} {
+		p.Key, p.Fence, p.Owner, p.Now = key, 1, "o", now
+		before := cnt.n.Load()
+		oneRequest(fmt.Sprintf("Extend %+v", p), s.Extend(ctx, p), before)
+	}
+	if r, err := s.Get(ctx, key); err != nil || r.Ref != "exec-2" || r.LeaseUntil != now+30_000 {
+		t.Fatalf("after the Extends: %+v, %v; want ref exec-2 and lease %d", r, err, now+30_000)
+	}
+	before := cnt.n.Load()
+	oneRequest("Fail", s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}), before)
+
+	before = cnt.n.Load()
+	oneRequest("spilled Complete From FAILED", s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_001, Result: big, From: store.StatusFailed}), before)
+	has("spilled COMPLETED from FAILED", []string{"data_ref", "ref"}, []string{"data", "error_code", "error_message", "error_body"})
+	r, err := s.Get(ctx, key)
+	if err != nil || r.Status != store.StatusCompleted || string(r.Result) != string(big) || r.Err != nil || r.Ref != "exec-2" {
+		t.Fatalf("spilled COMPLETED from FAILED: %v, %v", r, err)
+	}
+
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 3_600_002, Result: []byte("small"), From: store.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	has("inline COMPLETED from spilled COMPLETED", []string{"data"}, []string{"data_ref"})
+	if r := mustGet(t, s, key); string(r.Result) != "small" {
+		t.Fatalf("inline COMPLETED from spilled COMPLETED: result %q", r.Result)
+	}
+	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 3, ExpiresAt: now + 3_600_003, Result: big, From: store.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	has("spilled COMPLETED from inline COMPLETED", []string{"data_ref"}, []string{"data"})
+	// A refused write spills first: its object must not replace the one
+	// the item holds.
+	other := []byte(strings.Repeat("y", 5000))
+	err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 4, ExpiresAt: now + 3_600_004, Result: other, From: store.StatusFailed})
+	var fe *store.FencedError
+	if !errors.As(err, &fe) || fe.Status != store.StatusCompleted {
+		t.Fatalf("spilled Complete From FAILED of a COMPLETED item: %v, want a *FencedError with status COMPLETED", err)
+	}
+	if r := mustGet(t, s, key); string(r.Result) != string(big) {
+		t.Fatalf("a refused spilled Complete changed the result to %.10q…", r.Result)
+	}
+
+	if err := s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now + 4, ExpiresAt: now + 3_600_004, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	has("FAILED from spilled COMPLETED", []string{"error_code", "ref"}, []string{"data", "data_ref"})
+	if r := mustGet(t, s, key); r.Status != store.StatusFailed || r.Result != nil || r.Err == nil || r.Err.Code != "c" {
+		t.Fatalf("FAILED from spilled COMPLETED: %+v", r)
+	}
+	// Settled: a write that expects IN_PROGRESS is refused with the item's
+	// status, in one request.
+	before = cnt.n.Load()
+	err = s.Extend(ctx, store.ExtendParams{Key: key, Fence: 1, Owner: "o", Now: now + 5, Ref: "exec-3"})
+	if !errors.As(err, &fe) || fe.Status != store.StatusFailed || cnt.n.Load()-before != 1 {
+		t.Errorf("Extend of a FAILED item: %v, %d requests; want a *FencedError with status FAILED in 1", err, cnt.n.Load()-before)
+	}
+}
+
+func mustGet(t *testing.T, s *dynamostore.Store, key string) *store.Record {
+	t.Helper()
+	r, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -211,10 +211,14 @@ type statements struct {
 }
 
 func newStatements(t string) statements {
-	// fenced builds a fenced write that also reads the row as it was
-	// before the statement, to explain a refusal in the same round trip.
+	// fenced builds a fenced write on a row in status $5 (the write's
+	// From) that also reads the row as it was before the statement, to
+	// explain a refusal in the same round trip. Complete and Fail clear
+	// the other outcome, which a settled row corrected by its claim still
+	// holds; Extend keeps the lease when $6 is 0 and the ref when $7 is
+	// empty.
 	fenced := func(write string) string {
-		return "WITH w AS (" + write + " WHERE key = $1 AND fence = $2 AND owner = $3 AND status = 1 AND expires_at > $4 RETURNING 1) " +
+		return "WITH w AS (" + write + " WHERE key = $1 AND fence = $2 AND owner = $3 AND status = $5 AND expires_at > $4 RETURNING 1) " +
 			"SELECT (SELECT count(*) FROM w), r.fence, r.owner, r.status, r.expires_at FROM (SELECT 1) one LEFT JOIN " + t + " r ON r.key = $1"
 	}
 	return statements{
@@ -226,10 +230,10 @@ func newStatements(t string) statements {
 			"SELECT true, " + columns + " FROM ins UNION ALL " +
 			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
 		upsert:   claimUpsert(t),
-		complete: fenced("UPDATE " + t + " SET status = 2, result = $6, expires_at = $5, completed_at = $4"),
-		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $6, err_message = $7, err_body = $8, expires_at = $5, completed_at = $4"),
+		complete: fenced("UPDATE " + t + " SET status = 2, result = $7, err_code = NULL, err_message = NULL, err_body = NULL, expires_at = $6, completed_at = $4"),
+		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $7, err_message = $8, err_body = $9, result = NULL, expires_at = $6, completed_at = $4"),
 		release:  fenced("DELETE FROM " + t),
-		extend:   fenced("UPDATE " + t + " SET lease_until = $5"),
+		extend:   fenced("UPDATE " + t + " SET lease_until = COALESCE(NULLIF($6::bigint, 0), lease_until), ref = COALESCE(NULLIF($7::text, ''), ref)"),
 		get:      "SELECT " + columns + " FROM " + t + " WHERE key = $1",
 		del:      "DELETE FROM " + t + " WHERE key = $1",
 		reap:     "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t + " WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
@@ -405,8 +409,9 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 	return &r, takeover, nil
 }
 
-// fenced runs a fenced statement and explains a refusal.
-func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, owner string, now int64, args ...any) error {
+// fenced runs a fenced statement on a row in status from (IN_PROGRESS
+// when zero) and explains a refusal.
+func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, owner string, from store.Status, now int64, args ...any) error {
 	// The explanation is read from the statement's snapshot, while the
 	// write waits for the row's lock and re-checks the newest version. A
 	// refusal whose explanation shows a row the write matches is out of
@@ -414,14 +419,17 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 	// snapshot and the lock, and nothing was written. The statement runs
 	// again on a new snapshot that has the change. A claim's (fence, owner)
 	// never matches again once it stopped matching (owners are unique per
-	// claim), so one more round decides; the bound is a guard.
+	// claim), and only the claim's own writes change its row's status, so
+	// one more round decides; the bound is a guard against those writes
+	// moving the row back to from in between.
+	from = from.OrInProgress()
 	for round := 0; ; round++ {
 		var n int64
 		var curFence *int64
 		var curOwner *string
 		var status *int16
 		var expires *int64
-		err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), owner, now}, args...)...).Scan(&n, &curFence, &curOwner, &status, &expires)
+		err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), owner, now, int16(from)}, args...)...).Scan(&n, &curFence, &curOwner, &status, &expires)
 		if err != nil {
 			return s.translate(op, key, err)
 		}
@@ -432,7 +440,7 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 			return store.ErrNotFound
 		}
 		fe := &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: store.Status(*status)}
-		if !fe.Own() || fe.Status != store.StatusInProgress || round == 2 {
+		if !fe.Own() || fe.Status != from || round == 2 {
 			return fe
 		}
 	}
@@ -458,7 +466,7 @@ func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) err
 	if result == nil {
 		result = []byte{}
 	}
-	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, result)
+	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, result)
 }
 
 // Fail implements [idem.Store].
@@ -466,17 +474,17 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
+	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [idem.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Owner, p.Now)
+	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Owner, p.From, p.Now)
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Owner, p.Now, p.LeaseUntil)
+	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
 }
 
 // Get implements [idem.Store].

@@ -581,3 +581,98 @@ func TestFencedWriteBehindAReleaseIsNotFound(t *testing.T) {
 		t.Fatalf("complete behind a release: %v, want ErrNotFound", err)
 	}
 }
+
+// A settled row corrected by its claim (From) keeps no column of its
+// former outcome: scanRecord reads the result only of a COMPLETED row and
+// the error only of a FAILED one, so the conformance suite cannot see a
+// column left behind. Extend with only a Ref keeps the lease.
+func TestResettleClearsOldOutcome(t *testing.T) {
+	s, pool := newStore(t, pgstore.Config{})
+	ctx := context.Background()
+	const now = int64(1_000_000)
+	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Extend(ctx, store.ExtendParams{Key: "k", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		lease                int64
+		result, errBody      []byte
+		errCode, errMsg, ref *string
+	}
+	read := func() row {
+		t.Helper()
+		var r row
+		if err := pool.QueryRow(ctx, "SELECT lease_until, result, err_code, err_message, err_body, ref FROM "+s.Config().Table+" WHERE key = 'k'").
+			Scan(&r.lease, &r.result, &r.errCode, &r.errMsg, &r.errBody, &r.ref); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := read(); r.lease != now+10_000 || r.ref == nil || *r.ref != "exec-1" {
+		t.Fatalf("after attaching: lease %d, ref %v; want the lease unchanged and exec-1", r.lease, r.ref)
+	}
+	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_001, Result: []byte("r"), From: store.StatusFailed}); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(); r.errCode != nil || r.errMsg != nil || r.errBody != nil || string(r.result) != "r" || r.ref == nil || *r.ref != "exec-1" {
+		t.Errorf("COMPLETED from FAILED: %+v; want the result, the ref and no error columns", r)
+	}
+	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 3_600_002, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(); r.result != nil {
+		t.Errorf("FAILED from COMPLETED still has the result %q", r.result)
+	}
+}
+
+// A fenced write From a settled status that waits for the row's lock while
+// the same claim settles the row otherwise is refused with the row's new
+// status: its statement's snapshot still shows the status it expected, so
+// the write runs again on a new snapshot to explain the refusal.
+func TestFencedWriteBehindAResettleReportsNewStatus(t *testing.T) {
+	s, pool := newStore(t, pgstore.Config{})
+	ctx := context.Background()
+	const now = int64(1_000_000)
+	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var pid uint32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteTx(ctx, tx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("first"), From: store.StatusFailed}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("second"), From: store.StatusFailed})
+	}()
+	for waited := false; !waited; {
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var fe *store.FencedError
+	if err := <-done; !errors.As(err, &fe) || !fe.Own() || fe.Status != store.StatusCompleted {
+		t.Fatalf("complete From FAILED behind another: %v, want an own *FencedError with status COMPLETED", err)
+	}
+	if r := mustGet(t, s, "k"); string(r.Result) != "first" {
+		t.Errorf("result %q, want the first write's", r.Result)
+	}
+}

@@ -6,7 +6,7 @@
 // and loaded on a miss (NOSCRIPT): Claim decides absent / expired / lease
 // passed / conflict, increments the fence and, on conflict, returns the
 // live record in the same round trip; Complete, Fail, Release and Extend
-// check the fence. Expiry is checked inside the scripts from the caller's
+// check the fence and the status the write expects. Expiry is checked inside the scripts from the caller's
 // Now; the key also carries a native expiry (PEXPIREAT expires_at), which
 // only reclaims memory.
 //
@@ -259,9 +259,10 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	return res, errs
 }
 
-// fenced runs the fenced script for op.
-func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner string, now int64, extra ...any) error {
-	args := append([]any{op, fence, owner, now}, extra...)
+// fenced runs the fenced script for op, on a record that must be in
+// status from (IN_PROGRESS when zero).
+func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, extra ...any) error {
+	args := append([]any{op, fence, owner, now, int(from.OrInProgress())}, extra...)
 	v, err := fencedScript.Run(ctx, s.c, []string{s.rkey(key)}, args...).Slice()
 	if err != nil {
 		return s.translate(op, key, err)
@@ -286,7 +287,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "complete", p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Result)
+	return s.fenced(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, p.Result)
 }
 
 // Fail implements [idem.Store].
@@ -294,17 +295,17 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "fail", p.Key, p.Fence, p.Owner, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
+	return s.fenced(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [idem.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, "release", p.Key, p.Fence, p.Owner, p.Now)
+	return s.fenced(ctx, "release", p.Key, p.Fence, p.Owner, p.From, p.Now)
 }
 
 // Extend implements [idem.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, "extend", p.Key, p.Fence, p.Owner, p.Now, p.LeaseUntil)
+	return s.fenced(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
 }
 
 // Get implements [idem.Store] with one HGETALL.

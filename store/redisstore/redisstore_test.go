@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,5 +261,61 @@ func TestWaitReplicasWithoutReplicasFailsClosed(t *testing.T) {
 	_, err := s.Claim(context.Background(), store.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("claim waiting for a replica that does not exist: %v, want ErrUnavailable", err)
+	}
+}
+
+// A settled record corrected by its claim (From) keeps no field of its
+// former status: decode reads the result only of a COMPLETED record and
+// the error only of a FAILED one, so the conformance suite cannot see a
+// field left behind.
+func TestResettleRemovesOldFields(t *testing.T) {
+	s, c := newStore(t, redisstore.Config{})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	k := s.Prefix() + "rs#1"
+	fields := func() map[string]string {
+		t.Helper()
+		m, err := c.HGetAll(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if _, err := s.Claim(ctx, store.ClaimParams{Key: "rs#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Extend(ctx, store.ExtendParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := fields(); m["ref"] != "exec-1" || m["l"] != strconv.FormatInt(now+1000, 10) {
+		t.Fatalf("after attaching: ref %q, lease %q; want exec-1 and the lease unchanged", m["ref"], m["l"])
+	}
+	if err := s.Fail(ctx, store.FailParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, store.CompleteParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 70_000, Result: []byte("r"), From: store.StatusFailed}); err != nil {
+		t.Fatal(err)
+	}
+	m := fields()
+	for _, f := range []string{"ec", "em", "eb"} {
+		if _, ok := m[f]; ok {
+			t.Errorf("COMPLETED from FAILED still has error field %s", f)
+		}
+	}
+	if m["r"] != "r" || m["ref"] != "exec-1" {
+		t.Errorf("COMPLETED from FAILED: result %q, ref %q", m["r"], m["ref"])
+	}
+	if err := s.Fail(ctx, store.FailParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 80_000, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fields()["r"]; ok {
+		t.Error("FAILED from COMPLETED still has the result field r")
+	}
+	at, err := c.PExpireTime(ctx, k).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := at.Milliseconds(); got != now+80_000 {
+		t.Errorf("key expires at %d, want the corrected record's expiry %d", got, now+80_000)
 	}
 }
