@@ -106,6 +106,23 @@ type Config struct {
 	// Logger receives store failures and refusals worth a look. Default
 	// slog.Default().
 	Logger *slog.Logger
+
+	// StatusPath, when not empty, turns on asynchronous mode (see
+	// [Accept]): a handler may answer 202 Accepted and hand its claim to a
+	// worker, and the middleware itself serves the status resources,
+	// GET and HEAD of StatusPath followed by a status id; any other
+	// method there gets 405. It is a path as the middleware sees it
+	// (r.URL.Path), starting and ending with "/", such as
+	// "/idempotency/status/", and it is the Location of every 202. Default
+	// "": no asynchronous mode.
+	StatusPath string
+
+	// ExpectedCompletion is how long handed-off work should take: the
+	// claim's lease from [Accept] on, after which the record counts as
+	// stuck and a retry may take the key over (unless the worker extends
+	// it). At most the engine's Expiry. Used only with StatusPath.
+	// Default 10 minutes, or the engine's Expiry when that is shorter.
+	ExpectedCompletion time.Duration
 }
 
 // Middleware applies Idempotency-Key semantics to the requests it covers.
@@ -170,6 +187,9 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 	case c.BodyTimeout < 0:
 		return nil, fmt.Errorf("%w: idemhttp: BodyTimeout %v is negative; use 0 for no limit", idem.ErrInvalidConfig, c.BodyTimeout)
 	}
+	if err := c.validateAsync(eng.Config().Expiry); err != nil {
+		return nil, err
+	}
 	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, clock: eng.Config().Clock}
 	for _, meth := range c.Methods {
 		if meth == "" || strings.ToUpper(meth) != meth {
@@ -197,7 +217,11 @@ type Response struct {
 }
 
 // call is the state of one covered request, in its context.
-type call struct{ uncertain bool }
+type call struct {
+	m         *Middleware
+	key       idem.StoreKey
+	uncertain bool
+}
 
 type callKey struct{}
 
@@ -235,6 +259,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if id, ok := m.statusID(r); ok {
+		m.serveStatus(w, r, id)
+		return
+	}
 	if !m.methods[r.Method] {
 		next.ServeHTTP(w, r)
 		return
@@ -259,7 +287,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ran := false
 	res, err := idem.DoIdentity(r.Context(), m.eng, id, func(ctx context.Context) (Response, error) {
 		ran = true
-		st := &call{}
+		st := &call{m: m, key: id.StoreKey}
 		r2 := r.WithContext(context.WithValue(ctx, callKey{}, st))
 		r2.Body, r2.ContentLength = body.reader(), body.size
 		if body.size == 0 {
@@ -286,6 +314,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// of it (stored, released, kept) is logged by the engine.
 		return
 	}
+	var ipe *idem.InProgressError
+	if m.cfg.StatusPath != "" && errors.As(err, &ipe) && ipe.Ref != "" {
+		// The work was handed off (Accept): the duplicate is accepted too.
+		m.duplicateAccepted(w, r, id.StoreKey, ipe)
+		return
+	}
 	if err != nil {
 		m.refuse(w, r, err)
 		return
@@ -298,19 +332,15 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if r.ContentLength > m.cfg.MaxBodyBytes {
 		return idem.Identity{}, nil, &BodyTooLargeError{Limit: m.cfg.MaxBodyBytes, Size: r.ContentLength}
 	}
-	principal := ""
-	if m.cfg.Principal != nil {
-		p, err := m.cfg.Principal(r)
-		if err != nil {
-			return idem.Identity{}, nil, &PrincipalError{Err: err}
-		}
-		principal = p
+	tenant, err := m.tenant(r)
+	if err != nil {
+		return idem.Identity{}, nil, err
 	}
 	route := r.URL.Path
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := storeKey(m.cfg.Operation, principal, r.Method, route, key)
+	k, err := idem.NewStoreKey(m.cfg.Operation, tenant, []byte(r.Method+"\x00"+route+"\x00"+key))
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
@@ -352,15 +382,24 @@ func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Ha
 	return body, err
 }
 
-// storeKey is the store key of an Idempotency-Key: the key scoped by the
-// caller's principal (hashed; "" for none), the method and the route.
-func storeKey(scope, principal, method, route, key string) (idem.StoreKey, error) {
-	tenant := ""
-	if principal != "" {
-		sum := sha256.Sum256([]byte("idemhttp-principal\x00" + principal))
-		tenant = hex.EncodeToString(sum[:16])
+// tenant returns the tenant of r's store keys: its principal, hashed
+// (Config.Principal), or "" when there is none. The store key of an
+// Idempotency-Key is the key scoped by the tenant, the method and the
+// route; a status resource's key is the same key, found again from its
+// digest and the tenant of the request reading it.
+func (m *Middleware) tenant(r *http.Request) (string, error) {
+	if m.cfg.Principal == nil {
+		return "", nil
 	}
-	return idem.NewStoreKey(scope, tenant, []byte(method+"\x00"+route+"\x00"+key))
+	p, err := m.cfg.Principal(r)
+	if err != nil {
+		return "", &PrincipalError{Err: err}
+	}
+	if p == "" {
+		return "", nil
+	}
+	sum := sha256.Sum256([]byte("idemhttp-principal\x00" + p))
+	return hex.EncodeToString(sum[:16]), nil
 }
 
 // fingerprint starts the fingerprint of r: a SHA-256 over the method,
@@ -388,6 +427,11 @@ func field(h hash.Hash, s string) {
 
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	p := ProblemFor(err, m.clock.Now(), m.cfg.StoreRetryAfter)
+	var te *idem.TerminalError
+	if errors.As(err, &te) && te.Replayed && te.Code == CodeProblem {
+		// The stored answer of handed-off work (Fail), replayed.
+		w.Header().Set(ReplayedHeader, "true")
+	}
 	if p.Status >= 500 {
 		m.cfg.Logger.Warn("idemhttp: request refused", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
 	}

@@ -48,6 +48,11 @@ const (
 	ProblemRecordUnreadable = "record-unreadable"  // 500
 	ProblemCancelled        = "cancelled"          // 503
 	ProblemInternal         = "internal"           // 500
+	ProblemStatusNotFound   = "status-not-found"   // 404
+	ProblemMethodNotAllowed = "method-not-allowed" // 405
+	ProblemInvalidToken     = "invalid-token"      // 400
+	ProblemStaleToken       = "stale-token"        // 409
+	ProblemInvalidOutcome   = "invalid-outcome"    // 400
 )
 
 // BodyTooLargeError is returned when a request body is over the limit; the
@@ -104,8 +109,13 @@ func (e *PrincipalError) Unwrap() error { return e.Err }
 // ProblemFor maps an error of the middleware or the engine to its answer.
 // It is the one place where errors become statuses; Config.ErrorHandler
 // gets its result and may change it. now is used for Retry-After.
+//
+// A stored failure of handed-off work ([Middleware.Fail]: an
+// [idem.TerminalError] with code [CodeProblem]) is answered with the
+// problem that was stored, and its status.
 func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem {
 	var (
+		te  *idem.TerminalError
 		khe *KeyHeaderError
 		tle *BodyTooLargeError
 		bte *BodyTimeoutError
@@ -119,6 +129,26 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 		return Problem{Type: ProblemTypeBase + name, Title: title, Status: status, Detail: detail}
 	}
 	switch {
+	case errors.As(err, &te) && te.Code == CodeProblem:
+		var stored Problem
+		if json.Unmarshal(te.Body, &stored) == nil && stored.Status >= 400 && stored.Status <= 599 {
+			return stored
+		}
+		return p(http.StatusInternalServerError, ProblemRecordUnreadable, "Stored response unreadable",
+			"the saved outcome of this Idempotency-Key cannot be read; the request is not processed again")
+	case errors.Is(err, ErrUnknownStatus):
+		return p(http.StatusNotFound, ProblemStatusNotFound, "Status not found",
+			"no request with this status resource is known to the caller, or its record expired")
+	case errors.Is(err, ErrStatusMethod):
+		return p(http.StatusMethodNotAllowed, ProblemMethodNotAllowed, "Method not allowed",
+			"a status resource answers GET and HEAD only")
+	case errors.Is(err, idem.ErrInvalidToken):
+		return p(http.StatusBadRequest, ProblemInvalidToken, "Invalid token", err.Error())
+	case errors.Is(err, idem.ErrStaleToken):
+		return p(http.StatusConflict, ProblemStaleToken, "Stale token",
+			"the token's claim is no longer the key's (its expected completion passed and a retry took the key over, or the key was settled or released); nothing was written")
+	case errors.Is(err, ErrInvalidOutcome):
+		return p(http.StatusBadRequest, ProblemInvalidOutcome, "Invalid outcome", err.Error())
 	case errors.Is(err, ErrMissingKey):
 		return p(http.StatusBadRequest, ProblemMissingKey, "Idempotency-Key header missing",
 			"this endpoint requires an Idempotency-Key header")

@@ -11,6 +11,9 @@
 //     in CI, when a test's server is missing.
 //   - [github.com/seed-a1b882c0/idem/idemtest/benchkit]: the store benchmark
 //     harness.
+//   - [github.com/seed-a1b882c0/idem/idemtest/httpasync]: the suite of
+//     idemhttp's asynchronous mode (202 and a status resource), run over
+//     the in-memory store and over a real one.
 //
 // They are exported, not internal, because the stores, idemlambda and
 // idem-gateway are modules of their own: a module that imported the core's
