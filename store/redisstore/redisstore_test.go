@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/httpasync"
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
@@ -71,6 +72,16 @@ func newStore(t testing.TB, cfg redisstore.Config) (*redisstore.Store, *redis.Cl
 }
 
 const limit = 4 << 20
+
+// idemhttp's asynchronous mode over Redis: a claim handed off with its
+// reference, a status resource read back, and a worker in another engine
+// settling the key through its token.
+func TestIdemHTTPAsync(t *testing.T) {
+	httpasync.Run(t, func(t *testing.T) store.Store {
+		s, _ := newStore(t, redisstore.Config{})
+		return s
+	})
+}
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
