@@ -8,9 +8,48 @@
 //	  [-store bolt:///path/idem.db | memory: | redis://… | postgres://… | dynamodb://TABLE?endpoint=…&region=…] \
 //	  [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
 //	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
-//	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m]
+//	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m] \
+//	  [-status-path /idempotency/status/ -expected-completion 10m]
 //
 // Run idem-gateway -h for every flag.
+//
+// # Asynchronous work
+//
+// With -status-path (which needs -admin), the upstream may answer a covered
+// request 202 Accepted and finish the work later.
+//
+// Every covered request reaches the upstream with an Idem-Token header:
+// the token of the request's claim, an opaque, URL-safe string (the
+// gateway removes any Idem-Token a client sent). An upstream that accepts
+// the work answers 202 and hands the token to its worker. The gateway then
+// hands the claim off — its expected completion becomes now +
+// -expected-completion — and answers the client 202 with the upstream's
+// body, Retry-After, and as Location its own status resource: -status-path
+// followed by an id, which the gateway serves (GET it for the status as
+// JSON). A retry with the key gets 202 and the status while the work runs,
+// and the final answer after it. Any other upstream answer is stored and
+// replayed as always, and its token is spent.
+//
+// The worker settles the key through the ADMIN listener, never the public
+// one, with one POST:
+//
+//	POST /idem/v1/tokens/{token}/complete?status=201  the request's Content-Type and body become
+//	                                                  the stored response (status default 200)
+//	POST /idem/v1/tokens/{token}/fail                 a problem+json body; its "status" member
+//	                                                  (400-599) is the status retries get
+//	POST /idem/v1/tokens/{token}/release              frees the key: a retry goes upstream again
+//	POST /idem/v1/tokens/{token}/extend?for=10m       moves the expected completion (a heartbeat)
+//	POST /idem/v1/tokens/{token}/attach?ref=…         the execution reference, shown as
+//	                                                  "execution" in the status
+//
+// It answers 204 when done, and problem+json otherwise: 400 for a malformed
+// token, one of another operation or a bad parameter; 409 for a
+// stale token — the expected completion passed and a retry took the key
+// over, or the key was settled or released — and then nothing was written.
+// For example, a worker in a shell:
+//
+//	curl -X POST "http://127.0.0.1:9090/idem/v1/tokens/$TOKEN/complete?status=201" \
+//	  -H 'Content-Type: application/json' -d '{"transfer":"tr_1"}'
 package main
 
 import (
@@ -67,6 +106,8 @@ type options struct {
 	methods                        []string
 	replayHeaders, fpHeaders       []string
 	logLevel                       slog.Level
+	statusPath                     string
+	expectedCompletion             time.Duration
 }
 
 func parseFlags(args []string, out io.Writer) (*options, error) {
@@ -96,6 +137,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	replay := fs.String("replay-headers", "", "replay only these response headers, comma separated (default: every header but cookies, credentials, authentication challenges, hop-by-hop headers, Date and Content-Length); with -principal-header, keys are scoped by caller, so a replay only reaches the caller that sent the first request")
 	fp := fs.String("fingerprint-headers", "", "request headers that are part of the payload fingerprint, comma separated")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.statusPath, "status-path", "", "turns on asynchronous mode: covered requests reach the upstream with an "+tokenHeader+" header, an upstream 202 hands the key off and is answered 202 with the Location of a status resource under this path (e.g. /idempotency/status/), and workers settle keys through -admin (required); empty: off")
+	fs.DurationVar(&o.expectedCompletion, "expected-completion", idemhttp.DefaultExpectedCompletion, "with -status-path: how long handed-off work may take before a retry may take its key over (at most -expiry; a worker extends it through -admin)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -133,6 +176,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if o.store == "" {
 		o.store = "bolt://" + defaultStorePath()
+	}
+	if o.statusPath != "" && o.admin == "" {
+		return nil, errors.New("-status-path needs -admin: workers settle handed-off work through the admin listener")
 	}
 	return o, nil
 }
@@ -173,6 +219,7 @@ type gateway struct {
 	log     *slog.Logger
 	store   store.Store
 	metrics *metrics
+	mw      *idemhttp.Middleware
 	handler http.Handler
 }
 
@@ -202,6 +249,8 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 		MaxBodyBytes:       o.maxBody,
 		MaxResponseBytes:   int(o.maxResponse),
 		BodyTimeout:        o.bodyTimeout,
+		StatusPath:         o.statusPath,
+		ExpectedCompletion: o.expectedCompletion,
 		Logger:             log,
 	}
 	if h := o.principalHeader; h != "" {
@@ -213,11 +262,10 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 			return v, nil // idemhttp keeps only its hash
 		}
 	}
-	mw, err := idemhttp.New(eng, mcfg)
-	if err != nil {
+	if g.mw, err = idemhttp.New(eng, mcfg); err != nil {
 		return nil, err
 	}
-	g.handler = g.metrics.instrument(mw.Handler(g.proxy(up)))
+	g.handler = g.metrics.instrument(g.mw.Handler(g.proxy(up)))
 	return g, nil
 }
 
@@ -242,10 +290,18 @@ func (g *gateway) proxy(up *url.URL) http.Handler {
 				delete(pr.Out.Header, idemhttp.HeaderName)
 				pr.Out.Header[strings.ToLower(idemhttp.HeaderName)] = v
 			}
+			// Only the gateway speaks for a claim.
+			pr.Out.Header.Del(tokenHeader)
+			if g.opts.statusPath != "" {
+				if t, ok := claimToken(pr.In.Context()); ok {
+					pr.Out.Header.Set(tokenHeader, t.String())
+				}
+			}
 		},
-		Transport:    tr,
-		ErrorHandler: g.upstreamError,
-		BufferPool:   bufferPool{},
+		ModifyResponse: g.accepted,
+		Transport:      tr,
+		ErrorHandler:   g.upstreamError,
+		BufferPool:     bufferPool{},
 	}
 }
 
@@ -258,7 +314,8 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
-// upstreamError answers a request the upstream did not answer. A request
+// upstreamError answers a request the upstream did not answer (or whose
+// 202 could not be handed off, see accepted). A request
 // that never reached it (connection refused) gets 502 and its key is
 // released. Once the request may have been sent, the upstream may have
 // acted: the key stays held until its lease ends (504 on a timeout, else
@@ -268,7 +325,12 @@ func (g *gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	p := idemhttp.Problem{Status: http.StatusBadGateway}
 	var op *net.OpError
 	var ne net.Error
+	var ae *acceptError
 	switch {
+	case errors.As(err, &ae):
+		idemhttp.MarkUncertain(r.Context())
+		p.Type, p.Title = idemhttp.ProblemTypeBase+"not-handed-off", "Accepted work not handed off"
+		p.Detail = "the service accepted the request, but the gateway could not hand its key to the work" + kept
 	case errors.As(err, &op) && op.Op == "dial":
 		p.Type, p.Title = idemhttp.ProblemTypeBase+"upstream-unreachable", "Upstream unreachable"
 		p.Detail = "the request did not reach the service; retry with the same Idempotency-Key"
@@ -289,9 +351,13 @@ func (g *gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	idemhttp.WriteProblem(w, r, p)
 }
 
-// adminHandler serves /metrics and /healthz.
+// adminHandler serves /metrics and /healthz, and in asynchronous mode the
+// token endpoints (see settle).
 func (g *gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
+	if g.opts.statusPath != "" {
+		mux.HandleFunc("POST /idem/v1/tokens/{token}/{action}", g.settle)
+	}
 	mux.Handle("GET /metrics", g.metrics.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -117,10 +117,11 @@ func TestParseSize(t *testing.T) {
 
 func TestFlagErrors(t *testing.T) {
 	for args, want := range map[string]string{
-		"":                                   "-upstream is required",
-		"-upstream http://x -max-body big":   "-max-body",
-		"-upstream http://x -log-level loud": "-log-level",
-		"-upstream http://x extra":           `unexpected argument "extra"`,
+		"":                                    "-upstream is required",
+		"-upstream http://x -max-body big":    "-max-body",
+		"-upstream http://x -log-level loud":  "-log-level",
+		"-upstream http://x extra":            `unexpected argument "extra"`,
+		"-upstream http://x -status-path /s/": "-status-path needs -admin",
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
