@@ -56,6 +56,21 @@ type HTTPConfig[E any] struct {
 	// Logger receives refusals with status 500 and above. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// StatusPath, when set ("/idempotency/status/"), turns on idemhttp's
+	// asynchronous mode: the handler may accept work with
+	// idemhttp.AcceptContext(ctx) and answer 202 with the Location and
+	// Retry-After it returns; retries get 202 and the status until a
+	// worker settles the key, and the adapter answers GET events for
+	// StatusPath + id with the status resource (route them to this
+	// function). The path is the event's path (rawPath, or path for a REST
+	// API), which is also the Location: where a stage or base path
+	// prefixes the URL clients see, they see the Location without it.
+	// Default: no asynchronous mode.
+	StatusPath string
+	// ExpectedCompletion is how long handed-off work should take before a
+	// retry may take its key over; at most the engine's Expiry. Default
+	// as idemhttp's: 10 minutes, or the engine's Expiry when that is shorter.
+	ExpectedCompletion time.Duration
 }
 
 // lambdaPayloadLimit is the largest request payload Lambda accepts for a
@@ -171,12 +186,14 @@ func newHTTPAdapter[E, R any](eng *idem.Engine, name string, fn func(context.Con
 		FingerprintHeaders: c.FingerprintHeaders,
 		MaxBodyBytes:       c.MaxBodyBytes,
 		// The body is in the event, in memory already: never spooled.
-		MemoryBodyBytes:  c.MaxBodyBytes,
-		MaxResponseBytes: c.MaxResponseBytes,
-		ReplayHeaders:    c.ReplayHeaders,
-		Release:          c.Release,
-		StoreRetryAfter:  c.StoreRetryAfter,
-		Logger:           c.Logger,
+		MemoryBodyBytes:    c.MaxBodyBytes,
+		MaxResponseBytes:   c.MaxResponseBytes,
+		ReplayHeaders:      c.ReplayHeaders,
+		Release:            c.Release,
+		StoreRetryAfter:    c.StoreRetryAfter,
+		Logger:             c.Logger,
+		StatusPath:         c.StatusPath,
+		ExpectedCompletion: c.ExpectedCompletion,
 	}
 	if p := c.Principal; p != nil {
 		hc.Principal = func(r *http.Request) (string, error) { return p(invocationOf[E, R](r).event) }

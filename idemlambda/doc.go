@@ -22,6 +22,21 @@
 // The README's Lambda section maps every Powertools idempotency option to
 // its idem counterpart.
 //
+// # Work that outlives the invocation
+//
+// A claim's lease is the invocation's deadline, so a handler that hands its
+// work off (starts a workflow, queues a job) and returns must keep the key
+// from being taken over once its invocation ends: it calls
+// idem.Detach(ctx, expectedCompletion, ref) with the context it was given,
+// and gets the claim's token for the work (see [Wrap], "Handing work off",
+// and ExampleWrap_handOff). The HTTP adapters do the same through idemhttp's
+// asynchronous mode: with HTTPConfig.StatusPath set, the handler calls
+// idemhttp.AcceptContext(ctx) and answers 202 with the Location and
+// Retry-After it returns; retries get 202 and the status until a worker
+// settles the key (with an idemhttp middleware of the same Operation:
+// Complete, Fail), and GET events for the Location get the status
+// resource.
+//
 // # HTTP events
 //
 // The HTTP adapters convert at the edge, as aws-lambda-go's lambdaurl

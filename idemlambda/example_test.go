@@ -3,7 +3,9 @@ package idemlambda_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -104,4 +106,62 @@ func ExampleAPIGatewayV2() {
 	// 201 replayed="" {"order":"ord_1"} <nil>
 	// 201 replayed="true" {"order":"ord_1"} <nil>
 	// orders: 1
+}
+
+// A handler that hands its work off — here to a queue; in practice a Step
+// Functions execution, an SQS message — holds its claim past its own
+// invocation: idem.Detach makes the claim's lease the work's expected
+// completion instead of the invocation's deadline, and the engine records
+// nothing when the handler returns. A duplicate invocation meanwhile fails
+// with an *idem.InProgressError naming the execution; once the worker
+// completed the key through the token, duplicates get the worker's result.
+func ExampleWrap_handOff() {
+	store := memstore.New(nil)
+	defer store.Close()
+	eng, err := idem.New(store, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	queue := make(chan string, 1)
+	charge := func(ctx context.Context, e chargeEvent) (chargeReceipt, error) {
+		tok, err := idem.Detach(ctx, 15*time.Minute, "queue://charges/"+e.OrderID)
+		if err != nil {
+			return chargeReceipt{}, err
+		}
+		queue <- tok.String() // the worker gets the token with the job
+		return chargeReceipt{Charge: "pending"}, nil
+	}
+	h, err := idemlambda.Wrap(eng, "charge", charge, &idemlambda.FuncConfig[chargeEvent, chargeReceipt]{
+		Config: idemlambda.Config{Operation: "charges"},
+		Key:    func(ctx context.Context, e chargeEvent) (string, error) { return e.OrderID, nil },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	event := json.RawMessage(`{"order_id":"o-42","amount":1200}`)
+	r, err := h(context.Background(), event)
+	fmt.Println(r.Charge, err)
+
+	var busy *idem.InProgressError
+	if _, err := h(context.Background(), event); errors.As(err, &busy) {
+		fmt.Println("duplicate during the work:", busy.Ref)
+	}
+
+	// The worker, in any process with an engine on the store.
+	tok, err := idem.ParseToken(<-queue, "charges")
+	if err == nil {
+		err = eng.Complete(context.Background(), tok, chargeReceipt{Charge: "ch_1"})
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r, err = h(context.Background(), event)
+	fmt.Println(r.Charge, err)
+	// Output:
+	// pending <nil>
+	// duplicate during the work: queue://charges/o-42
+	// ch_1 <nil>
 }

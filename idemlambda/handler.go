@@ -199,6 +199,22 @@ type FuncConfig[In, Out any] struct {
 // invocation takes over once the deadline has passed. A duplicate while the
 // first runs fails with *idem.InProgressError; the result (or a terminal
 // error) of the first is replayed to every later one.
+//
+// # Handing work off
+//
+// A handler that starts work finishing after its invocation (a Step
+// Functions execution, a queued job) hands its claim to that work with
+// idem.Detach(ctx, expectedCompletion, ref), ctx being the context fn
+// was given. The claim then outlives the invocation: its lease becomes
+// now + expectedCompletion instead of the invocation's deadline, so no
+// retry takes the key over when the invocation ends, and the engine records
+// nothing when fn returns (not its result, not its error, nor a panic's
+// release). A duplicate meanwhile fails with an *idem.InProgressError whose
+// Ref is ref. The work finishes the key with the token Detach returned,
+// from any process with an engine on the store: eng.Complete(ctx, tok, out)
+// with the Out later invocations get, or eng.Fail; eng.Extend is its
+// heartbeat. WrapRaw and the SQS and EventBridge handlers hand off the same
+// way; the HTTP adapters answer 202 instead (HTTPConfig.StatusPath).
 func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, In) (Out, error), cfg *FuncConfig[In, Out]) (func(context.Context, json.RawMessage) (Out, error), error) {
 	if eng == nil || fn == nil {
 		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
