@@ -457,3 +457,28 @@ func mustKeyOf(t *testing.T, r idem.Request) idem.StoreKey {
 	}
 	return id.StoreKey
 }
+
+// A caller configured to wait for a busy key does not wait for handed-off
+// work: it runs for its expected completion, far past any wait.
+func TestWaitDoesNotWaitForHandedOffWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+		waiter := en.another(t, idem.Config{Wait: time.Minute})
+		ctx := context.Background()
+		if _, err := idem.Do(ctx, en.eng, req("w"), func(ctx context.Context) (string, error) {
+			_, err := idem.Detach(ctx, time.Hour/2, "job-9")
+			return "accepted", err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err := idem.Do(ctx, waiter, req("w"), func(context.Context) (string, error) { return "", nil })
+		var ipe *idem.InProgressError
+		if !errors.As(err, &ipe) || ipe.Ref != "job-9" {
+			t.Fatalf("waiting duplicate of handed-off work: %v", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("the duplicate waited %v for handed-off work", waited)
+		}
+	})
+}

@@ -326,7 +326,9 @@ func (c *call) run(ctx context.Context) (outcome, error) {
 			}
 		}
 		var ipe *InProgressError
-		if errors.As(err, &ipe) && e.cfg.Wait > 0 {
+		// Work handed elsewhere (a reference is attached) runs for its
+		// expected completion, not for a wait's worth: answer at once.
+		if errors.As(err, &ipe) && e.cfg.Wait > 0 && ipe.Ref == "" {
 			if werr := e.pause(ctx, deadline, &backoff); werr == nil {
 				continue
 			} else if !errors.Is(werr, ErrInProgress) {
