@@ -65,51 +65,79 @@ func DynamoDBCompleteStates(t DynamoDBTable) json.RawMessage {
 		}
 		return v
 	}
-	key := map[string]any{def(t.KeyAttr, "id"): map[string]string{"S.$": "$.idem.key"}}
+	str := func(typ, v string) obj { return obj{{typ, v}} }
+	key := obj{{def(t.KeyAttr, "id"), str("S.$", "$.idem.key")}}
 	if t.SortKeyAttr != "" {
-		key = map[string]any{
-			def(t.KeyAttr, "id"): map[string]string{"S": def(t.PartitionValue, "idem")},
-			t.SortKeyAttr:        map[string]string{"S.$": "$.idem.key"},
-		}
+		key = obj{{def(t.KeyAttr, "id"), str("S", def(t.PartitionValue, "idem"))}, {t.SortKeyAttr, str("S.$", "$.idem.key")}}
 	}
-	states := map[string]any{
-		DynamoDBCompleteStateName: map[string]any{
-			"Type":     "Task",
-			"Resource": "arn:aws:states:::dynamodb:updateItem",
-			"Parameters": map[string]any{
-				"TableName":           t.Name,
-				"Key":                 key,
-				"UpdateExpression":    "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref",
-				"ConditionExpression": "#st = :ip AND #fence = :fence AND #owner = :owner",
-				"ExpressionAttributeNames": map[string]string{
-					"#st": def(t.StatusAttr, "status"), "#data": def(t.DataAttr, "data"), "#fence": "fence", "#owner": "owner",
-					"#ecode": "error_code", "#emsg": "error_message", "#ebody": "error_body", "#dref": "data_ref",
-				},
-				"ExpressionAttributeValues": map[string]any{
-					":done":  map[string]string{"S": "COMPLETED"},
-					":ip":    map[string]string{"S": "IN_PROGRESS"},
-					":data":  map[string]string{"B.$": "States.Base64Encode(States.JsonToString($.output))"},
-					":fence": map[string]string{"N.$": "$.idem.fence"},
-					":owner": map[string]string{"S.$": "$.idem.owner"},
-				},
-			},
-			"ResultPath": "$.idemComplete",
-			"Catch": []any{map[string]any{
-				"ErrorEquals": []string{"States.ALL"},
-				"ResultPath":  "$.idemComplete",
-				"Next":        DynamoDBDoneStateName,
+	states := obj{
+		{DynamoDBCompleteStateName, obj{
+			{"Type", "Task"},
+			{"Resource", "arn:aws:states:::dynamodb:updateItem"},
+			{"Parameters", obj{
+				{"TableName", t.Name},
+				{"Key", key},
+				{"UpdateExpression", "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref"},
+				{"ConditionExpression", "#st = :ip AND #fence = :fence AND #owner = :owner"},
+				{"ExpressionAttributeNames", obj{
+					{"#st", def(t.StatusAttr, "status")}, {"#data", def(t.DataAttr, "data")},
+					{"#fence", "fence"}, {"#owner", "owner"},
+					{"#ecode", "error_code"}, {"#emsg", "error_message"}, {"#ebody", "error_body"}, {"#dref", "data_ref"},
+				}},
+				{"ExpressionAttributeValues", obj{
+					{":done", str("S", "COMPLETED")},
+					{":ip", str("S", "IN_PROGRESS")},
+					{":fence", str("N.$", "$.idem.fence")},
+					{":owner", str("S.$", "$.idem.owner")},
+					{":data", str("B.$", "States.Base64Encode(States.JsonToString($.output))")},
+				}},
 			}},
-			"Next": DynamoDBDoneStateName,
-		},
-		DynamoDBDoneStateName: map[string]any{
-			"Type":       "Pass",
-			"OutputPath": "$.output",
-			"End":        true,
-		},
+			{"ResultPath", "$.idemComplete"},
+			{"Catch", []obj{{
+				{"ErrorEquals", []string{"States.ALL"}},
+				{"ResultPath", "$.idemComplete"},
+				{"Next", DynamoDBDoneStateName},
+			}}},
+			{"Next", DynamoDBDoneStateName},
+		}},
+		{DynamoDBDoneStateName, obj{
+			{"Type", "Pass"},
+			{"OutputPath", "$.output"},
+			{"End", true},
+		}},
 	}
 	b, err := json.MarshalIndent(states, "", "  ")
 	if err != nil {
-		panic(err) // maps of strings always encode
+		panic(err) // strings, bools and objects of them always encode
 	}
 	return b
+}
+
+// obj is a JSON object that keeps its members in order, so the states
+// read as ASL is usually written.
+type obj []member
+
+type member struct {
+	name  string
+	value any
+}
+
+// MarshalJSON implements json.Marshaler.
+func (o obj) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, m := range o {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		k, err := json.Marshal(m.name)
+		if err != nil {
+			return nil, err
+		}
+		v, err := json.Marshal(m.value)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, k...), ':'), v...)
+	}
+	return append(b, '}'), nil
 }
