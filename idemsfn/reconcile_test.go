@@ -58,10 +58,11 @@ func TestReconcilerRunOnce(t *testing.T) {
 		return api.byArn(got.ExecutionArn)
 	}
 	start("running")
-	done, failedX, aborted := start("done"), start("failed"), start("aborted")
+	done, failedX, aborted, timedOut := start("done"), start("failed"), start("aborted"), start("timed-out")
 	api.finish(done.name, types.ExecutionStatusSucceeded, `{"receipt":"r-1"}`, "", "")
 	api.finish(failedX.name, types.ExecutionStatusFailed, "", "PaymentDeclined", "card expired")
 	api.finish(aborted.name, types.ExecutionStatusAborted, "", "", "")
+	api.finish(timedOut.name, types.ExecutionStatusTimedOut, "", "States.Timeout", "no heartbeat")
 	// An orphan whose execution started; one whose execution never did.
 	api.startFault = func(int) (error, bool) { return errors.New("timeout"), true }
 	if _, err := s.Start(ctx, req("orphan-started"), nil); !errors.Is(err, idemsfn.ErrStartUnknown) {
@@ -82,7 +83,7 @@ func TestReconcilerRunOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (idemsfn.Report{Listed: 6, Waiting: 4, OrphansWaiting: 2}); rep != want {
+	if want := (idemsfn.Report{Listed: 7, Waiting: 5, OrphansWaiting: 2}); rep != want {
 		t.Fatalf("before anything is due: %+v, want %+v", rep, want)
 	}
 	r.clock.Advance(time.Minute)
@@ -90,7 +91,7 @@ func TestReconcilerRunOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (idemsfn.Report{Listed: 6, Extended: 1, Completed: 1, Failed: 2, Adopted: 1, OrphansFailed: 1}); rep != want {
+	if want := (idemsfn.Report{Listed: 7, Extended: 1, Completed: 1, Failed: 3, Adopted: 1, OrphansFailed: 1}); rep != want {
 		t.Fatalf("%+v, want %+v", rep, want)
 	}
 	for k, want := range map[string]idem.Status{"running": idem.StatusInProgress, "done": idem.StatusCompleted, "failed": idem.StatusFailed,
@@ -108,8 +109,11 @@ func TestReconcilerRunOnce(t *testing.T) {
 	if st := r.status(t, "failed"); st.Err.Code != "PaymentDeclined" || st.Err.Message != "card expired" {
 		t.Errorf("failed: %+v", st.Err)
 	}
-	if st := r.status(t, "aborted"); st.Err.Code != "States.ABORTED" {
+	if st := r.status(t, "aborted"); st.Err.Code != "States.ABORTED" || st.Err.Message != "Step Functions execution ABORTED" {
 		t.Errorf("aborted: %+v", st.Err)
+	}
+	if st := r.status(t, "timed-out"); st.Err.Code != "States.Timeout" || st.Err.Message != "no heartbeat" {
+		t.Errorf("timed-out: %+v", st.Err)
 	}
 	if st := r.status(t, "orphan-started"); st.Ref == "" {
 		t.Error("orphan-started: not attached")

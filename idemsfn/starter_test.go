@@ -262,6 +262,13 @@ func TestStartUnknownKeepsClaimUntilOrphanGrace(t *testing.T) {
 			if got.ExecutionArn != x.arn {
 				t.Errorf("attached %s, execution %s", got.ExecutionArn, x.arn)
 			}
+			// Started or not, the second StartExecution succeeds: AWS
+			// answers a start with the name and input of a running
+			// execution with that execution (stepfunctions-local answers
+			// ExecutionAlreadyExists, which local_test.go covers).
+			if got.Adopted || api.count("describe") != 0 || api.count("start") != 2 {
+				t.Errorf("Adopted %v after %d starts and %d describes", got.Adopted, api.count("start"), api.count("describe"))
+			}
 			// The repaired start carries the orphan's own claim.
 			if env := envelope(t, x.input); env.Idem.Fence != "1" || env.Idem.Owner != st.LockedBy {
 				t.Errorf("envelope %+v, claim %d %s", env.Idem, st.Fence, st.LockedBy)
