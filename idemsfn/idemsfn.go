@@ -170,7 +170,9 @@ type Started struct {
 	// (State.Ref), or the outcome of an earlier execution — COMPLETED
 	// (Output holds the workflow's output: a replay) or FAILED (Start
 	// also returns State.Err). It is IN_PROGRESS with no Ref when another
-	// caller is starting the execution right now.
+	// caller is starting the execution right now, or when this call could
+	// not start or attach it (the claim kept as an orphan); nil when
+	// StartExecution was refused and the claim released.
 	State *idem.State
 	// ExecutionArn is the key's execution, when known.
 	ExecutionArn string
@@ -293,6 +295,9 @@ func inputJSON(req idem.Request, input any) (json.RawMessage, error) {
 // it; st is the record as Begin or Status saw it.
 func (s *Starter) startClaim(ctx context.Context, t idem.Token, in json.RawMessage, st *idem.State, acquired bool) (Started, error) {
 	arn, desc, err := s.launch(ctx, t, in)
+	if errors.Is(err, ErrStartRefused) {
+		return Started{Acquired: acquired}, err // the claim is gone
+	}
 	if err != nil {
 		return Started{State: st, Acquired: acquired}, err
 	}

@@ -208,15 +208,15 @@ func TestStartRefusedReleases(t *testing.T) {
 				return nil, false
 			}
 			s := r.starter(t, api, machineArn, idemsfn.Config{})
-			_, err := s.Start(ctx, req("o-1"), nil)
 			var se *idemsfn.StartError
-			if !errors.Is(err, idemsfn.ErrStartRefused) || !errors.As(err, &se) || !se.Released || !errors.Is(err, fault) {
-				t.Fatalf("Start = %v, want a released StartError", err)
+			got, err := s.Start(ctx, req("o-1"), nil)
+			if !errors.Is(err, idemsfn.ErrStartRefused) || !errors.As(err, &se) || !se.Released || !errors.Is(err, fault) || got.State != nil || !got.Acquired {
+				t.Fatalf("Start = %+v, %v; want a released StartError", got, err)
 			}
 			if _, err := r.e.Status(ctx, storeKey(t, "o-1")); !errors.Is(err, idem.ErrNotFound) {
 				t.Fatalf("claim kept: %v", err)
 			}
-			got, err := s.Start(ctx, req("o-1"), nil)
+			got, err = s.Start(ctx, req("o-1"), nil)
 			if err != nil || !got.Acquired || got.ExecutionArn == "" {
 				t.Errorf("retry = %+v, %v", got, err)
 			}
