@@ -78,7 +78,9 @@
 // Package idemhttp is net/http middleware with the IETF Idempotency-Key
 // header's semantics; cmd/idem-gateway puts the same in front of any HTTP
 // service as a reverse proxy; module idemlambda adapts Lambda handlers
-// (typed, API Gateway, Function URL, SQS batches, EventBridge).
+// (typed, API Gateway, Function URL, SQS batches, EventBridge); module
+// idemsfn starts AWS Step Functions executions once per key and records
+// their outcomes (docs/stepfunctions.md).
 //
 // # Errors
 //
