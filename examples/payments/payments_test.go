@@ -40,7 +40,6 @@ type harness struct {
 	clock  *clocktest.Clock
 	ledger *Ledger
 	srv    *httptest.Server
-	stop   func()
 }
 
 func newHarness(t *testing.T) *harness {

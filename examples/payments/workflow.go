@@ -149,4 +149,3 @@ func (w *Workers) credit(ctx context.Context, env idemsfn.Envelope, key idem.Sto
 	}
 	return rc, nil
 }
-
