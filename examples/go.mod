@@ -11,10 +11,11 @@ require (
 	github.com/seed-a1b882c0/idem/idemlambda v0.1.0
 	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
 	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
-	github.com/aws/aws-sdk-go-v2/credentials v1.20.15 // indirect
+	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
