@@ -200,7 +200,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	}
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
-		return Begun{Acquired: true, Token: Token{Key: id.StoreKey, Status: StatusInProgress}}, nil
+		return Begun{Acquired: true, Token: disabledToken(id.StoreKey)}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return Begun{}, err
@@ -242,9 +242,25 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	return b, nil
 }
 
+// disabledOwner is the owner of the tokens a disabled engine hands out:
+// they name no claim, and writes through them do nothing.
+const disabledOwner = "idem-disabled"
+
+func disabledToken(k StoreKey) Token {
+	return Token{Key: k, Fence: 1, Owner: disabledOwner, Status: StatusInProgress}
+}
+
+// disabledKey marks the context of an operation a disabled engine runs,
+// with its store key, so that Detach answers it.
+type disabledKey struct{}
+
 // tokenHolder is the holder of a token's claim, for the engine's retried,
-// fenced outcome writes.
+// fenced outcome writes. A local cache forgets the key: a write through a
+// token may change a settled record this engine has cached.
 func (e *Engine) tokenHolder(t Token) *holder {
+	if e.cache != nil {
+		e.cache.forget(t.Key.String())
+	}
 	return &holder{
 		call:  &call{e: e, key: t.Key.String(), name: t.Key.Operation},
 		fence: t.Fence, owner: t.Owner, from: t.Status,
@@ -349,7 +365,7 @@ func (e *Engine) touch(ctx context.Context, t Token, op StoreOp, set func(*store
 		return nil
 	}
 	h := e.tokenHolder(t)
-	err := h.write(ctx, op, 0, func(wctx context.Context, now int64) error {
+	err := h.write(ctx, op, 0, nil, func(wctx context.Context, now int64) error {
 		p := store.ExtendParams{Key: h.key, Fence: t.Fence, Owner: t.Owner, Now: now}
 		set(&p)
 		return e.store.Extend(wctx, p)
@@ -403,6 +419,9 @@ type holderKey struct{}
 func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (Token, error) {
 	h, ok := ctx.Value(holderKey{}).(*holder)
 	if !ok {
+		if k, disabled := ctx.Value(disabledKey{}).(StoreKey); disabled {
+			return disabledToken(k), nil // nothing is claimed, nothing to hand off
+		}
 		return Token{}, errors.New("idem: Detach called outside an operation run by Do")
 	}
 	e := h.e
@@ -419,17 +438,23 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 		return Token{}, err
 	}
 	t := Token{Key: k, Fence: h.fence, Owner: h.owner, Status: StatusInProgress}
-	// No renewal may move the lease back once it is handed off.
+	// No renewal may move the lease back once it is handed off; if the
+	// hand-off fails the operation goes on in its caller, renewed again.
 	h.renew.stop()
-	err = h.write(ctx, StoreExtend, 0, func(wctx context.Context, now int64) error {
-		return e.store.Extend(wctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			LeaseUntil: min(now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt), Ref: ref})
+	var until int64
+	err = h.write(ctx, StoreExtend, 0, nil, func(wctx context.Context, now int64) error {
+		until = min(now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt)
+		return e.store.Extend(wctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until, Ref: ref})
 	})
 	if err != nil {
+		h.renew.resume()
 		return Token{}, tokenWrite(StoreExtend, t, err)
 	}
-	if ref != "" && h.flight != nil {
-		h.flight.ref.Store(&ref)
+	if h.flight != nil {
+		h.flight.leaseUntil.Store(until)
+		if ref != "" {
+			h.flight.ref.Store(&ref)
+		}
 	}
 	h.detached.Store(true)
 	return t, nil

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 type transfer struct {
@@ -441,8 +445,8 @@ func TestDetachReferenceReachesInProcessDuplicates(t *testing.T) {
 	_, err := idem.Do(context.Background(), en.eng, req("f"), func(context.Context) (string, error) { return "", nil })
 	close(finish)
 	var ipe *idem.InProgressError
-	if !errors.As(err, &ipe) || ipe.Ref != "queue/7" {
-		t.Fatalf("in-process duplicate: %v, want an InProgressError with the reference", err)
+	if !errors.As(err, &ipe) || ipe.Ref != "queue/7" || !ipe.LeaseUntil.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("in-process duplicate: %v, want an InProgressError with the reference and the expected completion", err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -481,4 +485,146 @@ func TestWaitDoesNotWaitForHandedOffWork(t *testing.T) {
 			t.Fatalf("the duplicate waited %v for handed-off work", waited)
 		}
 	})
+}
+
+// failingAttach refuses every Extend that attaches a reference: a hand-off
+// whose write cannot land.
+type failingAttach struct{ store.Store }
+
+func (f failingAttach) Extend(ctx context.Context, p store.ExtendParams) error {
+	if p.Ref != "" {
+		return fmt.Errorf("connection reset: %w", store.ErrUnavailable)
+	}
+	return f.Store.Extend(ctx, p)
+}
+
+// A Detach whose write fails hands nothing off: the operation goes on in
+// its caller and its lease is renewed again, so no one takes the key over
+// while it runs.
+func TestFailedDetachKeepsTheLeaseRenewed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New(&memstore.Config{SweepInterval: -1})
+		defer mem.Close()
+		cfg := idem.Config{Lease: 300 * time.Millisecond, RenewInterval: 50 * time.Millisecond, WriteTimeout: 60 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		holder, err := idem.New(failingAttach{mem}, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := idem.New(mem, &cfg)
+		var runs atomic.Int32
+		done := make(chan error, 1)
+		go func() {
+			_, err := idem.Do(context.Background(), holder, req("d"), func(ctx context.Context) (int, error) {
+				runs.Add(1)
+				if _, err := idem.Detach(ctx, time.Minute, "job"); err == nil {
+					return 0, errors.New("Detach succeeded through a store that refuses it")
+				}
+				time.Sleep(time.Second) // the work, done here after all
+				return 1, ctx.Err()
+			})
+			done <- err
+		}()
+		time.Sleep(700 * time.Millisecond) // past the lease the failed Detach started from
+		_, err = idem.Do(context.Background(), other, req("d"), func(context.Context) (int, error) { runs.Add(1); return 2, nil })
+		if !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("a second caller during the work: %v, want ErrInProgress", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the operation ran %d times", n)
+		}
+	})
+}
+
+// Another holder of the claim's token (a worker given it too early) that
+// settles the key first is not taken for the engine's own lost reply: the
+// engine's write counts as refused, and every later call replays what the
+// store holds, from the cache too.
+func TestAnotherTokenHoldersWriteIsNotTakenAsOwn(t *testing.T) {
+	en := setup(t, idem.Config{Cache: &idem.CacheConfig{}})
+	ctx := context.Background()
+	res, err := idem.Do(ctx, en.eng, req("o"), func(ctx context.Context) (int, error) {
+		c, _ := idem.FromContext(ctx)
+		k, _ := idem.ParseStoreKey(c.Key)
+		if err := en.eng.Complete(ctx, idem.Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: idem.StatusInProgress}, 7); err != nil {
+			t.Fatal(err)
+		}
+		return 8, nil
+	})
+	if err != nil || res.Value != 8 {
+		t.Fatalf("Do: %+v, %v", res, err)
+	}
+	if en.obs.Count(idem.OutcomeFenced) != 1 {
+		t.Fatalf("the engine's refused Complete was not counted as fenced: %v", en.obs.Snapshot())
+	}
+	again, err := idem.Do(ctx, en.eng, req("o"), func(context.Context) (int, error) { return 9, nil })
+	if err != nil || again.Value != 7 || !again.Replayed {
+		t.Fatalf("replay: %+v, %v; want the stored 7", again, err)
+	}
+	// The same for a second token write of another value.
+	b := mustBegin(t, en.eng, ctx, req("o2"), nil)
+	if err := en.eng.Complete(ctx, b.Token, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := en.eng.Complete(ctx, b.Token, 2); !errors.Is(err, idem.ErrStaleToken) {
+		t.Fatalf("a second Complete of another value through a settled token: %v, want ErrStaleToken", err)
+	}
+}
+
+// Writes through a token change records this engine may have cached: it
+// forgets them.
+func TestTokenWritesForgetTheLocalCache(t *testing.T) {
+	en := setup(t, idem.Config{Cache: &idem.CacheConfig{}})
+	ctx := context.Background()
+	do := func(key string, v int) idem.Result[int] {
+		t.Helper()
+		res, err := idem.Do(ctx, en.eng, req(key), func(context.Context) (int, error) { return v, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	do("c1", 1)
+	st, _ := en.eng.Status(ctx, mustKeyOf(t, req("c1")))
+	if err := en.eng.Complete(ctx, st.Token(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if r := do("c1", 2); r.Value != 5 {
+		t.Fatalf("after a correction to 5 the engine replays %d", r.Value)
+	}
+	st, _ = en.eng.Status(ctx, mustKeyOf(t, req("c1")))
+	if err := en.eng.Release(ctx, st.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if r := do("c1", 3); r.Replayed || r.Value != 3 {
+		t.Fatalf("after a release the engine replays %+v instead of running", r)
+	}
+}
+
+// A disabled engine claims nothing, but its tokens are well-formed and
+// Detach answers, so asynchronous code runs unchanged in tests.
+func TestDisabledEngineHandsOutTokens(t *testing.T) {
+	en := setup(t, idem.Config{Disabled: true})
+	ctx := context.Background()
+	b := mustBegin(t, en.eng, ctx, req("x"), nil)
+	tok, err := idem.ParseToken(b.Token.String(), "charge")
+	if err != nil || !b.Acquired {
+		t.Fatalf("disabled Begin: %+v; its token: %v", b, err)
+	}
+	if err := en.eng.Complete(ctx, tok, 1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := idem.Do(ctx, en.eng, req("x"), func(ctx context.Context) (string, error) {
+		d, err := idem.Detach(ctx, time.Minute, "job")
+		return d.String(), err
+	})
+	if err != nil || res.Value == "" {
+		t.Fatalf("Detach under a disabled engine: %+v, %v", res, err)
+	}
+	if en.store.Total() != 0 {
+		t.Fatalf("a disabled engine made %d store calls", en.store.Total())
+	}
 }

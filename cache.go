@@ -123,6 +123,15 @@ func (c *lru) put(r *store.Record, value any) {
 	}
 }
 
+// forget drops key, if cached: its record was changed through a token.
+func (c *lru) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.removeLocked(el)
+	}
+}
+
 func (c *lru) removeLocked(el *list.Element) {
 	e := el.Value.(*lruEntry)
 	c.ll.Remove(el)

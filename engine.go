@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -159,7 +160,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, completing bool
 	res.StoreKey = c.key
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
-		v, err := fn(ctx, &Completion[T]{e: e})
+		v, err := fn(context.WithValue(ctx, disabledKey{}, id.StoreKey), &Completion[T]{e: e})
 		res.Value = v
 		return res, err
 	}
@@ -387,7 +388,7 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 	if ref := f.ref.Load(); ref != nil {
 		busy.Ref = *ref
 	}
-	if e.cfg.Wait == 0 {
+	if e.cfg.Wait == 0 || busy.Ref != "" { // handed-off work: no wait
 		return outcome{}, false, busy
 	}
 	var timeout <-chan time.Time
@@ -637,7 +638,8 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) (*store
 			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
 	}
 	var done *store.Record
-	err := h.write(ctx, StoreComplete, store.StatusCompleted, func(wctx context.Context, now int64) error {
+	same := func(r *store.Record) bool { return bytes.Equal(r.Result, result) }
+	err := h.write(ctx, StoreComplete, store.StatusCompleted, same, func(wctx context.Context, now int64) error {
 		done = h.settled(result, now)
 		return e.store.Complete(wctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result, From: h.from})
 	})
@@ -692,7 +694,10 @@ func boundedError(code, msg string, limit int) store.ErrorRecord {
 func (h *holder) fail(ctx context.Context, er store.ErrorRecord) (*store.Record, error) {
 	e := h.e
 	var final *store.Record
-	err := h.write(ctx, StoreFail, store.StatusFailed, func(wctx context.Context, now int64) error {
+	same := func(r *store.Record) bool {
+		return r.Err != nil && r.Err.Code == er.Code && r.Err.Message == er.Message && bytes.Equal(r.Err.Body, er.Body)
+	}
+	err := h.write(ctx, StoreFail, store.StatusFailed, same, func(wctx context.Context, now int64) error {
 		final = &store.Record{Key: h.key, Status: store.StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
 			Err: &er, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
 		return e.store.Fail(wctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er, From: h.from})
@@ -724,7 +729,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) (*store.Record,
 // release failed (logged and counted already).
 func (h *holder) release(ctx context.Context) error {
 	e := h.e
-	err := h.write(ctx, StoreRelease, 0, func(wctx context.Context, now int64) error {
+	err := h.write(ctx, StoreRelease, 0, nil, func(wctx context.Context, now int64) error {
 		return e.store.Release(wctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -746,9 +751,13 @@ const (
 // transient failure until it succeeds or Config.WriteTimeout has passed.
 // Every write is fenced, so a retry is safe; a retry that finds the
 // record already settled (status settled) under this very claim learns
-// that an earlier attempt landed and its reply was lost: success. The
-// writes go on when the caller's context is cancelled.
-func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, try func(ctx context.Context, now int64) error) error {
+// that an earlier attempt landed and its reply was lost: success. Tokens
+// let other writers hold the same claim, so that is checked: a record
+// settled before this write's first attempt is another writer's, and
+// after a retry the stored outcome must be this write's (landed, read
+// back) — else the refusal is returned. The writes go on when the
+// caller's context is cancelled.
+func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, landed func(*store.Record) bool, try func(ctx context.Context, now int64) error) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx)
 	deadline := e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
@@ -763,7 +772,10 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, tr
 		case err == nil:
 			return nil
 		case errors.As(err, &fe) && fe.Own() && fe.Status == settled:
-			return nil
+			if h.ownWrite(ctx, attempt, landed) {
+				return nil
+			}
+			return err
 		case !transient(err):
 			return err
 		}
@@ -778,6 +790,29 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, tr
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
 	}
+}
+
+// ownWrite decides whether a record found settled under this holder's
+// claim was settled by this write (its reply lost) rather than by another
+// holder of the claim's token.
+func (h *holder) ownWrite(ctx context.Context, attempt int, landed func(*store.Record) bool) bool {
+	if attempt == 1 {
+		return false // nothing of this write had been sent before
+	}
+	if landed == nil {
+		return true
+	}
+	var r *store.Record
+	err := h.e.timed(StoreGet, func() (err error) {
+		r, err = h.e.store.Get(ctx, h.key)
+		return err
+	})
+	if err != nil {
+		// Cannot tell: the claim is this holder's and the record settled
+		// as it asked, which is what a lost reply looks like.
+		return true
+	}
+	return landed(r)
 }
 
 // transient reports whether a failed store write may succeed if retried:
@@ -812,6 +847,7 @@ type renewer struct {
 
 	mu      sync.Mutex
 	stopped bool
+	ended   bool // the claim is gone or settled: never resume
 	timer   Timer
 }
 
@@ -847,13 +883,13 @@ func (r *renewer) fire() {
 	case errors.As(err, &fe) && fe.Own():
 		// The outcome write landed before its reply came back: nothing
 		// is left to renew.
-		r.stopped = true
+		r.stopped, r.ended = true, true
 		return
 	case errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound):
 		e.cfg.Observer.Observe(h.name, OutcomeFenced)
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
 			"key", h.key, "fence", h.fence, "err", err)
-		r.stopped = true
+		r.stopped, r.ended = true, true
 		r.cancel(ErrLeaseLost)
 		return
 	default:
@@ -864,6 +900,21 @@ func (r *renewer) fire() {
 		return // the claim cannot outlive its expiry
 	}
 	r.timer = e.cfg.Clock.AfterFunc(r.interval(), r.fire)
+}
+
+// resume restarts renewal after stop (a Detach whose write failed), unless
+// the claim was lost or settled meanwhile. Safe on nil.
+func (r *renewer) resume() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended || !r.stopped {
+		return
+	}
+	r.stopped = false
+	r.timer = r.h.e.cfg.Clock.AfterFunc(r.interval(), r.fire)
 }
 
 // stop ends renewal, waiting for a renewal in flight. Safe on nil.

@@ -58,8 +58,10 @@ func (t Token) IsZero() bool { return t.Fence == 0 && t.Owner == "" }
 // ParseToken reads a token made by [Token.String]. When operation is not
 // empty, the token must name a key of that operation: a worker that
 // finishes one kind of work refuses a token of another before any store
-// write. Tenants are checked by the caller that knows them (idemhttp checks
-// the principal). Errors are a [*TokenError].
+// write. A token is a capability: whoever holds it may settle its claim,
+// whatever tenant the key names, so hand it only to the work it is for;
+// a caller that knows the tenant may compare Key.Tenant itself. Errors
+// are a [*TokenError].
 func ParseToken(s, operation string) (Token, error) {
 	bad := func(reason string) (Token, error) { return Token{}, &TokenError{Token: s, Reason: reason} }
 	if s == "" {
@@ -103,8 +105,8 @@ func ParseToken(s, operation string) (Token, error) {
 	return t, nil
 }
 
-// ErrInvalidToken: a token is malformed or names another operation or
-// tenant. The error is a [*TokenError]; nothing was written.
+// ErrInvalidToken: a token is malformed or names another operation. The
+// error is a [*TokenError]; nothing was written.
 var ErrInvalidToken = errors.New("idem: invalid token")
 
 // ErrStaleToken: a write through a token was refused because the token's

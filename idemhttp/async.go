@@ -122,7 +122,10 @@ func Accept(w http.ResponseWriter, r *http.Request) (idem.Token, error) {
 // without Config.StatusPath, and with the error of idem.Detach when the
 // write is refused (an [*idem.StaleTokenError]: the claim was lost) or
 // the store fails; then nothing was handed off, and the handler should
-// answer with an error status (a 5xx releases the key).
+// answer with an error status (a 5xx releases the key). A handler that
+// accepted but then answers with a status the Release policy does not keep
+// (a 5xx: the work could not be queued) has the handed-off claim released
+// at once, so a retry runs the handler again.
 func AcceptContext(ctx context.Context) (Accepted, error) {
 	c, ok := ctx.Value(callKey{}).(*call)
 	if !ok {
@@ -137,6 +140,7 @@ func AcceptContext(ctx context.Context) (Accepted, error) {
 	if err != nil {
 		return Accepted{}, err
 	}
+	c.accepted = &t
 	return Accepted{Token: t, Location: loc, RetryAfter: max(m.cfg.ExpectedCompletion, time.Second)}, nil
 }
 

@@ -221,6 +221,8 @@ type call struct {
 	m         *Middleware
 	key       idem.StoreKey
 	uncertain bool
+	// accepted is the token the handler handed off with Accept, if any.
+	accepted *idem.Token
 }
 
 type callKey struct{}
@@ -296,6 +298,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		cw := &capture{w: w, replay: m.replayHeaders, limit: m.cfg.MaxResponseBytes}
 		next.ServeHTTP(cw, r2)
 		cw.finish()
+		if st.accepted != nil && (cw.hijacked || m.cfg.Release(cw.status)) {
+			// Accepted, then answered with an error (the work could not
+			// be queued): nothing will settle the handed-off claim, so
+			// give it up now rather than at its expected completion.
+			if err := m.eng.Release(context.WithoutCancel(ctx), *st.accepted); err != nil {
+				m.cfg.Logger.Error("idemhttp: releasing a handed-off claim after an error answer", "status", cw.status, "err", err)
+			}
+		}
 		switch {
 		case st.uncertain:
 			return Response{}, idem.Uncertain(errUncertain)

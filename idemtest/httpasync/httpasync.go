@@ -92,14 +92,19 @@ func setup(t *testing.T, newStore func(t *testing.T) store.Store) *env {
 }
 
 // handle is the service: /accept hands the work off and answers 202,
-// /panic hands it off and panics, /block answers 201 once let go.
+// /panic hands it off and panics, /unqueued hands it off and answers 503
+// (its queue is down), /block answers 201 once let go.
 func (en *env) handle(w http.ResponseWriter, r *http.Request) {
 	en.runs.Add(1)
 	switch r.URL.Path {
-	case "/accept", "/panic":
+	case "/accept", "/panic", "/unqueued":
 		tok, err := idemhttp.Accept(w, r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if r.URL.Path == "/unqueued" {
+			http.Error(w, "the queue is down", http.StatusServiceUnavailable)
 			return
 		}
 		en.tokens <- tok.String()
@@ -463,6 +468,20 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 		if again := en.do("POST", "/panic", "alice", "k1"); again.status != 201 || again.header.Get(idemhttp.ReplayedHeader) != "true" {
 			t.Fatalf("after Complete: %+v", again)
+		}
+	})
+
+	t.Run("ErrorAfterAcceptReleasesTheClaim", func(t *testing.T) {
+		t.Parallel()
+		en := setup(t, newStore)
+		if a := en.do("POST", "/unqueued", "alice", "k1"); a.status != http.StatusServiceUnavailable {
+			t.Fatalf("accepted, then 503: %+v", a)
+		}
+		if n := en.store.Calls("release"); n != 1 {
+			t.Fatalf("the handed-off claim was released %d times, want 1", n)
+		}
+		if again := en.do("POST", "/unqueued", "alice", "k1"); again.status != http.StatusServiceUnavailable || en.runs.Load() != 2 {
+			t.Fatalf("a retry after the 503 did not run the handler again: %+v, runs %d", again, en.runs.Load())
 		}
 	})
 
