@@ -752,11 +752,9 @@ const (
 // Every write is fenced, so a retry is safe; a retry that finds the
 // record already settled (status settled) under this very claim learns
 // that an earlier attempt landed and its reply was lost: success. Tokens
-// let other writers hold the same claim, so that is checked: a record
-// settled before this write's first attempt is another writer's, and
-// after a retry the stored outcome must be this write's (landed, read
-// back) — else the refusal is returned. The writes go on when the
-// caller's context is cancelled.
+// let other writers hold the same claim, so the stored outcome must be
+// this write's (landed, read back) — else the refusal is returned. The
+// writes go on when the caller's context is cancelled.
 func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, landed func(*store.Record) bool, try func(ctx context.Context, now int64) error) error {
 	e := h.e
 	ctx = context.WithoutCancel(ctx)
@@ -772,7 +770,7 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, la
 		case err == nil:
 			return nil
 		case errors.As(err, &fe) && fe.Own() && fe.Status == settled:
-			if h.ownWrite(ctx, attempt, landed) {
+			if h.ownWrite(ctx, landed) {
 				return nil
 			}
 			return err
@@ -795,10 +793,10 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, la
 // ownWrite decides whether a record found settled under this holder's
 // claim was settled by this write (its reply lost) rather than by another
 // holder of the claim's token.
-func (h *holder) ownWrite(ctx context.Context, attempt int, landed func(*store.Record) bool) bool {
-	if attempt == 1 {
-		return false // nothing of this write had been sent before
-	}
+// The record is read back: an earlier attempt, or an earlier call by the
+// same worker whose reply was lost, left this write's outcome; another
+// writer's outcome differs.
+func (h *holder) ownWrite(ctx context.Context, landed func(*store.Record) bool) bool {
 	if landed == nil {
 		return true
 	}

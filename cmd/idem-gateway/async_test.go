@@ -178,9 +178,13 @@ func TestAsyncHandOffThroughTheAdminListener(t *testing.T) {
 		}
 		// A worker's retry of its Complete is answered as the first was
 		// (its write is recognised as landed) and changes nothing; any
-		// other write through the spent token is refused.
-		if a := settle(gw.admin, tok, "complete", "text/plain", "again"); a.status != http.StatusNoContent {
+		// other write through the spent token — another response too — is
+		// refused.
+		if a := settle(gw.admin, tok, "complete?status=201", "application/json", `{"transfer":"tr_1"}`); a.status != http.StatusNoContent {
 			t.Fatalf("Complete again: %+v", a)
+		}
+		if a := settle(gw.admin, tok, "complete", "text/plain", "another"); a.status != http.StatusConflict || a.problemType() != "stale-token" {
+			t.Fatalf("Complete with another response through a spent token: %+v", a)
 		}
 		if a := post("/transfers", "t1"); a.body != `{"transfer":"tr_1"}` {
 			t.Fatalf("the second Complete changed the response: %+v", a)
