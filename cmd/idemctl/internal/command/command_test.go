@@ -69,6 +69,13 @@ func on(t *testing.T, clock *clocktest.Clock, s store.Store) *fixture {
 }
 
 func (f *fixture) env(stdout, stderr *syncBuffer) Env {
+	if f.store == nil { // a real store, opened from $IDEM_STORE as idemctl does
+		e := System()
+		e.Stdin, e.Stdout, e.Stderr, e.Clock = strings.NewReader(f.stdin), stdout, stderr, f.clock
+		e.Getenv = func(k string) string { return f.getenv[k] }
+		e.StdinIsTerminal = func() bool { return f.tty }
+		return e
+	}
 	return Env{
 		Stdin: strings.NewReader(f.stdin), Stdout: stdout, Stderr: stderr,
 		Getenv:          func(k string) string { return f.getenv[k] },

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -35,8 +36,11 @@ var resolveCommand = command{
 			if expiry < 0 {
 				return usagef("-expiry %v: want a positive duration", expiry)
 			}
-			var write func(context.Context, *idem.Engine, idem.Token) error
-			done := ""
+			var (
+				write  func(context.Context, *idem.Engine, idem.Token) error
+				landed func(*idem.State) bool
+				done   string
+			)
 			if result != "" {
 				b, err := readResult(c.env.Stdin, result)
 				if err != nil {
@@ -46,6 +50,7 @@ var resolveCommand = command{
 					return usagef("--result is not JSON (pass --raw to store it anyway, for an application with another codec)")
 				}
 				write = func(ctx context.Context, e *idem.Engine, t idem.Token) error { return e.Complete(ctx, t, b) }
+				landed = func(st *idem.State) bool { return st.Status == idem.StatusCompleted && bytes.Equal(st.Result, b) }
 				done = "completed"
 			} else {
 				code, msg, ok := strings.Cut(failed, ":")
@@ -55,9 +60,12 @@ var resolveCommand = command{
 				write = func(ctx context.Context, e *idem.Engine, t idem.Token) error {
 					return e.Fail(ctx, t, &idem.TerminalError{Code: code, Message: msg})
 				}
+				landed = func(st *idem.State) bool {
+					return st.Status == idem.StatusFailed && st.Err != nil && st.Err.Code == code && st.Err.Message == msg
+				}
 				done = "failed"
 			}
-			s := &settle{c: c, flags: &f, verb: "resolve as " + strings.ToUpper(done), done: done, write: write,
+			s := &settle{c: c, flags: &f, verb: "resolve as " + strings.ToUpper(done), done: done, write: write, landed: landed,
 				expiry: func(st *idem.State) time.Duration {
 					if expiry > 0 {
 						return expiry

@@ -32,6 +32,11 @@ type settle struct {
 	allow  func(st *idem.State) error
 	expiry func(st *idem.State) time.Duration
 	write  func(ctx context.Context, e *idem.Engine, t idem.Token) error
+	// landed, when set, checks the record after the write: the engine
+	// counts a write that finds the record already settled under the same
+	// claim as its own (an earlier attempt whose reply was lost), which
+	// for an operator's write means the holder settled it in between.
+	landed func(st *idem.State) bool
 	done   string // printed on success, after the key
 }
 
@@ -77,6 +82,16 @@ func (s *settle) run(ctx context.Context, args []string) error {
 	}
 	if err := s.write(ctx, e, state.Token()); err != nil {
 		return explainWrite(key, err)
+	}
+	if s.landed != nil {
+		after, err := s.c.readState(ctx, reader, key)
+		if err != nil {
+			return fmt.Errorf("%s: the write was accepted but the record cannot be read back: %w", key, err)
+		}
+		if !s.landed(after) {
+			return fmt.Errorf("%s changed underneath: its holder settled it as %s while idemctl was writing; idemctl's outcome was not stored. Run idemctl show %s and decide again",
+				key, after.Status, key)
+		}
 	}
 	fmt.Fprintf(s.c.env.Stdout, "%s %s\n", s.done, key)
 	return nil
