@@ -3,25 +3,23 @@ module github.com/seed-a1b882c0/idem/cmd/idem-gateway
 go 1.26.0
 
 require (
-	github.com/aws/aws-sdk-go-v2 v1.47.7
-	github.com/aws/aws-sdk-go-v2/config v1.33.15
-	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/seed-a1b882c0/idem v0.1.0
 	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
-	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0
-	github.com/seed-a1b882c0/idem/store/pgstore v0.1.0
-	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/storeurl v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
+	github.com/aws/aws-sdk-go-v2 v1.47.7 // indirect
+	github.com/aws/aws-sdk-go-v2/config v1.33.15 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.10 // indirect
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.10 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.10 // indirect
@@ -40,6 +38,9 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0 // indirect
+	github.com/seed-a1b882c0/idem/store/pgstore v0.1.0 // indirect
+	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0 // indirect
 	go.etcd.io/bbolt v1.4.3 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect

@@ -1,0 +1,137 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/monitor"
+	"github.com/seed-a1b882c0/idem/store/storeurl"
+)
+
+// The acceptance scenario of issue 14 on every store: a claim whose
+// process died is found stuck by idemctl list --stuck and by the monitor
+// within one sweep, resolved with idemctl resolve, and the next duplicate
+// replays the resolved outcome.
+func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
+	t.Run("bolt", func(t *testing.T) {
+		stuckScenario(t, "bolt://"+filepath.Join(t.TempDir(), "idem.db"))
+	})
+	t.Run("redis", func(t *testing.T) {
+		addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+		stuckScenario(t, fmt.Sprintf("redis://%s/0?prefix=idemctl%d:", addr, time.Now().UnixNano()))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
+		user := os.Getenv("IDEM_PG_USER")
+		if user == "" {
+			user = "postgres"
+		}
+		stuckScenario(t, fmt.Sprintf("postgres://%s@%s/test?table=idemctl_%d", user, addr, time.Now().UnixNano()))
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
+		if ep == "" {
+			testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
+		}
+		t.Setenv("AWS_ACCESS_KEY_ID", "local")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
+		stuckScenario(t, fmt.Sprintf("dynamodb://idemctl_%d?region=us-east-1&endpoint=%s", time.Now().UnixNano(), ep))
+	})
+}
+
+func stuckScenario(t *testing.T, url string) {
+	ctx := context.Background()
+	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+	f := &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: url}}
+	u, err := storeurl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch u.Kind {
+	case storeurl.Postgres:
+		if out := f.must("migrate"); !strings.Contains(out, "applied") {
+			t.Fatalf("migrate: %q", out)
+		}
+	case storeurl.DynamoDB:
+		f.must("create-table")
+	}
+
+	// An application claims the key, hands the work to an execution, and
+	// dies: its claim stays IN_PROGRESS.
+	app := func() (*idem.Engine, func()) {
+		s, err := storeurl.Open(ctx, url, &storeurl.Options{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := idem.New(s, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e, func() { s.Close() }
+	}
+	e, kill := app()
+	b, err := e.Begin(ctx, idem.Request{Operation: "charge", Key: "order-1"}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
+	if err != nil || !b.Acquired {
+		t.Fatalf("%+v %v", b, err)
+	}
+	if err := e.Attach(ctx, b.Token, "exec-1"); err != nil {
+		t.Fatal(err)
+	}
+	key := b.Token.Key.String()
+	kill()
+	clock.Advance(2 * time.Minute)
+
+	if got := listedKeys(t, f.must("list", "--stuck", "-o", "json")); len(got) != 1 || got[0] != key {
+		t.Fatalf("list --stuck: %v, want %s", got, key)
+	}
+	if out := f.must("list", "--stuck"); !strings.Contains(out, "exec-1") || !strings.Contains(out, "worker-7/") {
+		t.Fatalf("list --stuck:\n%s", out)
+	}
+
+	s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []monitor.Event
+	m, err := monitor.New(s.Lister(), &monitor.Config{Clock: clock, OnEvent: func(ev monitor.Event) { events = append(events, ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.Sweep(ctx)
+	s.Close()
+	if err != nil || snap.Stuck != 1 || len(events) != 1 || events[0].Key != key || events[0].Ref != "exec-1" {
+		t.Fatalf("monitor: %+v %v %+v", snap, err, events)
+	}
+
+	f.must("resolve", "--yes", key, "--result", `{"id":42}`)
+
+	e, stop := app()
+	defer stop()
+	ran := false
+	res, err := idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "order-1"}, func(context.Context) (struct{ ID int }, error) {
+		ran = true
+		return struct{ ID int }{1}, nil
+	})
+	if err != nil || ran || !res.Replayed || res.Value.ID != 42 {
+		t.Fatalf("duplicate after resolve: %+v %v, ran %v", res, err, ran)
+	}
+	stop()
+
+	var v view
+	if err := json.Unmarshal([]byte(f.must("show", "-o", "json", key)), &v); err != nil || v.Status != "COMPLETED" {
+		t.Fatalf("show: %+v %v", v, err)
+	}
+	f.must("delete", "--yes", key)
+	if code, _, _ := f.run("show", key); code != ExitNotFound {
+		t.Fatalf("show after delete: exit %d", code)
+	}
+}

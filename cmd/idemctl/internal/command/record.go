@@ -1,0 +1,230 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// keyFlags name a key by its parts, as an alternative to the store key:
+// --scope OPERATION[/TENANT] --key MATERIAL [--tenant TENANT].
+type keyFlags struct{ scope, key, tenant string }
+
+func (k *keyFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&k.scope, "scope", "", "the key's operation (`NAME`, or NAME/TENANT), with --key instead of a store key")
+	fs.StringVar(&k.key, "key", "", "the idempotency key `MATERIAL` the caller gave (hashed into the store key), with --scope")
+	fs.StringVar(&k.tenant, "tenant", "", "the key's `TENANT`, with --scope and --key")
+}
+
+// storeKey returns the key named by the one positional argument (a store
+// key, "operation[/tenant]#digest") or by --scope and --key.
+func (k *keyFlags) storeKey(pos []string) (idem.StoreKey, error) {
+	byParts := k.scope != "" || k.key != "" || k.tenant != ""
+	switch {
+	case len(pos) > 1:
+		return idem.StoreKey{}, usagef("one key please, not %d arguments", len(pos))
+	case len(pos) == 1 && byParts:
+		return idem.StoreKey{}, usagef("give either a store key or --scope and --key, not both")
+	case len(pos) == 1:
+		sk, err := idem.ParseStoreKey(pos[0])
+		if err != nil {
+			return idem.StoreKey{}, usagef("%q is not a store key (operation[/tenant]#sha256-hex, as list prints): %v", pos[0], err)
+		}
+		return sk, nil
+	case !byParts:
+		return idem.StoreKey{}, usagef("which key? give a store key, or --scope and --key")
+	case k.scope == "" || k.key == "":
+		return idem.StoreKey{}, usagef("--scope and --key go together")
+	}
+	op, tenant, hasTenant := strings.Cut(k.scope, "/")
+	if hasTenant && k.tenant != "" && k.tenant != tenant {
+		return idem.StoreKey{}, usagef("--scope %s names tenant %q and --tenant says %q", k.scope, tenant, k.tenant)
+	}
+	if !hasTenant {
+		tenant = k.tenant
+	}
+	sk, err := idem.NewStoreKey(op, tenant, []byte(k.key))
+	if err != nil {
+		return idem.StoreKey{}, usagef("%v", err)
+	}
+	return sk, nil
+}
+
+// view is a record as idemctl prints it.
+type view struct {
+	Key                string     `json:"key"`
+	Status             string     `json:"status"`
+	Stuck              bool       `json:"stuck"`
+	Fence              uint64     `json:"fence"`
+	Owner              string     `json:"owner"`
+	Ref                string     `json:"execution_ref,omitempty"`
+	Fingerprint        string     `json:"fingerprint,omitempty"`
+	Created            time.Time  `json:"created"`
+	ExpectedCompletion time.Time  `json:"expected_completion"`
+	Completed          *time.Time `json:"completed,omitempty"`
+	Expires            time.Time  `json:"expires"`
+	AgeSeconds         int64      `json:"age_seconds"`
+	Error              *viewError `json:"error,omitempty"`
+	// Result is the stored result: JSON as is, other bytes as a string.
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+type viewError struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
+
+func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
+	v := view{
+		Key: r.Key, Status: r.Status.String(), Stuck: r.Status == store.StatusInProgress && r.LeaseExpired(store.Millis(now)),
+		Fence: r.Fence, Owner: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
+		Created: store.FromMillis(r.CreatedAt).UTC(), ExpectedCompletion: store.FromMillis(r.LeaseUntil).UTC(),
+		Expires: store.FromMillis(r.ExpiresAt).UTC(),
+	}
+	v.AgeSeconds = int64(now.Sub(v.Created) / time.Second)
+	if r.CompletedAt != 0 {
+		t := store.FromMillis(r.CompletedAt).UTC()
+		v.Completed = &t
+	}
+	if r.Err != nil {
+		v.Error = &viewError{Code: r.Err.Code, Message: r.Err.Message}
+	}
+	if withResult && r.Status == store.StatusCompleted {
+		v.Result = resultJSON(r.Result)
+	}
+	return v
+}
+
+func viewOfState(s *idem.State, now time.Time) view {
+	r := &store.Record{
+		Key: s.Key, Status: s.Status, Fence: s.Fence, Owner: s.LockedBy, Ref: s.Ref, Fingerprint: s.Fingerprint,
+		CreatedAt: store.Millis(s.CreatedAt), LeaseUntil: store.Millis(s.ExpectedCompletion), ExpiresAt: store.Millis(s.ExpiresAt),
+		Result: s.Result,
+	}
+	if !s.CompletedAt.IsZero() {
+		r.CompletedAt = store.Millis(s.CompletedAt)
+	}
+	if s.Err != nil {
+		r.Err = &store.ErrorRecord{Code: s.Err.Code, Message: s.Err.Message}
+	}
+	return viewOfRecord(r, now, true)
+}
+
+// resultJSON is b when it is JSON, else b as a JSON string (or base64
+// when it is not UTF-8).
+func resultJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return b
+	}
+	var s any = string(b)
+	if !utf8.Valid(b) {
+		s = map[string][]byte{"base64": b}
+	}
+	out, _ := json.Marshal(s)
+	return out
+}
+
+// ts formats a time for tables.
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeTable prints views as list's table.
+func writeTable(w io.Writer, vs []view) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATUS\tOWNER\tCREATED\tEXPECTED COMPLETION\tAGE\tEXECUTION REF")
+	for _, v := range vs {
+		status := v.Status
+		if v.Stuck {
+			status += " (stuck)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Key, status, orDash(v.Owner), ts(v.Created), ts(v.ExpectedCompletion),
+			time.Duration(v.AgeSeconds)*time.Second, orDash(v.Ref))
+	}
+	return tw.Flush()
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// outputFlag is -o table|json.
+type outputFlag string
+
+func (o *outputFlag) String() string { return string(*o) }
+
+func (o *outputFlag) Set(s string) error {
+	switch s {
+	case "table", "json":
+		*o = outputFlag(s)
+		return nil
+	}
+	return fmt.Errorf("want table or json, not %q", s)
+}
+
+// readState reads key's record through an engine (strongly consistent,
+// expired records count as absent).
+func (c *ctl) readState(ctx context.Context, e *idem.Engine, key idem.StoreKey) (*idem.State, error) {
+	st, err := e.Status(ctx, key)
+	if errors.Is(err, idem.ErrNotFound) {
+		return nil, fmt.Errorf("%s: no such record (absent or expired): %w", key, store.ErrNotFound)
+	}
+	return st, err
+}
+
+// rawCodec stores the bytes it is given as they are: idemctl writes the
+// result an operator supplies, in whatever encoding the application uses.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	b, ok := v.([]byte)
+	if !ok {
+		return nil, fmt.Errorf("idemctl: raw codec given %T", v)
+	}
+	return b, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("idemctl: raw codec given %T", v)
+	}
+	*p = append([]byte(nil), data...)
+	return nil
+}
+
+// engine returns an engine on s whose settled records live for expiry
+// (at least a second), owned by "idemctl".
+func (c *ctl) engine(s store.Store, expiry time.Duration) (*idem.Engine, error) {
+	expiry = max(expiry, time.Second)
+	return idem.New(s, &idem.Config{
+		Clock: c.env.Clock, Codec: rawCodec{}, Owner: "idemctl", Logger: c.logger(),
+		Expiry: expiry, Lease: min(30*time.Second, expiry), RenewInterval: -1,
+	})
+}

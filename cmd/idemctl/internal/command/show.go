@@ -1,0 +1,67 @@
+package command
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+)
+
+var showCommand = command{
+	name: "show", args: "KEY | --scope NAME --key MATERIAL [--tenant TENANT]",
+	summary: "Show one key's record: status, who holds it since when, its execution, its outcome. Read-only; exit 3 when absent.",
+	flags: func(fs *flag.FlagSet, c *ctl) func(context.Context, []string) error {
+		var k keyFlags
+		k.define(fs)
+		out := outputFlag("table")
+		fs.Var(&out, "o", "output `FORMAT`: table or json")
+		return func(ctx context.Context, args []string) error {
+			key, err := k.storeKey(args)
+			if err != nil {
+				return err
+			}
+			s, closeStore, err := c.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			e, err := c.engine(s, time.Hour)
+			if err != nil {
+				return err
+			}
+			st, err := c.readState(ctx, e, key)
+			if err != nil {
+				return err
+			}
+			v := viewOfState(st, c.now())
+			if out == "json" {
+				return writeJSON(c.env.Stdout, v)
+			}
+			tw := tabwriter.NewWriter(c.env.Stdout, 0, 4, 2, ' ', 0)
+			status := v.Status
+			if v.Stuck {
+				status += " (stuck: past its expected completion)"
+			}
+			rows := [][2]string{
+				{"key", v.Key}, {"status", status}, {"owner", orDash(v.Owner)}, {"fence", fmt.Sprint(v.Fence)},
+				{"execution ref", orDash(v.Ref)}, {"created", ts(v.Created)}, {"age", (time.Duration(v.AgeSeconds) * time.Second).String()},
+				{"expected completion", ts(v.ExpectedCompletion)},
+			}
+			if v.Completed != nil {
+				rows = append(rows, [2]string{"completed", ts(*v.Completed)})
+			}
+			rows = append(rows, [2]string{"expires", ts(v.Expires)}, [2]string{"fingerprint", orDash(v.Fingerprint)})
+			if v.Error != nil {
+				rows = append(rows, [2]string{"error code", orDash(v.Error.Code)}, [2]string{"error message", v.Error.Message})
+			}
+			if v.Result != nil {
+				rows = append(rows, [2]string{"result", string(v.Result)})
+			}
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+			}
+			return tw.Flush()
+		}
+	},
+}

@@ -1,0 +1,366 @@
+// Package monitor watches an idem store for work that should have finished
+// and has not: it sweeps a [store.Lister] on an interval and reports how
+// many records are IN_PROGRESS, how many of those are stuck (IN_PROGRESS
+// past their expected completion), how many are FAILED, and the age of the
+// oldest IN_PROGRESS one.
+//
+// Each record that newly becomes stuck or FAILED is logged once, with who
+// held it, since when and for which execution, and handed to
+// Config.OnEvent (an alert, a ticket, a reconciler). Every sweep's
+// [Snapshot] goes to Config.OnSweep, where a program sets its gauges
+// (idemctl watch serves them to Prometheus). The work of one sweep is
+// bounded by Config.MaxRecords.
+//
+// A stuck record is settled by hand with idemctl (resolve, release) or by
+// the code that owns the work; see docs/idemctl.md.
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// Config configures a [Monitor]. A nil *Config means all defaults.
+type Config struct {
+	// Interval is the time between sweeps. Default 1m.
+	Interval time.Duration
+	// MaxRecords bounds the records one sweep reads, IN_PROGRESS and
+	// FAILED together. A sweep that reaches it stops early and says so
+	// (Snapshot.Truncated): its counts are lower bounds. Default 10,000.
+	MaxRecords int
+	// PageSize is the page size asked of the store. Default 500, at most
+	// MaxRecords.
+	PageSize int
+	// SweepTimeout bounds one sweep. Default Interval.
+	SweepTimeout time.Duration
+	// Clock times the sweeps and decides which records are stuck.
+	// Default idem.SystemClock.
+	Clock idem.Clock
+	// Logger receives one line per newly stuck or failed record (Warn)
+	// and per failed sweep (Error). Default slog.Default().
+	Logger *slog.Logger
+	// OnSweep, when set, is called after every sweep with its snapshot,
+	// on the monitor's goroutine.
+	OnSweep func(Snapshot)
+	// OnEvent, when set, is called once for each record that newly became
+	// stuck or FAILED, on the monitor's goroutine.
+	OnEvent func(Event)
+}
+
+// WithDefaults returns a copy of c with every zero field set to its
+// default. A nil c gives all defaults.
+func (c *Config) WithDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Interval == 0 {
+		out.Interval = time.Minute
+	}
+	if out.MaxRecords == 0 {
+		out.MaxRecords = 10_000
+	}
+	if out.PageSize == 0 {
+		out.PageSize = 500
+	}
+	out.PageSize = min(out.PageSize, out.MaxRecords)
+	if out.SweepTimeout == 0 {
+		out.SweepTimeout = out.Interval
+	}
+	if out.Clock == nil {
+		out.Clock = idem.SystemClock{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Interval < 0:
+		return fmt.Errorf("%w: monitor Interval is %v; it must be positive", idem.ErrInvalidConfig, c.Interval)
+	case c.MaxRecords < 0 || c.PageSize < 0:
+		return fmt.Errorf("%w: monitor MaxRecords %d and PageSize %d must be positive", idem.ErrInvalidConfig, c.MaxRecords, c.PageSize)
+	case c.SweepTimeout < 0:
+		return fmt.Errorf("%w: monitor SweepTimeout is %v; it must be positive", idem.ErrInvalidConfig, c.SweepTimeout)
+	}
+	return nil
+}
+
+// Snapshot is what one sweep found.
+type Snapshot struct {
+	// At is when the sweep started: the instant "stuck" and ages refer to.
+	At time.Time
+	// InProgress counts IN_PROGRESS records, Stuck those of them past
+	// their expected completion, Failed the FAILED records.
+	InProgress, Stuck, Failed int
+	// OldestInProgress is the age of the oldest IN_PROGRESS record (since
+	// its claim), zero when there is none.
+	OldestInProgress time.Duration
+	// Truncated is true when the sweep stopped at Config.MaxRecords: the
+	// counts are lower bounds.
+	Truncated bool
+	// Err is the listing's failure; the counts are then those read before it.
+	Err error
+}
+
+// Kind says why an [Event] was raised.
+type Kind int
+
+// The kinds of event.
+const (
+	// Stuck: an IN_PROGRESS record is past its expected completion.
+	Stuck Kind = iota + 1
+	// Failed: a record is FAILED.
+	Failed
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Stuck:
+		return "stuck"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Event is a record that newly became stuck or FAILED.
+type Event struct {
+	Kind Kind
+	// Key is the store key; Operation its operation name.
+	Key, Operation string
+	// Owner is who claimed the record; Ref the execution it was handed
+	// to, if any.
+	Owner, Ref string
+	// Fence is the claim's fence: a later claim of the key is a new event.
+	Fence uint64
+	// CreatedAt is when the claim was made, ExpectedCompletion when it
+	// should have been done, CompletedAt when a FAILED record failed.
+	CreatedAt, ExpectedCompletion, CompletedAt time.Time
+	// ErrCode and ErrMessage are a FAILED record's stored error.
+	ErrCode, ErrMessage string
+}
+
+// Monitor sweeps a store on an interval. Close stops it.
+type Monitor struct {
+	l   store.Lister
+	cfg Config
+
+	// seen holds the events raised already (key, fence, kind), pruned to
+	// what the last complete sweep found.
+	seen map[seenKey]bool
+
+	mu   sync.Mutex
+	last Snapshot
+
+	sweepMu sync.Mutex // one sweep at a time
+	cancel  context.CancelFunc
+	done    chan struct{}
+	once    sync.Once
+}
+
+type seenKey struct {
+	key   string
+	fence uint64
+	kind  Kind
+}
+
+// New returns a monitor of l that sweeps only when [Monitor.Sweep] is
+// called; [Monitor.Start] starts its own sweeps.
+func New(l store.Lister, cfg *Config) (*Monitor, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: monitor needs a store.Lister", idem.ErrInvalidConfig)
+	}
+	c := cfg.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Monitor{l: l, cfg: c, seen: make(map[seenKey]bool)}, nil
+}
+
+// Start returns a monitor of l that sweeps at once and then every
+// Config.Interval on a goroutine of its own, until Close.
+func Start(l store.Lister, cfg *Config) (*Monitor, error) {
+	m, err := New(l, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	go m.run(ctx)
+	return m, nil
+}
+
+func (m *Monitor) run(ctx context.Context) {
+	defer close(m.done)
+	for {
+		m.sweepOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.cfg.Clock.After(m.cfg.Interval):
+		}
+	}
+}
+
+func (m *Monitor) sweepOnce(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, m.cfg.SweepTimeout)
+	defer cancel()
+	_, _ = m.Sweep(sctx)
+}
+
+// Close stops the monitor's sweeps and waits for a running one to end. It
+// is safe to call more than once, and on a monitor made by New.
+func (m *Monitor) Close() error {
+	m.once.Do(func() {
+		if m.cancel != nil {
+			m.cancel()
+			<-m.done
+		}
+	})
+	return nil
+}
+
+// Last returns the snapshot of the last sweep (zero before the first).
+func (m *Monitor) Last() Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+// Sweep reads the store once: IN_PROGRESS and FAILED records, at most
+// Config.MaxRecords of them. It raises an event for each newly stuck or
+// FAILED record, calls Config.OnSweep and returns the snapshot, with the
+// listing's error if it failed.
+func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	now := m.cfg.Clock.Now()
+	snap := Snapshot{At: now}
+	found := make(map[seenKey]bool)
+	budget := m.cfg.MaxRecords
+	var events []Event
+	for _, status := range []store.Status{store.StatusInProgress, store.StatusFailed} {
+		err := m.list(ctx, status, now, &budget, &snap.Truncated, func(r *store.Record) {
+			switch {
+			case r.Status == store.StatusInProgress:
+				snap.InProgress++
+				if age := now.Sub(store.FromMillis(r.CreatedAt)); age > snap.OldestInProgress {
+					snap.OldestInProgress = age
+				}
+				if r.LeaseExpired(store.Millis(now)) {
+					snap.Stuck++
+					events = m.note(events, found, Stuck, r)
+				}
+			case r.Status == store.StatusFailed:
+				snap.Failed++
+				events = m.note(events, found, Failed, r)
+			}
+		})
+		if err != nil {
+			snap.Err = err
+			break
+		}
+	}
+	if snap.Err == nil && !snap.Truncated {
+		// Forget what is no longer there, so a record that comes back is
+		// reported again and the set stays as small as the store's backlog.
+		for k := range m.seen {
+			if !found[k] {
+				delete(m.seen, k)
+			}
+		}
+	}
+	for _, ev := range events {
+		m.report(ev)
+	}
+	if snap.Err != nil {
+		m.cfg.Logger.Error("idem monitor: sweep failed", "err", snap.Err)
+	} else if snap.Truncated {
+		m.cfg.Logger.Warn("idem monitor: sweep stopped at MaxRecords; counts are lower bounds", "max_records", m.cfg.MaxRecords)
+	}
+	m.mu.Lock()
+	m.last = snap
+	m.mu.Unlock()
+	if m.cfg.OnSweep != nil {
+		m.cfg.OnSweep(snap)
+	}
+	return snap, snap.Err
+}
+
+// list pages through the records of status, at most *budget of them.
+func (m *Monitor) list(ctx context.Context, status store.Status, now time.Time, budget *int, truncated *bool, fn func(*store.Record)) error {
+	cursor := ""
+	for {
+		if *budget <= 0 {
+			*truncated = true
+			return nil
+		}
+		res, err := m.l.List(ctx, store.ListParams{Status: status, Now: store.Millis(now), Limit: min(m.cfg.PageSize, *budget), Cursor: cursor})
+		if err != nil {
+			return fmt.Errorf("listing %s records: %w", status, err)
+		}
+		for _, r := range res.Records {
+			if *budget <= 0 {
+				*truncated = true
+				return nil
+			}
+			*budget--
+			fn(r)
+		}
+		if res.Next == "" {
+			return nil
+		}
+		if res.Next == cursor {
+			return errors.New("store listing did not advance its cursor")
+		}
+		cursor = res.Next
+	}
+}
+
+// note marks r as found, and adds its event when it is new.
+func (m *Monitor) note(events []Event, found map[seenKey]bool, kind Kind, r *store.Record) []Event {
+	k := seenKey{key: r.Key, fence: r.Fence, kind: kind}
+	found[k] = true
+	if m.seen[k] {
+		return events
+	}
+	m.seen[k] = true
+	ev := Event{Kind: kind, Key: r.Key, Owner: r.Owner, Ref: r.Ref, Fence: r.Fence,
+		CreatedAt: store.FromMillis(r.CreatedAt), ExpectedCompletion: store.FromMillis(r.LeaseUntil)}
+	if sk, err := idem.ParseStoreKey(r.Key); err == nil {
+		ev.Operation = sk.Operation
+	}
+	if r.CompletedAt != 0 {
+		ev.CompletedAt = store.FromMillis(r.CompletedAt)
+	}
+	if r.Err != nil {
+		ev.ErrCode, ev.ErrMessage = r.Err.Code, r.Err.Message
+	}
+	return append(events, ev)
+}
+
+// report logs ev and hands it to the hook.
+func (m *Monitor) report(ev Event) {
+	attrs := []any{"key", ev.Key, "owner", ev.Owner, "created", ev.CreatedAt, "ref", ev.Ref, "fence", ev.Fence}
+	switch ev.Kind {
+	case Stuck:
+		attrs = append(attrs, "expected_completion", ev.ExpectedCompletion)
+		m.cfg.Logger.Warn("idem monitor: record stuck past its expected completion", attrs...)
+	case Failed:
+		attrs = append(attrs, "failed_at", ev.CompletedAt, "code", ev.ErrCode, "message", ev.ErrMessage)
+		m.cfg.Logger.Warn("idem monitor: record failed", attrs...)
+	}
+	if m.cfg.OnEvent != nil {
+		m.cfg.OnEvent(ev)
+	}
+}

@@ -1,0 +1,272 @@
+package monitor_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/monitor"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fixture is a store with an engine and a monitor on one manual clock.
+type fixture struct {
+	clock  *clocktest.Clock
+	store  *memstore.Store
+	engine *idem.Engine
+	logs   *syncBuffer
+
+	mu     sync.Mutex
+	events []monitor.Event
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{clock: clocktest.New(t0), logs: &syncBuffer{}}
+	f.store = memstore.New(&memstore.Config{SweepInterval: -1, Clock: f.clock})
+	t.Cleanup(func() { f.store.Close() })
+	var err error
+	f.engine, err = idem.New(f.store, &idem.Config{Clock: f.clock, Expiry: 24 * time.Hour, Owner: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) config(c monitor.Config) *monitor.Config {
+	c.Clock = f.clock
+	c.Logger = slog.New(slog.NewTextHandler(f.logs, nil))
+	c.OnEvent = func(ev monitor.Event) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.events = append(f.events, ev)
+	}
+	return &c
+}
+
+func (f *fixture) takeEvents() []monitor.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev := f.events
+	f.events = nil
+	return ev
+}
+
+// begin claims key for work expected to take d, with ref attached.
+func (f *fixture) begin(t *testing.T, key string, d time.Duration, ref string) idem.Token {
+	t.Helper()
+	ctx := context.Background()
+	b, err := f.engine.Begin(ctx, idem.Request{Operation: "charge", Key: key}, &idem.BeginOptions{ExpectedCompletion: d})
+	if err != nil || !b.Acquired {
+		t.Fatalf("begin %s: %+v %v", key, b, err)
+	}
+	if ref != "" {
+		if err := f.engine.Attach(ctx, b.Token, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Token
+}
+
+func TestSweepCountsAndReportsEachRecordOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.begin(t, "slow", time.Minute, "arn:exec:slow")
+	f.clock.Advance(10 * time.Second)
+	f.begin(t, "quick", 5*time.Minute, "")
+	failed := f.begin(t, "broken", time.Minute, "")
+	if err := f.engine.Fail(ctx, failed, idem.Terminal(errors.New("card declined"), "declined")); err != nil {
+		t.Fatal(err)
+	}
+	done := f.begin(t, "done", time.Minute, "")
+	if err := f.engine.Complete(ctx, done, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := monitor.New(f.store, f.config(monitor.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	snap, err := m.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.InProgress != 2 || snap.Stuck != 0 || snap.Failed != 1 || snap.OldestInProgress != 10*time.Second {
+		t.Fatalf("first sweep: %+v", snap)
+	}
+	ev := f.takeEvents()
+	if len(ev) != 1 || ev[0].Kind != monitor.Failed || ev[0].ErrCode != "declined" || ev[0].Operation != "charge" {
+		t.Fatalf("first sweep events: %+v", ev)
+	}
+
+	f.clock.Advance(time.Minute) // "slow" is now past its expected completion
+	snap, _ = m.Sweep(ctx)
+	if snap.InProgress != 2 || snap.Stuck != 1 || snap.Failed != 1 || snap.OldestInProgress != 70*time.Second {
+		t.Fatalf("second sweep: %+v", snap)
+	}
+	ev = f.takeEvents()
+	if len(ev) != 1 || ev[0].Kind != monitor.Stuck || ev[0].Ref != "arn:exec:slow" || !strings.HasPrefix(ev[0].Owner, "worker-7/") ||
+		!ev[0].CreatedAt.Equal(t0) || !ev[0].ExpectedCompletion.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("second sweep events: %+v", ev)
+	}
+	if m.Last() != snap {
+		t.Fatalf("Last() = %+v, want %+v", m.Last(), snap)
+	}
+	logs := f.logs.String()
+	for _, want := range []string{"record stuck past its expected completion", "ref=arn:exec:slow", "owner=worker-7/", "record failed", "code=declined"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
+	}
+
+	snap, _ = m.Sweep(ctx)
+	if ev := f.takeEvents(); len(ev) != 0 || snap.Stuck != 1 {
+		t.Fatalf("third sweep reported again: %+v %+v", snap, ev)
+	}
+	if n := strings.Count(f.logs.String(), "record stuck"); n != 1 {
+		t.Fatalf("the stuck record was logged %d times", n)
+	}
+}
+
+func TestARecordThatComesBackIsReportedAgain(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	tok := f.begin(t, "k", time.Second, "")
+	m, _ := monitor.New(f.store, f.config(monitor.Config{}))
+	f.clock.Advance(2 * time.Second)
+	if snap, _ := m.Sweep(ctx); snap.Stuck != 1 || len(f.takeEvents()) != 1 {
+		t.Fatalf("not stuck: %+v", snap)
+	}
+	if err := f.engine.Release(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := m.Sweep(ctx); snap.Stuck != 0 || len(f.takeEvents()) != 0 {
+		t.Fatalf("after release: %+v", snap)
+	}
+	f.begin(t, "k", time.Second, "")
+	f.clock.Advance(2 * time.Second)
+	if snap, _ := m.Sweep(ctx); snap.Stuck != 1 || len(f.takeEvents()) != 1 {
+		t.Fatalf("stuck again, not reported: %+v", snap)
+	}
+}
+
+func TestSweepWorkIsBounded(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		f.begin(t, k, time.Second, "")
+	}
+	l := &countingLister{Lister: f.store}
+	m, _ := monitor.New(l, f.config(monitor.Config{MaxRecords: 3, PageSize: 2}))
+	f.clock.Advance(time.Minute)
+	snap, err := m.Sweep(context.Background())
+	if err != nil || !snap.Truncated || snap.InProgress != 3 || snap.Stuck != 3 || l.read > 3 {
+		t.Fatalf("%+v %v, read %d records", snap, err, l.read)
+	}
+	if ev := f.takeEvents(); len(ev) != 3 {
+		t.Fatalf("%d events", len(ev))
+	}
+}
+
+type countingLister struct {
+	store.Lister
+	mu   sync.Mutex
+	read int
+	err  error
+}
+
+func (c *countingLister) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return store.ListResult{}, c.err
+	}
+	res, err := c.Lister.List(ctx, p)
+	c.read += len(res.Records)
+	return res, err
+}
+
+func TestFailedSweepSaysSo(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	boom := errors.New("connection refused")
+	m, _ := monitor.New(&countingLister{Lister: f.store, err: boom}, f.config(monitor.Config{}))
+	snap, err := m.Sweep(context.Background())
+	if !errors.Is(err, boom) || !errors.Is(snap.Err, boom) || !strings.Contains(f.logs.String(), "sweep failed") {
+		t.Fatalf("%+v %v", snap, err)
+	}
+}
+
+func TestStartSweepsOnTheClockUntilClose(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	sweeps := make(chan monitor.Snapshot, 10)
+	cfg := f.config(monitor.Config{Interval: time.Minute})
+	cfg.OnSweep = func(s monitor.Snapshot) { sweeps <- s }
+	m, err := monitor.Start(f.store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := <-sweeps; s.InProgress != 0 || !s.At.Equal(t0) {
+		t.Fatalf("first sweep: %+v", s)
+	}
+	f.begin(t, "k", time.Second, "")
+	for f.clock.Waiters() == 0 { // the monitor waits for its next sweep
+		runtime.Gosched()
+	}
+	f.clock.Advance(time.Minute)
+	if s := <-sweeps; s.Stuck != 1 || !s.At.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("second sweep: %+v", s)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := monitor.New(nil, nil); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+	if _, err := monitor.New(memstore.New(&memstore.Config{SweepInterval: -1}), &monitor.Config{Interval: -time.Second}); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,366 @@
+// Package storeurl opens an idem store named by a URL, the one form the
+// repository's commands (idem-gateway, idemctl) take their -store flag in:
+//
+//	memory:                                   in-process, lost on exit
+//	bolt:///abs/path.db, bolt:rel/path.db     embedded file (bolt:// alone: Options.DefaultBoltPath)
+//	redis://host:port/db?prefix=idem:         (rediss:// for TLS)
+//	postgres://user@host/db?table=idem_records
+//	dynamodb://TABLE?region=…&endpoint=…&index=…&create=true
+//
+// Query parameters the store takes (prefix, table, index, region,
+// endpoint, create) are removed before the rest of the URL is handed to
+// the backend's client, so a PostgreSQL URL keeps its own parameters
+// (sslmode, …). The module carries every backend's client; a program that
+// uses one store only imports that store's module instead.
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/boltstore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+	"github.com/seed-a1b882c0/idem/store/pgstore"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
+)
+
+// Kinds of store a URL names: [URL.Kind].
+const (
+	Memory   = "memory"
+	Bolt     = "bolt"
+	Redis    = "redis"
+	Postgres = "postgres"
+	DynamoDB = "dynamodb"
+)
+
+const schemes = "use memory:, bolt://, redis://, postgres:// or dynamodb://"
+
+// Error says what is wrong with a store URL.
+type Error struct {
+	URL    string
+	Reason string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("store URL %q: %s", e.URL, e.Reason)
+}
+
+// Is makes an *Error match idem.ErrInvalidConfig.
+func (e *Error) Is(target error) bool { return target == idem.ErrInvalidConfig }
+
+// URL is a parsed store URL: which backend, and its settings.
+type URL struct {
+	// Raw is the URL as given.
+	Raw string
+	// Kind is the backend: Memory, Bolt, Redis, Postgres or DynamoDB.
+	Kind string
+	// Path is the bolt file; empty for bolt:// alone.
+	Path string
+	// Prefix is the Redis key prefix (prefix=).
+	Prefix string
+	// Table is the PostgreSQL table (table=, default idem_records) or
+	// the DynamoDB table (the URL's host).
+	Table string
+	// Index is the DynamoDB status index (index=), empty for none.
+	Index string
+	// Region and Endpoint configure the DynamoDB client (region=,
+	// endpoint=); empty means the AWS configuration's.
+	Region, Endpoint string
+	// Create asks for the DynamoDB table to be created when missing
+	// (create=true).
+	Create bool
+	// Conn is the URL handed to the Redis or PostgreSQL client: Raw
+	// without the parameters above.
+	Conn string
+}
+
+// Parse checks raw and returns its parts, without connecting to anything.
+// Errors are an [*Error].
+func Parse(raw string) (*URL, error) {
+	bad := func(format string, args ...any) (*URL, error) {
+		return nil, &Error{URL: raw, Reason: fmt.Sprintf(format, args...)}
+	}
+	scheme, _, ok := strings.Cut(raw, ":")
+	if !ok {
+		return bad("no scheme; %s", schemes)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return bad("%v", err)
+	}
+	q := u.Query()
+	take := func(name string) string {
+		v := q.Get(name)
+		q.Del(name)
+		u.RawQuery = q.Encode()
+		return v
+	}
+	out := &URL{Raw: raw}
+	switch strings.ToLower(scheme) {
+	case "memory", "mem":
+		out.Kind = Memory
+	case "bolt", "file":
+		out.Kind = Bolt
+		out.Path = u.Path
+		if u.Opaque != "" {
+			out.Path = u.Opaque
+		}
+		if u.Host != "" {
+			return bad("host %q given; write bolt:///absolute/path or bolt:relative/path", u.Host)
+		}
+	case "redis", "rediss":
+		out.Kind = Redis
+		out.Prefix = take("prefix")
+		out.Conn = u.String()
+	case "postgres", "postgresql":
+		out.Kind = Postgres
+		out.Table = take("table")
+		if out.Table == "" {
+			out.Table = "idem_records"
+		}
+		out.Conn = u.String()
+	case "dynamodb":
+		out.Kind = DynamoDB
+		out.Table = u.Host
+		if out.Table == "" {
+			out.Table = u.Opaque
+		}
+		if out.Table == "" {
+			return bad("no table; write dynamodb://TABLE")
+		}
+		out.Region, out.Endpoint, out.Index = q.Get("region"), q.Get("endpoint"), q.Get("index")
+		if v := q.Get("create"); v != "" {
+			if out.Create, err = strconv.ParseBool(v); err != nil {
+				return bad("create: %v", err)
+			}
+		}
+	default:
+		return bad("unknown scheme %q; %s", scheme, schemes)
+	}
+	return out, nil
+}
+
+// Options configure [Open]. A nil *Options means all defaults.
+type Options struct {
+	// DefaultBoltPath is the file of bolt:// with no path. Default
+	// boltstore.DefaultPath().
+	DefaultBoltPath string
+	// Passive opens the store without changing anything by itself, for
+	// tools that inspect a store other programs own: no schema migration
+	// (PostgreSQL: the table must exist, and Open checks it does), no table creation (DynamoDB:
+	// create=true is refused), no bolt file created (it must exist), and
+	// no background reaper or sweeper deleting expired records.
+	Passive bool
+	// Clock drives the stores' reapers and sweepers. Default
+	// idem.SystemClock.
+	Clock idem.Clock
+}
+
+// Opened is an open store.
+type Opened struct {
+	// Store is the store.
+	store.Store
+	// URL is the parsed URL it was opened from.
+	URL    *URL
+	closer func() error
+}
+
+// Close releases what the store holds: its connections, its file, its
+// background goroutines. It is safe to call on a nil *Opened.
+func (o *Opened) Close() error {
+	if o == nil || o.closer == nil {
+		return nil
+	}
+	return o.closer()
+}
+
+// Lister returns the store's listing power, or nil when it has none.
+func (o *Opened) Lister() store.Lister {
+	l, _ := o.Store.(store.Lister)
+	return l
+}
+
+// Open opens the store raw names. Close the returned store when done.
+func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
+	u, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	var opt Options
+	if o != nil {
+		opt = *o
+	}
+	if opt.Clock == nil {
+		opt.Clock = idem.SystemClock{}
+	}
+	// A negative interval turns a store's background sweeper off.
+	sweep := time.Duration(0)
+	if opt.Passive {
+		sweep = -1
+	}
+	switch u.Kind {
+	case Memory:
+		s := memstore.New(&memstore.Config{SweepInterval: sweep, Clock: opt.Clock})
+		return &Opened{Store: s, URL: u, closer: s.Close}, nil
+	case Bolt:
+		path := u.Path
+		if path == "" {
+			path = opt.DefaultBoltPath
+		}
+		if path == "" {
+			path = boltstore.DefaultPath()
+		}
+		if opt.Passive {
+			if _, err := os.Stat(path); err != nil {
+				return nil, fmt.Errorf("bolt store %s: %w", path, err)
+			}
+		}
+		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: sweep, Clock: opt.Clock})
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Store: s, URL: u, closer: s.Close}, nil
+	case Redis:
+		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix})
+		if err != nil {
+			return nil, err
+		}
+		return &Opened{Store: s, URL: u, closer: s.Close}, nil
+	case Postgres:
+		cfg := &pgstore.Config{Table: u.Table, ReapInterval: sweep, Clock: opt.Clock}
+		if !opt.Passive {
+			s, err := pgstore.Open(ctx, u.Conn, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return &Opened{Store: s, URL: u, closer: s.Close}, nil
+		}
+		pool, err := pgxpool.New(ctx, u.Conn)
+		if err != nil {
+			return nil, &Error{URL: raw, Reason: err.Error()}
+		}
+		s, err := pgstore.New(pool, cfg)
+		if err == nil {
+			err = s.Ping(ctx) // says so when the table is missing
+		}
+		if err != nil {
+			if s != nil {
+				_ = s.Close()
+			}
+			pool.Close()
+			return nil, err
+		}
+		return &Opened{Store: s, URL: u, closer: func() error { err := s.Close(); pool.Close(); return err }}, nil
+	default: // DynamoDB
+		if u.Create && opt.Passive {
+			return nil, &Error{URL: raw, Reason: "create=true changes the account; this command opens stores read-only (use idemctl create-table)"}
+		}
+		client, tr, err := dynamoClient(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		cfg := dynamostore.Config{Table: u.Table, StatusIndex: u.Index}
+		if u.Create {
+			if err := dynamostore.CreateTable(ctx, client, cfg, time.Minute); err != nil {
+				tr.CloseIdleConnections()
+				return nil, err
+			}
+		}
+		s, err := dynamostore.New(client, cfg)
+		if err != nil {
+			tr.CloseIdleConnections()
+			return nil, err
+		}
+		return &Opened{Store: s, URL: u, closer: func() error { tr.CloseIdleConnections(); return nil }}, nil
+	}
+}
+
+// dynamoClient returns a DynamoDB client for u with a transport of its own
+// (with what the AWS configuration set on the SDK's, such as a CA bundle),
+// so that closing the store drops its idle connections.
+func dynamoClient(ctx context.Context, u *URL) (*dynamodb.Client, *http.Transport, error) {
+	var opts []func(*config.LoadOptions) error
+	if u.Region != "" {
+		opts = append(opts, config.WithRegion(u.Region))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamodb: loading the AWS configuration: %w", err)
+	}
+	var tr *http.Transport
+	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		tr = bc.GetTransport()
+	} else {
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	tr.MaxIdleConnsPerHost = 64
+	awsCfg.HTTPClient = &http.Client{Transport: tr}
+	client := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		if u.Endpoint != "" {
+			o.BaseEndpoint = aws.String(u.Endpoint)
+		}
+	})
+	return client, tr, nil
+}
+
+// ErrNotApplicable is returned by [Migrate] and [CreateTable] for a URL of
+// another kind of store.
+var ErrNotApplicable = errors.New("storeurl: not applicable to this kind of store")
+
+// Migrate applies the PostgreSQL schema migrations of the table a
+// postgres:// URL names (pgstore.Migrate), and returns the migrations the
+// table has now. Other kinds fail with [ErrNotApplicable].
+func Migrate(ctx context.Context, raw string) ([]pgstore.Migration, error) {
+	u, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if u.Kind != Postgres {
+		return nil, fmt.Errorf("%w: %s stores have no schema to migrate", ErrNotApplicable, u.Kind)
+	}
+	pool, err := pgxpool.New(ctx, u.Conn)
+	if err != nil {
+		return nil, &Error{URL: raw, Reason: err.Error()}
+	}
+	defer pool.Close()
+	if err := pgstore.Migrate(ctx, pool, u.Table); err != nil {
+		return nil, err
+	}
+	return pgstore.Migrations(u.Table)
+}
+
+// CreateTable creates the DynamoDB table a dynamodb:// URL names, with its
+// status index when the URL has index=, and waits for it to be ACTIVE (at
+// most maxWait); an existing table is left as it is. Other kinds fail with
+// [ErrNotApplicable].
+func CreateTable(ctx context.Context, raw string, maxWait time.Duration) error {
+	u, err := Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Kind != DynamoDB {
+		return fmt.Errorf("%w: only dynamodb:// stores have a table to create", ErrNotApplicable)
+	}
+	client, tr, err := dynamoClient(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer tr.CloseIdleConnections()
+	return dynamostore.CreateTable(ctx, client, dynamostore.Config{Table: u.Table, StatusIndex: u.Index}, maxWait)
+}
