@@ -1,8 +1,12 @@
 package idem
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Outcome is what happened to one call, or to one of its store writes.
@@ -158,3 +162,71 @@ const (
 	// StoreGet is a read of one record ([Engine.Status]).
 	StoreGet StoreOp = "get"
 )
+
+// StoreOps lists every store operation the engine reports, for exporters
+// that index by it.
+func StoreOps() []StoreOp {
+	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet}
+}
+
+// StoreResult classifies the result of one store call for metrics: a small
+// fixed set of labels, one per error of the store contract, so that an
+// exporter never labels by an error's text. [StoreResultOf] computes it.
+type StoreResult string
+
+// The results of a store call, from [StoreResultOf].
+const (
+	// StoreOK: the call succeeded.
+	StoreOK StoreResult = "ok"
+	// StoreNotFound: the record was absent or expired ([store.ErrNotFound]).
+	StoreNotFound StoreResult = "not_found"
+	// StoreFenced: a write was refused because the record no longer holds
+	// the writer's claim ([store.ErrFenced]).
+	StoreFenced StoreResult = "fenced"
+	// StoreTooLarge: the record was over the store's size limit
+	// ([store.ErrTooLarge]).
+	StoreTooLarge StoreResult = "too_large"
+	// StoreCorrupt: stored bytes could not be decoded ([store.ErrCorrupt]).
+	StoreCorrupt StoreResult = "corrupt"
+	// StoreCanceled: the caller's context was cancelled while the call ran
+	// ([context.Canceled]); the caller gave up, which says nothing of the
+	// store's health.
+	StoreCanceled StoreResult = "canceled"
+	// StoreUnavailable: the backend could not be reached or did not answer
+	// in time ([store.ErrUnavailable], or [context.DeadlineExceeded]).
+	StoreUnavailable StoreResult = "unavailable"
+	// StoreOtherError: any other error, such as one from a store that does
+	// not translate its backend's errors.
+	StoreOtherError StoreResult = "other"
+)
+
+// StoreResults lists every [StoreResult], for exporters that pre-register
+// labels.
+func StoreResults() []StoreResult {
+	return []StoreResult{StoreOK, StoreNotFound, StoreFenced, StoreTooLarge, StoreCorrupt, StoreCanceled, StoreUnavailable, StoreOtherError}
+}
+
+// StoreResultOf classifies err, the error of one store call as
+// [Observer.StoreCall] receives it: [StoreOK] for nil, else the first class
+// in the order of the constants above that err matches with [errors.Is]. A
+// cancelled context is "canceled" even when the store wrapped it with
+// [store.ErrUnavailable], as stores do with their backend's errors.
+func StoreResultOf(err error) StoreResult {
+	switch {
+	case err == nil:
+		return StoreOK
+	case errors.Is(err, store.ErrNotFound):
+		return StoreNotFound
+	case errors.Is(err, store.ErrFenced):
+		return StoreFenced
+	case errors.Is(err, store.ErrTooLarge):
+		return StoreTooLarge
+	case errors.Is(err, store.ErrCorrupt):
+		return StoreCorrupt
+	case errors.Is(err, context.Canceled):
+		return StoreCanceled
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return StoreUnavailable
+	}
+	return StoreOtherError
+}

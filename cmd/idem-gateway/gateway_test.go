@@ -260,17 +260,21 @@ func TestStoreDownIs503WithNoExecution(t *testing.T) {
 func TestMetricsAndHealth(t *testing.T) {
 	up := newUpstream(t)
 	gw := startGateway(t, "-upstream", up.srv.URL, "-store", "memory:", "-admin", "127.0.0.1:0")
+	// Every outcome is exported from the start, at zero.
+	if m := send("GET", "http://"+gw.admin+"/metrics", ""); !strings.Contains(m.body, `idem_outcomes_total{operation="gateway",outcome="acquired"} 0`) {
+		t.Errorf("before any request, metrics lack the outcomes at zero:\n%s", m.body)
+	}
 	send("POST", gw.url("/orders"), `{}`, "Idempotency-Key", "m")
 	send("POST", gw.url("/orders"), `{}`, "Idempotency-Key", "m")
 	send("POST", gw.url("/orders"), `{"x":1}`, "Idempotency-Key", "m")
 	m := send("GET", "http://"+gw.admin+"/metrics", "")
 	for _, want := range []string{
-		`idem_outcomes_total{op="gateway",outcome="acquired"} 1`,
-		`idem_outcomes_total{op="gateway",outcome="cache_hit"} 1`, // the replay, from the local cache
-		`idem_outcomes_total{op="gateway",outcome="mismatch"} 1`,
-		`idem_outcomes_total{op="gateway",outcome="uncertain"} 0`,
-		`idem_store_call_duration_seconds_count{method="claim",result="ok"} 1`,
-		`idem_store_call_duration_seconds_count{method="complete",result="ok"} 1`,
+		`idem_outcomes_total{operation="gateway",outcome="acquired"} 1`,
+		`idem_outcomes_total{operation="gateway",outcome="cache_hit"} 1`, // the replay, from the local cache
+		`idem_outcomes_total{operation="gateway",outcome="mismatch"} 1`,
+		`idem_outcomes_total{operation="gateway",outcome="uncertain"} 0`,
+		`idem_store_call_duration_seconds_count{op="claim",result="ok"} 1`,
+		`idem_store_call_duration_seconds_count{op="complete",result="ok"} 1`,
 		`idem_gateway_in_flight_requests 0`,
 		`idem_gateway_responses_total{code="201",replayed="true"} 1`,
 		`idem_gateway_responses_total{code="422",replayed="false"} 1`,

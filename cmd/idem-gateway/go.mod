@@ -6,6 +6,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/seed-a1b882c0/idem v0.1.0
+	github.com/seed-a1b882c0/idem/idemprom v0.1.0
 	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
 	github.com/seed-a1b882c0/idem/store/storeurl v0.1.0
 	go.uber.org/goleak v1.3.0

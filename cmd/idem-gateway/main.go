@@ -231,7 +231,7 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 	g := &gateway{opts: o, log: log, store: store, metrics: newMetrics()}
 	ecfg := &idem.Config{
 		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
-		Logger: log, Observer: g.metrics,
+		Logger: log, Observer: g.metrics.observer,
 	}
 	if o.cacheEntries > 0 {
 		ecfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}

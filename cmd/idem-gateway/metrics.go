@@ -3,21 +3,21 @@ package main
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemprom"
 )
 
-// metrics are the gateway's Prometheus metrics, in a registry of its own.
-// They also serve as the engine's idem.Observer.
+// metrics are the gateway's Prometheus metrics, in a registry of its own:
+// the engine's outcomes and store latencies from idemprom (idem_outcomes_total,
+// idem_store_call_duration_seconds, the metrics a user of the library gets),
+// and the gateway's own.
 type metrics struct {
 	reg       *prometheus.Registry
-	outcomes  *prometheus.CounterVec
-	storeCall *prometheus.HistogramVec
+	observer  *idemprom.Observer // the engine's idem.Observer
 	inFlight  prometheus.Gauge
 	responses *prometheus.CounterVec
 }
@@ -25,15 +25,6 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_outcomes_total",
-			Help: "Outcomes of idempotent calls (acquired, replayed, in_progress, mismatch, released, uncertain, ...).",
-		}, []string{"op", "outcome"}),
-		storeCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "idem_store_call_duration_seconds",
-			Help:    "Latency of idempotency store calls by method and result.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"method", "result"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_gateway_in_flight_requests",
 			Help: "Requests the gateway is serving now.",
@@ -43,27 +34,11 @@ func newMetrics() *metrics {
 			Help: "Responses by status code and whether they were replayed.",
 		}, []string{"code", "replayed"}),
 	}
-	m.reg.MustRegister(m.outcomes, m.storeCall, m.inFlight, m.responses,
+	// Every outcome of the gateway's operation is exported from the start, at zero.
+	m.observer = idemprom.MustNew(m.reg, &idemprom.Config{Operations: []string{scope}})
+	m.reg.MustRegister(m.inFlight, m.responses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Every outcome is exported from the start, at zero.
-	for _, o := range idem.Outcomes() {
-		m.outcomes.WithLabelValues(scope, o.String())
-	}
 	return m
-}
-
-// Observe implements idem.Observer.
-func (m *metrics) Observe(op string, o idem.Outcome) {
-	m.outcomes.WithLabelValues(op, o.String()).Inc()
-}
-
-// StoreCall implements idem.Observer.
-func (m *metrics) StoreCall(op idem.StoreOp, d time.Duration, err error) {
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	m.storeCall.WithLabelValues(string(op), result).Observe(d.Seconds())
 }
 
 func (m *metrics) handler() http.Handler {

@@ -1,0 +1,44 @@
+// Package idemotel records idem's outcomes and store latencies with
+// OpenTelemetry metrics: an [idem.Observer] over a [metric.Meter], set up
+// in one line.
+//
+//	eng, err := idem.New(store, &idem.Config{
+//		Observer: idemotel.MustNew(otel.Meter("payments"), nil),
+//	})
+//
+// It uses the OpenTelemetry metric API only; the application chooses the
+// SDK and exporter. With a nil Meter it takes the global MeterProvider's
+// Meter named [ScopeName].
+//
+// # Instruments
+//
+//   - idem.outcomes, an Int64Counter (unit {outcome}) with the attributes
+//     operation (the operation's name, the key's scope; never the key) and
+//     outcome ([idem.Outcome]: acquired, takeover, replayed, cache_hit,
+//     in_progress, mismatch, fenced, store_error, complete_failed, failed,
+//     released, unprotected, uncertain, write_retried, handed_off). The
+//     first outcome of an operation records 0 for all of its outcomes;
+//     Config.Operations does so from the start. Through a Prometheus
+//     exporter it becomes idem_outcomes_total{operation, outcome}, the
+//     same series as package idemprom's.
+//   - db.client.operation.duration, a Float64Histogram in seconds, as the
+//     OpenTelemetry database semantic conventions define it, with the
+//     bucket boundaries they advise ([DefaultBuckets]). Attributes:
+//     db.system.name, "idem" unless Config.DBSystem names the backend;
+//     db.operation.name, the [idem.StoreOp] (claim, complete, fail,
+//     release, extend, attach, get); error.type on a failed call only, the
+//     [idem.StoreResult] of its error (not_found, fenced, too_large,
+//     corrupt, canceled, unavailable) or "_OTHER". A store call is one call
+//     of the idem store contract: one request to the backend, or a few.
+//
+// The Observer interface carries no context, so measurements are recorded
+// with context.Background(): no exemplars link them to traces.
+//
+// # Cost
+//
+// Observe and StoreCall allocate nothing themselves once an operation has
+// been seen: their attribute sets are built once and cached. What the SDK
+// does with a measurement is the SDK's (see the benchmarks).
+//
+// docs/metrics.md in the repository lists every instrument and attribute.
+package idemotel

@@ -1,0 +1,42 @@
+// Package idemprom exports idem's outcomes and store latencies as
+// Prometheus metrics: an [idem.Observer] that is also a
+// [prometheus.Collector], set up in one line.
+//
+//	eng, err := idem.New(store, &idem.Config{
+//		Observer: idemprom.MustNew(prometheus.DefaultRegisterer, nil),
+//	})
+//
+// # Metrics
+//
+//   - idem_outcomes_total{operation, outcome}, a counter: one per outcome
+//     of a call ([idem.Outcome]: acquired, takeover, replayed, cache_hit,
+//     in_progress, mismatch, fenced, store_error, complete_failed, failed,
+//     released, unprotected, uncertain, write_retried, handed_off).
+//     operation is the operation's name (the key's scope, such as an
+//     [idem.Op]'s name or idemhttp's Config.Operation), never the key. The
+//     first outcome of an operation exports all of its outcomes at zero;
+//     Config.Operations exports them from the start.
+//   - idem_store_call_duration_seconds{op, result}, a histogram: the
+//     latency of every store call the engine makes. op is the
+//     [idem.StoreOp] (claim, complete, fail, release, extend, attach, get),
+//     result the [idem.StoreResult] of its error: ok, not_found, fenced,
+//     too_large, corrupt, canceled, unavailable or other. A pair is exported
+//     from its first call on. Failed store calls are
+//     idem_store_call_duration_seconds_count{result!="ok"}: there is no
+//     separate error counter.
+//
+// Config.Namespace prefixes both names ("payments" gives
+// payments_idem_outcomes_total) and Config.ConstLabels adds labels to both,
+// for two engines that share a registry; one Observer may also serve both
+// engines, their operations telling them apart.
+//
+// # Cost
+//
+// Observe and StoreCall allocate nothing once an operation has been seen:
+// the counters of each operation and the histogram of each (op, result)
+// pair are looked up once and cached. The first outcome of an operation
+// takes a lock and copies a small map.
+//
+// docs/metrics.md in the repository lists every metric and label with the
+// queries that answer the usual questions.
+package idemprom
