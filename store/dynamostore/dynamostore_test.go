@@ -472,6 +472,32 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 	}
 }
 
+// Stores with other partition values may share a composite-key table, and
+// its status index: a listing holds only the store's own records.
+func TestListSkipsOtherPartitions(t *testing.T) {
+	c := newClient(endpoint(t))
+	orders := newStore(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "orders", StatusIndex: "status-lease"})
+	cfg := orders.Config()
+	cfg.PartitionValue = "payments"
+	payments, err := dynamostore.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour).UnixMilli()
+	for _, s := range []*dynamostore.Store{orders, payments} {
+		if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "k-" + s.Config().PartitionValue, Owner: "o", Now: now - 100, LeaseUntil: now - 1, ExpiresAt: now + 60_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []store.ListParams{{Stuck: true}, {Status: store.StatusInProgress}, {}} {
+		p.Now = now
+		page, err := orders.List(context.Background(), p)
+		if err != nil || len(page.Records) != 1 || page.Records[0].Key != "k-orders" {
+			t.Errorf("List(%+v) = %+v, %v; want k-orders alone", p, page.Records, err)
+		}
+	}
+}
+
 func TestFaults(t *testing.T) {
 	ep := endpoint(t)
 	tables := map[string]dynamostore.Config{}

@@ -46,6 +46,9 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 			if _, ours := it[attrVersion]; !ours {
 				continue
 			}
+			if pv, _ := strAttr(it[s.cfg.KeyAttr]); s.cfg.SortKeyAttr != "" && pv != s.cfg.PartitionValue {
+				continue // another partition value's item, which the table's index also holds
+			}
 			key := s.keyOfItem(it)
 			r, _, err := s.decodeMeta(key, it)
 			if err != nil {
