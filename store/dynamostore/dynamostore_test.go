@@ -127,11 +127,18 @@ func (c *counter) option(o *dynamodb.Options) {
 	})
 }
 
+// The open index costs no request: it is kept in the writes' own.
 func TestRequestsPerCall(t *testing.T) {
+	for name, cfg := range map[string]dynamostore.Config{"no index": {}, "open index": {OpenIndex: "open-lease"}} {
+		t.Run(name, func(t *testing.T) { testRequestsPerCall(t, cfg) })
+	}
+}
+
+func testRequestsPerCall(t *testing.T, cfg dynamostore.Config) {
 	ep := endpoint(t)
 	var cnt counter
 	c := newClient(ep, cnt.option)
-	s := newStore(t, newClient(ep), dynamostore.Config{})
+	s := newStore(t, newClient(ep), cfg)
 	s, _ = dynamostore.New(c, s.Config())
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
 	if err != nil {
@@ -425,6 +432,10 @@ func TestConfigErrors(t *testing.T) {
 		"same name twice": {Table: "t", DataAttr: "status"},
 		"clash with idem": {Table: "t", ValidationAttr: "fence"},
 		"limit too big":   {Table: "t", MaxResultBytes: dynamostore.MaxItemBytes + 1},
+		"negative shards": {Table: "t", OpenIndex: "o", StatusShards: -1},
+		"too many shards": {Table: "t", OpenIndex: "o", StatusShards: dynamostore.MaxStatusShards + 1},
+		"one index twice": {Table: "t", OpenIndex: "i", StatusIndex: "i"},
+		"open attr clash": {Table: "t", OpenIndex: "o", OpenAttr: "status"},
 	} {
 		if _, err := dynamostore.New(c, cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)

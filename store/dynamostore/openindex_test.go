@@ -1,0 +1,175 @@
+package dynamostore_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
+)
+
+// shard is the shard of key among n, computed here with the standard
+// library's FNV-1a: the store's own hash must agree with it, so a key's
+// shard never changes across releases.
+func shard(key string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// storeKey is a realistic store key (operation and SHA-256 digest).
+func storeKey(t testing.TB, i int) string {
+	t.Helper()
+	k, err := idem.NewStoreKey("charge", "", []byte(strconv.Itoa(i)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.String()
+}
+
+// indexEntries reads the whole open index of cfg's table (a Scan of the
+// index): each key it holds and its entry.
+func indexEntries(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) map[string]string {
+	t.Helper()
+	keyAttr := cfg.KeyAttr
+	if cfg.SortKeyAttr != "" {
+		keyAttr = cfg.SortKeyAttr
+	}
+	got := map[string]string{}
+	in := &dynamodb.ScanInput{TableName: aws.String(cfg.Table), IndexName: aws.String(cfg.OpenIndex)}
+	for {
+		out, err := c.Scan(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range out.Items {
+			k, okK := it[keyAttr].(*types.AttributeValueMemberS)
+			v, okV := it[cfg.OpenAttr].(*types.AttributeValueMemberS)
+			if !okK || !okV {
+				t.Fatalf("index item without a key or an entry: %v", it)
+			}
+			got[k.Value] = v.Value
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return got
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// Every write keeps the record's entry in the open index in the request
+// it makes anyway: open records (IN_PROGRESS, FAILED) are in the index,
+// under their status and their key's shard; completed and released ones
+// are not, whichever way they got there. And the entries spread over the
+// shards.
+func TestOpenIndexHoldsOpenRecordsOnly(t *testing.T) {
+	ep := endpoint(t)
+	var cnt counter
+	const shards = 4
+	s := newStore(t, newClient(ep), dynamostore.Config{OpenIndex: "open-lease", StatusShards: shards})
+	cfg := s.Config()
+	s, _ = dynamostore.New(newClient(ep, cnt.option), cfg)
+	ctx := context.Background()
+	now := time.Now().Add(time.Hour).UnixMilli()
+	requests := func(want int64, what string, f func() error) {
+		t.Helper()
+		before := cnt.n.Load()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := cnt.n.Load() - before; n != want {
+			t.Errorf("%s made %d requests, want %d", what, n, want)
+		}
+	}
+	claim := func(key, owner string, at, leaseUntil, expiresAt int64) func() error {
+		return func() error {
+			res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: owner, Fingerprint: "f", Now: at, LeaseUntil: leaseUntil, ExpiresAt: expiresAt})
+			if err == nil && !res.Acquired {
+				err = fmt.Errorf("not acquired: %+v", res.Record)
+			}
+			return err
+		}
+	}
+	complete := func(key, owner string, from store.Status, at int64) func() error {
+		return func() error {
+			return s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: owner, Now: at, ExpiresAt: now + 60_000, Result: []byte("r"), From: from})
+		}
+	}
+	fail := func(key, owner string, from store.Status, at int64) func() error {
+		return func() error {
+			return s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: owner, Now: at, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c"}, From: from})
+		}
+	}
+	want := map[string]string{} // key → its entry
+	entry := func(st store.Status, key string) string { return st.String() + "#" + strconv.Itoa(shard(key, shards)) }
+	const n = 9 * 24
+	for i := range n {
+		key := storeKey(t, i)
+		requests(1, "claim", claim(key, "o", now, now+10_000, now+60_000))
+		switch i % 9 {
+		case 0, 1: // in progress
+			want[key] = entry(store.StatusInProgress, key)
+		case 2:
+			requests(1, "Complete", complete(key, "o", 0, now))
+		case 3:
+			requests(1, "Fail", fail(key, "o", 0, now))
+			want[key] = entry(store.StatusFailed, key)
+		case 4:
+			requests(1, "Fail", fail(key, "o", 0, now))
+			requests(1, "Complete From FAILED", complete(key, "o", store.StatusFailed, now+1))
+		case 5:
+			requests(1, "Complete", complete(key, "o", 0, now))
+			requests(1, "Fail From COMPLETED", fail(key, "o", store.StatusCompleted, now+1))
+			want[key] = entry(store.StatusFailed, key)
+		case 6:
+			requests(1, "Release", func() error { return s.Release(ctx, store.ReleaseParams{Key: key, Fence: 1, Owner: "o", Now: now}) })
+		case 7: // taken over after its lease, then completed by the new claim
+			requests(2, "takeover", claim(key, "o2", now+20_000, now+30_000, now+60_000))
+			requests(1, "Complete", func() error {
+				return s.Complete(ctx, store.CompleteParams{Key: key, Fence: 2, Owner: "o2", Now: now + 20_000, ExpiresAt: now + 60_000, Result: []byte("r")})
+			})
+		case 8: // completed, expired, claimed again: in progress
+			requests(1, "Complete", func() error {
+				return s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 1, Result: []byte("r")})
+			})
+			requests(2, "claim of an expired record", claim(key, "o3", now+2, now+10_000, now+60_000))
+			requests(1, "Extend", func() error {
+				return s.Extend(ctx, store.ExtendParams{Key: key, Fence: 2, Owner: "o3", Now: now + 3, LeaseUntil: now + 20_000, Ref: "x"})
+			})
+			want[key] = entry(store.StatusInProgress, key)
+		}
+	}
+	got := indexEntries(t, newClient(ep), cfg)
+	if !maps.Equal(got, want) {
+		for k, v := range got {
+			if want[k] != v {
+				r, _ := s.Get(ctx, k)
+				t.Errorf("index holds %s under %q, want %q (record %+v)", k, v, want[k], r)
+			}
+		}
+		for k, v := range want {
+			if _, ok := got[k]; !ok {
+				t.Errorf("index misses %s (want %q)", k, v)
+			}
+		}
+	}
+	perShard := make([]int, shards)
+	for k := range want {
+		perShard[shard(k, shards)]++
+	}
+	for i, m := range perShard {
+		if even := len(want) / shards; m < even/2 || m > even*3/2 {
+			t.Errorf("shard %d holds %d of %d entries: %v, want them spread evenly", i, m, len(want), perShard)
+		}
+	}
+}
