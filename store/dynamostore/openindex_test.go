@@ -2,9 +2,11 @@ package dynamostore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -16,7 +18,27 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
+
+// The open index on both key layouts, and with the legacy index beside it
+// (the state of a table being migrated, where listings read the legacy
+// index): every listing path of the Admin case goes through it or its
+// fallbacks.
+func TestConformanceOpenIndex(t *testing.T) {
+	c := newClient(endpoint(t))
+	for name, cfg := range map[string]dynamostore.Config{
+		"open index":                          {OpenIndex: "open-lease"},
+		"composite key, open index, 3 shards": {KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", OpenIndex: "open-lease", StatusShards: 3},
+		"open and legacy indexes":             {OpenIndex: "open-lease", StatusIndex: "status-lease"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) store.Store {
+				return newStore(t, c, cfg)
+			})
+		})
+	}
+}
 
 // shard is the shard of key among n, computed here with the standard
 // library's FNV-1a: the store's own hash must agree with it, so a key's
@@ -170,6 +192,151 @@ func TestOpenIndexHoldsOpenRecordsOnly(t *testing.T) {
 	for i, m := range perShard {
 		if even := len(want) / shards; m < even/2 || m > even*3/2 {
 			t.Errorf("shard %d holds %d of %d entries: %v, want them spread evenly", i, m, len(want), perShard)
+		}
+	}
+}
+
+// listAll pages through a listing with p.Limit, checking each page's
+// size, and returns the records in the order listed.
+func listAll(t testing.TB, s *dynamostore.Store, p store.ListParams) []*store.Record {
+	t.Helper()
+	var all []*store.Record
+	for range 1000 {
+		page, err := s.List(context.Background(), p)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", p, err)
+		}
+		if len(page.Records) > p.PageSize() || (len(page.Records) == 0 && page.Next != "") {
+			t.Fatalf("List(%+v) returned %d records and cursor %q", p, len(page.Records), page.Next)
+		}
+		all = append(all, page.Records...)
+		if page.Next == "" {
+			return all
+		}
+		p.Cursor = page.Next
+	}
+	t.Fatal("List never ended")
+	return nil
+}
+
+func keysOf(rs []*store.Record) []string {
+	var ks []string
+	for _, r := range rs {
+		ks = append(ks, r.Key)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Listing through the open index queries every shard and merges them by
+// lease: every page size lists each record once, the longest stuck first;
+// a page of the whole listing costs one Query per shard; completed records
+// come from the Scan; a cursor only continues the listing it came from.
+func TestListOpenIndex(t *testing.T) {
+	ep := endpoint(t)
+	var cnt counter
+	const shards = 4
+	s := newStore(t, newClient(ep), dynamostore.Config{OpenIndex: "open-lease", StatusShards: shards})
+	s, _ = dynamostore.New(newClient(ep, cnt.option), s.Config())
+	ctx := context.Background()
+	now := time.Now().Add(time.Hour).UnixMilli()
+	want := map[string][]string{}
+	put := func(i int, st store.Status, leaseUntil, expiresAt int64) {
+		key := storeKey(t, i)
+		if _, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o", Now: now - 100_000, LeaseUntil: leaseUntil, ExpiresAt: expiresAt}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch st {
+		case store.StatusCompleted:
+			err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: expiresAt, Result: []byte("r")})
+		case store.StatusFailed:
+			err = s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: expiresAt, Err: store.ErrorRecord{Code: "c"}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if expiresAt > now {
+			want[st.String()] = append(want[st.String()], key)
+			if st == store.StatusInProgress && leaseUntil <= now {
+				want["stuck"] = append(want["stuck"], key)
+			}
+		}
+	}
+	i := 0
+	for range 30 { // stuck, leases ending at different times, some at the same
+		put(i, store.StatusInProgress, now-int64(i%13)*1000, now+60_000)
+		i++
+	}
+	for range 10 { // live
+		put(i, store.StatusInProgress, now+10_000+int64(i), now+60_000)
+		i++
+	}
+	for range 3 { // stuck but expired: never listed
+		put(i, store.StatusInProgress, now-90_000, now-1)
+		i++
+	}
+	for range 12 {
+		put(i, store.StatusFailed, now+10_000, now+60_000)
+		i++
+	}
+	for range 6 {
+		put(i, store.StatusCompleted, now+10_000, now+60_000)
+		i++
+	}
+	for name, p := range map[string]store.ListParams{
+		"stuck":       {Stuck: true},
+		"IN_PROGRESS": {Status: store.StatusInProgress},
+		"FAILED":      {Status: store.StatusFailed},
+		"COMPLETED":   {Status: store.StatusCompleted},
+	} {
+		for _, pageSize := range []int{1, 2, 5, 100} {
+			p.Now, p.Limit = now, pageSize
+			got := listAll(t, s, p)
+			if ks, w := keysOf(got), slices.Sorted(slices.Values(want[name])); !slices.Equal(ks, w) {
+				t.Errorf("%s, pages of %d: listed %d records %v, want %d: %v", name, pageSize, len(ks), ks, len(w), w)
+			}
+			if name != "COMPLETED" && !slices.IsSortedFunc(got, func(a, b *store.Record) int { return int(a.LeaseUntil - b.LeaseUntil) }) {
+				t.Errorf("%s, pages of %d: not in lease order", name, pageSize)
+			}
+		}
+	}
+	before := cnt.n.Load()
+	if page, err := s.List(ctx, store.ListParams{Stuck: true, Now: now}); err != nil || len(page.Records) != 30 || page.Next != "" {
+		t.Fatalf("stuck records in one page: %d, %q, %v", len(page.Records), page.Next, err)
+	}
+	if n := cnt.n.Load() - before; n != shards {
+		t.Errorf("a listing of every stuck record made %d requests, want %d (one Query per shard)", n, shards)
+	}
+
+	// A cursor continues only the listing it came from.
+	next := func(p store.ListParams) string {
+		t.Helper()
+		p.Now, p.Limit = now, 1
+		page, err := s.List(ctx, p)
+		if err != nil || page.Next == "" {
+			t.Fatalf("List(%+v): %v, no cursor", p, err)
+		}
+		return page.Next
+	}
+	stuckCursor, completedCursor := next(store.ListParams{Stuck: true}), next(store.ListParams{Status: store.StatusCompleted})
+	eight, err := dynamostore.New(newClient(ep), dynamostore.Config{Table: s.Config().Table, OpenIndex: "open-lease"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		s *dynamostore.Store
+		p store.ListParams
+	}{
+		"IN_PROGRESS cursor listing FAILED":   {s, store.ListParams{Status: store.StatusFailed, Cursor: stuckCursor}},
+		"open-index cursor listing COMPLETED": {s, store.ListParams{Status: store.StatusCompleted, Cursor: stuckCursor}},
+		"Scan cursor listing IN_PROGRESS":     {s, store.ListParams{Status: store.StatusInProgress, Cursor: completedCursor}},
+		"4-shard cursor with 8 shards":        {eight, store.ListParams{Stuck: true, Cursor: stuckCursor}},
+		"garbage":                             {s, store.ListParams{Stuck: true, Cursor: "o.!!"}},
+	} {
+		tc.p.Now = now
+		if _, err := tc.s.List(ctx, tc.p); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("%s: %v, want ErrInvalidKey", name, err)
 		}
 	}
 }
