@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -337,6 +338,190 @@ func TestListOpenIndex(t *testing.T) {
 		tc.p.Now = now
 		if _, err := tc.s.List(ctx, tc.p); !errors.Is(err, idem.ErrInvalidKey) {
 			t.Errorf("%s: %v, want ErrInvalidKey", name, err)
+		}
+	}
+}
+
+// addOpenIndex adds the open index to an existing table, as an operator
+// does (UpdateTable), and waits until it is ACTIVE.
+func addOpenIndex(t *testing.T, c *dynamodb.Client, cfg dynamostore.Config) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := c.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+		TableName: aws.String(cfg.Table),
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(cfg.OpenAttr), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(cfg.LeaseAttr), AttributeType: types.ScalarAttributeTypeN},
+		},
+		GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
+			IndexName: aws.String(cfg.OpenIndex),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(cfg.OpenAttr), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(cfg.LeaseAttr), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := c.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(cfg.Table)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, gsi := range out.Table.GlobalSecondaryIndexes {
+			if aws.ToString(gsi.IndexName) == cfg.OpenIndex && gsi.IndexStatus == types.IndexStatusActive {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index %s not ACTIVE after a minute", cfg.OpenIndex)
+		}
+		time.Sleep(100 * time.Millisecond) // DynamoDB's pace, not the test's clock
+	}
+}
+
+// The migration from the legacy status index, step by step, on a table
+// the old layout made (composite key, so another partition shares it):
+// add the open index, write with both indexes (listings still read the
+// legacy one), backfill with MigrateStatusIndex, then list through the
+// open index alone. A completed record whose entry a process without
+// the open index left behind is skipped by listings and cleaned up by the
+// migration; lowering StatusShards needs the migration too.
+func TestMigrateStatusIndex(t *testing.T) {
+	ep := endpoint(t)
+	c := newClient(ep)
+	ctx := context.Background()
+	oldCfg := newTable(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "orders", StatusIndex: "status-lease"})
+	open := func(cfg dynamostore.Config) *dynamostore.Store {
+		t.Helper()
+		s, err := dynamostore.New(c, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	old := open(oldCfg)
+	otherCfg := oldCfg
+	otherCfg.PartitionValue = "payments"
+	other := open(otherCfg)
+	now := time.Now().Add(time.Hour).UnixMilli()
+	want := map[string][]string{}
+	put := func(s *dynamostore.Store, key string, st store.Status, leaseUntil int64) {
+		t.Helper()
+		if _, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o", Now: now - 100_000, LeaseUntil: leaseUntil, ExpiresAt: now + 60_000}); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch st {
+		case store.StatusCompleted:
+			err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: now + 60_000, Result: []byte("r")})
+		case store.StatusFailed:
+			err = s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c"}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s == other {
+			return
+		}
+		want[st.String()] = append(want[st.String()], key)
+		if st == store.StatusInProgress && leaseUntil <= now {
+			want["stuck"] = append(want["stuck"], key)
+		}
+	}
+	i := 0
+	for _, n := range []struct {
+		st    store.Status
+		lease int64
+		n     int
+	}{{store.StatusInProgress, now - 1, 5}, {store.StatusInProgress, now + 10_000, 7}, {store.StatusFailed, now + 10_000, 6}, {store.StatusCompleted, now + 10_000, 4}} {
+		for range n.n {
+			put(old, storeKey(t, i), n.st, n.lease)
+			i++
+		}
+	}
+	put(other, storeKey(t, 1000), store.StatusInProgress, now-1)
+	check := func(what string, s *dynamostore.Store) {
+		t.Helper()
+		for name, p := range map[string]store.ListParams{
+			"stuck": {Stuck: true}, "IN_PROGRESS": {Status: store.StatusInProgress},
+			"FAILED": {Status: store.StatusFailed}, "COMPLETED": {Status: store.StatusCompleted},
+		} {
+			p.Now, p.Limit = now, 3
+			if got, w := keysOf(listAll(t, s, p)), slices.Sorted(slices.Values(want[name])); !slices.Equal(got, w) {
+				t.Errorf("%s: %s listed %d records, want %d", what, name, len(got), len(w))
+			}
+		}
+	}
+	check("old layout", old)
+
+	// 1. Add the index; 2. every process writes with both indexes set.
+	bothCfg := oldCfg
+	bothCfg.OpenIndex = "open-lease"
+	both := open(bothCfg)
+	bothCfg = both.Config()
+	addOpenIndex(t, c, bothCfg)
+	for range 2 {
+		put(both, storeKey(t, i), store.StatusInProgress, now-1)
+		i++
+	}
+	// A record completed by a process still without the open index keeps
+	// its entry.
+	stale := storeKey(t, i)
+	if _, err := both.Claim(ctx, store.ClaimParams{Key: stale, Owner: "o", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Complete(ctx, store.CompleteParams{Key: stale, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	want["COMPLETED"] = append(want["COMPLETED"], stale)
+	check("both indexes, listing the legacy one", both)
+
+	openCfg := bothCfg
+	openCfg.StatusIndex = ""
+	openOnly := open(openCfg)
+	newOnes := want["stuck"][len(want["stuck"])-2:]
+	if entries := indexEntries(t, c, bothCfg); len(entries) != 3 || entries[newOnes[0]] == "" || entries[newOnes[1]] == "" || entries[stale] == "" {
+		t.Errorf("before the backfill, the open index holds %v, want the 2 records written with it and the stale entry", entries)
+	}
+	// The stale entry is skipped: it is not the record's status.
+	if got := keysOf(listAll(t, openOnly, store.ListParams{Status: store.StatusInProgress, Now: now})); !slices.Equal(got, slices.Sorted(slices.Values(newOnes))) {
+		t.Errorf("before the backfill, the open index lists %v, want the 2 records written with it", got)
+	}
+
+	// 3. Backfill, beside another partition's items, which stay as they are.
+	if _, err := old.MigrateStatusIndex(ctx, dynamostore.MigrateParams{}); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("MigrateStatusIndex without an open index: %v, want ErrInvalidConfig", err)
+	}
+	res, err := both.MigrateStatusIndex(ctx, dynamostore.MigrateParams{Now: now})
+	if wantRes := (dynamostore.MigrateResult{Scanned: 5 + 7 + 6 + 2 + 1, Updated: 5 + 7 + 6 + 1}); err != nil || res != wantRes {
+		t.Errorf("MigrateStatusIndex = %+v, %v; want %+v", res, err, wantRes)
+	}
+	entries := indexEntries(t, c, bothCfg)
+	if _, ok := entries[stale]; ok || len(entries) != len(want["IN_PROGRESS"])+len(want["FAILED"]) {
+		t.Errorf("after the backfill, the open index holds %d entries (stale one: %v), want %d", len(entries), ok, len(want["IN_PROGRESS"])+len(want["FAILED"]))
+	}
+	// 4. List through the open index alone (and drop the legacy index).
+	check("open index after the backfill", openOnly)
+	if res, err := both.MigrateStatusIndex(ctx, dynamostore.MigrateParams{Now: now}); err != nil || res.Updated != 0 || res.Raced != 0 {
+		t.Errorf("second MigrateStatusIndex = %+v, %v; want nothing to do", res, err)
+	}
+
+	// Fewer shards: the entries in the shards dropped are moved.
+	twoCfg := openCfg
+	twoCfg.StatusShards = 2
+	two := open(twoCfg)
+	res, err = two.MigrateStatusIndex(ctx, dynamostore.MigrateParams{Now: now, Segment: 0, TotalSegments: 1})
+	if err != nil || res.Updated == 0 {
+		t.Errorf("MigrateStatusIndex to 2 shards = %+v, %v; want entries moved", res, err)
+	}
+	check("open index, 2 shards", two)
+	for k, v := range indexEntries(t, c, twoCfg) {
+		if !strings.HasSuffix(v, "#"+strconv.Itoa(shard(k, 2))) {
+			t.Errorf("%s is under %s after the migration to 2 shards", k, v)
 		}
 	}
 }
