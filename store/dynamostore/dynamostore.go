@@ -28,9 +28,25 @@
 // idempotency key under a static partition value) are supported. idem adds
 // its own attributes for what Powertools does not have (fence, owner,
 // expiration_ms, created_ms, completed_ms, error_code, error_message,
-// error_body, ref, data_ref, v). Status values are idem's (IN_PROGRESS,
-// COMPLETED, FAILED); items idem did not write (no "v" attribute) are
-// skipped by listings and never replayed.
+// error_body, ref, data_ref, v; open_status with Config.OpenIndex).
+// Status values are idem's (IN_PROGRESS, COMPLETED, FAILED); items idem
+// did not write (no "v" attribute) are skipped by listings and never
+// replayed.
+//
+// # Listing and the open index
+//
+// With Config.OpenIndex, IN_PROGRESS and FAILED items also carry
+// open_status ("IN_PROGRESS#3": the status and the key's shard among
+// Config.StatusShards), the partition key of a sparse global secondary
+// index sorted by lease. Every write keeps it in the request it makes:
+// claims and takeovers set it, Fail sets it to FAILED, Complete removes
+// it, Release deletes the item. Completed records, nearly all of a table,
+// are not in the index, and the writes of one status spread over its
+// shards. Listing open or stuck records Queries every shard and merges
+// them by lease; completed records are listed from the partition (composite
+// key) or a Scan. The legacy Config.StatusIndex (keyed on status, holding
+// every record) keeps working; docs/dynamodb-status-index.md explains the
+// move from one to the other, with [Store.MigrateStatusIndex].
 //
 // Results are stored as one binary attribute, never as a map of
 // attributes. DynamoDB items are limited to 400 KB: a result over
@@ -57,6 +73,18 @@ import (
 
 // MaxItemBytes is DynamoDB's item size limit (400 KB).
 const MaxItemBytes = 400 * 1024
+
+// DefaultStatusShards is the default of Config.StatusShards. One index
+// partition takes about 1,000 writes a second, and an idem call writes its
+// open-index entry twice (the claim adds it, the completion removes it),
+// with lease renewals on top: 8 shards carry some 4,000 new calls a second
+// before the index throttles (and a throttled index throttles the table's
+// writes), while a listing page costs 8 small Queries.
+const DefaultStatusShards = 8
+
+// MaxStatusShards bounds Config.StatusShards, and so the Queries of one
+// listing page.
+const MaxStatusShards = 64
 
 // API is the part of *dynamodb.Client the store uses.
 type API interface {
@@ -120,9 +148,36 @@ type Config struct {
 	// StatusAttr default "status"; DataAttr (the result) default "data";
 	// ValidationAttr (the payload fingerprint) default "validation".
 	StatusAttr, DataAttr, ValidationAttr string
-	// StatusIndex names an optional global secondary index with partition
-	// key StatusAttr (S) and sort key LeaseAttr (N), which makes listing by
-	// status and stuck records a Query instead of a Scan. See [CreateTable].
+	// OpenIndex names the open-records index, an optional global secondary
+	// index with partition key OpenAttr (S) and sort key LeaseAttr (N),
+	// which makes listing IN_PROGRESS, FAILED and stuck records a Query
+	// per shard instead of a Scan. It is sparse: only IN_PROGRESS and
+	// FAILED items carry OpenAttr, so completed records, nearly all of a
+	// table, are not in it. Its partition key value is the status and the
+	// key's shard ("IN_PROGRESS#3"), so the writes of one status spread
+	// over StatusShards index partitions. Every write sets or removes
+	// OpenAttr in the request it already makes. See [CreateTable], and
+	// docs/dynamodb-status-index.md for adding it to an existing table.
+	OpenIndex string
+	// OpenAttr is the open index's partition key attribute, written only
+	// when OpenIndex is set. Default "open_status".
+	OpenAttr string
+	// StatusShards is the number of OpenIndex partition key values per
+	// status: a key's shard is a hash of the key modulo StatusShards. A
+	// listing queries every shard, so a page costs StatusShards queries at
+	// least. Default 8, at most [MaxStatusShards]. Raising it keeps every
+	// record listable (old values are among the new ones); lowering it
+	// hides records in the shards dropped until MigrateStatusIndex
+	// rewrites them.
+	StatusShards int
+	// StatusIndex names the legacy status index: a global secondary index
+	// with partition key StatusAttr (S) and sort key LeaseAttr (N). Every
+	// record is in it, completed ones included, and all writes of one
+	// status land in one of its partitions; OpenIndex replaces it. Tables
+	// that have it keep working with it. With both set, writes maintain
+	// OpenIndex and listings keep reading StatusIndex, which is complete
+	// while OpenIndex is being backfilled (the migration,
+	// docs/dynamodb-status-index.md).
 	StatusIndex string
 	// MaxResultBytes bounds a stored result or error. Default 384 KiB,
 	// which leaves room in the 400 KB item for the key and the other
@@ -154,8 +209,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxResultBytes < 0 || c.MaxResultBytes > MaxItemBytes {
 		return c, fmt.Errorf("dynamostore: Config.MaxResultBytes %d outside 1..%d: %w", c.MaxResultBytes, MaxItemBytes, idem.ErrInvalidConfig)
 	}
+	if c.StatusShards == 0 {
+		c.StatusShards = DefaultStatusShards
+	}
+	if c.StatusShards < 0 || c.StatusShards > MaxStatusShards {
+		return c, fmt.Errorf("dynamostore: Config.StatusShards %d outside 1..%d: %w", c.StatusShards, MaxStatusShards, idem.ErrInvalidConfig)
+	}
+	var openAttr string
+	if c.OpenIndex != "" {
+		def(&c.OpenAttr, "open_status")
+		openAttr = c.OpenAttr
+		if c.OpenIndex == c.StatusIndex {
+			return c, fmt.Errorf("dynamostore: Config.OpenIndex and Config.StatusIndex both name index %q: they are two indexes with different keys: %w", c.OpenIndex, idem.ErrInvalidConfig)
+		}
+	}
 	names := map[string]bool{}
-	for _, n := range []string{c.KeyAttr, c.SortKeyAttr, c.ExpiryAttr, c.LeaseAttr, c.StatusAttr, c.DataAttr, c.ValidationAttr,
+	for _, n := range []string{c.KeyAttr, c.SortKeyAttr, c.ExpiryAttr, c.LeaseAttr, c.StatusAttr, c.DataAttr, c.ValidationAttr, openAttr,
 		attrFence, attrOwner, attrExpMs, attrCreated, attrCompleted, attrErrCode, attrErrMsg, attrErrBody, attrRef, attrDataRef, attrVersion} {
 		if n == "" {
 			continue
@@ -214,7 +283,7 @@ func New(api API, cfg Config) (*Store, error) {
 		"#data": c.DataAttr, "#val": c.ValidationAttr, "#fence": attrFence, "#owner": attrOwner,
 		"#expms": attrExpMs, "#created": attrCreated, "#completed": attrCompleted,
 		"#ecode": attrErrCode, "#emsg": attrErrMsg, "#ebody": attrErrBody, "#ref": attrRef,
-		"#dref": attrDataRef, "#v": attrVersion,
+		"#dref": attrDataRef, "#v": attrVersion, "#open": c.OpenAttr, "#sk": c.SortKeyAttr,
 	}}
 	return s, nil
 }
@@ -265,11 +334,13 @@ func (s *Store) pick(ph ...string) map[string]string {
 // the key is absent, or its item is claimable at :now, whatever its fence.
 const takeoverCond = "attribute_not_exists(#pk) OR #expms <= :now OR (#st = :ip AND #lease <= :now)"
 
-// takeoverUpdate writes a new claim over the item it finds, adding 1 to
-// that item's fence (an absent fence counts as 0), and removes what the
-// old item held.
-const takeoverUpdate = "SET #st = :ip, #owner = :owner, #lease = :lease, #exp = :exp, #expms = :expms, #val = :fp, #created = :now, #v = :v " +
-	"REMOVE #data, #dref, #completed, #ecode, #emsg, #ebody, #ref ADD #fence :one"
+// takeoverSet and takeoverRest write a new claim over the item they find
+// (its open-index entry between them), adding 1 to that item's fence (an
+// absent fence counts as 0), and remove what the old item held.
+const (
+	takeoverSet  = "SET #st = :ip, #owner = :owner, #lease = :lease, #exp = :exp, #expms = :expms, #val = :fp, #created = :now, #v = :v"
+	takeoverRest = " REMOVE #data, #dref, #completed, #ecode, #emsg, #ebody, #ref ADD #fence :one"
+)
 
 // Claim implements [idem.Store] in one conditional PutItem for a new key
 // or a duplicate (DynamoDB returns the live item with the failed
@@ -304,18 +375,20 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if res, done, err := s.claimAnswer(ctx, p, item); done || err != nil {
 		return res, err
 	}
+	vals := map[string]types.AttributeValue{
+		":now": num(p.Now), ":ip": str(store.StatusInProgress.String()), ":owner": str(p.Owner), ":lease": num(p.LeaseUntil),
+		":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt), ":fp": str(p.Fingerprint),
+		":v": num(int64(store.RecordVersion)), ":one": num(1),
+	}
+	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
 	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.cfg.Table),
 		Key:                 s.itemKey(p.Key),
 		ConditionExpression: aws.String(takeoverCond),
-		UpdateExpression:    aws.String(takeoverUpdate),
-		ExpressionAttributeNames: s.pick("#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
-			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":ip": str(store.StatusInProgress.String()), ":owner": str(p.Owner), ":lease": num(p.LeaseUntil),
-			":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt), ":fp": str(p.Fingerprint),
-			":v": num(int64(store.RecordVersion)), ":one": num(1),
-		},
+		UpdateExpression:    aws.String(takeoverSet + open + takeoverRest),
+		ExpressionAttributeNames: s.pick(append(openPh, "#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
+			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence")...),
+		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -372,6 +445,9 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 	it[s.cfg.ValidationAttr] = str(r.Fingerprint)
 	it[attrCreated] = num(r.CreatedAt)
 	it[attrVersion] = num(int64(r.Version))
+	if s.cfg.OpenIndex != "" {
+		it[s.cfg.OpenAttr] = str(s.openValue(r.Status, r.Key))
+	}
 	return it
 }
 
@@ -381,7 +457,7 @@ const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :from AND #exp
 
 // Complete implements [idem.Store]. It removes a stored error and the
 // other form of a stored result (inline or spilled), which a settled item
-// corrected by its claim (From) may hold.
+// corrected by its claim (From) may hold, and the item's open-index entry.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now REMOVE #dref, #ecode, #emsg, #ebody"
 	vals := map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":data": bin(p.Result)}
@@ -399,25 +475,31 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 		ph = []string{"#dref", "#data"}
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
-	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, append(ph, "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
+	open, openPh := s.openRemove()
+	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
 }
 
 // Fail implements [idem.Store]. It removes a stored result (inline or
-// spilled), which a settled item corrected by its claim (From) may hold.
+// spilled), which a settled item corrected by its claim (From) may hold,
+// and puts the item in the open index under FAILED.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data, #dref"
 	vals := map[string]types.AttributeValue{
 		":failed": str(store.StatusFailed.String()), ":code": str(p.Err.Code), ":msg": str(p.Err.Message),
 		":body": bin(p.Err.Body), ":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt),
 	}
-	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, []string{"#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"})
+	open, openPh := s.openSet(vals, store.StatusFailed, p.Key)
+	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now" + open + " REMOVE #data, #dref"
+	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
 }
 
 // Extend implements [idem.Store]. With neither a lease nor a Ref it sets
 // the lease to itself: a write that changes nothing, for its condition.
+// With an open index it also sets the item's IN_PROGRESS entry, which the
+// item has unless it was claimed before the index was added: a record
+// older than the index is listed from its first renewal on.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	var set, ph []string
 	vals := map[string]types.AttributeValue{}
@@ -430,7 +512,8 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if len(set) == 0 {
 		set, ph = []string{"#lease = #lease"}, []string{"#lease"}
 	}
-	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now, "SET "+strings.Join(set, ", "), vals, ph)
+	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
+	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now, "SET "+strings.Join(set, ", ")+open, vals, append(ph, openPh...))
 }
 
 // fencedUpdate runs a fenced UpdateItem on an item in status from

@@ -127,11 +127,18 @@ func (c *counter) option(o *dynamodb.Options) {
 	})
 }
 
+// The open index costs no request: it is kept in the writes' own.
 func TestRequestsPerCall(t *testing.T) {
+	for name, cfg := range map[string]dynamostore.Config{"no index": {}, "open index": {OpenIndex: "open-lease"}} {
+		t.Run(name, func(t *testing.T) { testRequestsPerCall(t, cfg) })
+	}
+}
+
+func testRequestsPerCall(t *testing.T, cfg dynamostore.Config) {
 	ep := endpoint(t)
 	var cnt counter
 	c := newClient(ep, cnt.option)
-	s := newStore(t, newClient(ep), dynamostore.Config{})
+	s := newStore(t, newClient(ep), cfg)
 	s, _ = dynamostore.New(c, s.Config())
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
 	if err != nil {
@@ -425,6 +432,10 @@ func TestConfigErrors(t *testing.T) {
 		"same name twice": {Table: "t", DataAttr: "status"},
 		"clash with idem": {Table: "t", ValidationAttr: "fence"},
 		"limit too big":   {Table: "t", MaxResultBytes: dynamostore.MaxItemBytes + 1},
+		"negative shards": {Table: "t", OpenIndex: "o", StatusShards: -1},
+		"too many shards": {Table: "t", OpenIndex: "o", StatusShards: dynamostore.MaxStatusShards + 1},
+		"one index twice": {Table: "t", OpenIndex: "i", StatusIndex: "i"},
+		"open attr clash": {Table: "t", OpenIndex: "o", OpenAttr: "status"},
 	} {
 		if _, err := dynamostore.New(c, cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
@@ -469,6 +480,32 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 	}
 	if _, err := s.List(context.Background(), store.ListParams{Cursor: "!!"}); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("bad cursor: %v", err)
+	}
+}
+
+// Stores with other partition values may share a composite-key table, and
+// its status index: a listing holds only the store's own records.
+func TestListSkipsOtherPartitions(t *testing.T) {
+	c := newClient(endpoint(t))
+	orders := newStore(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "orders", StatusIndex: "status-lease"})
+	cfg := orders.Config()
+	cfg.PartitionValue = "payments"
+	payments, err := dynamostore.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour).UnixMilli()
+	for _, s := range []*dynamostore.Store{orders, payments} {
+		if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "k-" + s.Config().PartitionValue, Owner: "o", Now: now - 100, LeaseUntil: now - 1, ExpiresAt: now + 60_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []store.ListParams{{Stuck: true}, {Status: store.StatusInProgress}, {}} {
+		p.Now = now
+		page, err := orders.List(context.Background(), p)
+		if err != nil || len(page.Records) != 1 || page.Records[0].Key != "k-orders" {
+			t.Errorf("List(%+v) = %+v, %v; want k-orders alone", p, page.Records, err)
+		}
 	}
 }
 

@@ -21,8 +21,10 @@ type TableAPI interface {
 
 // CreateTable creates the table cfg describes, for development and tests:
 // on-demand billing, the key schema (composite when cfg.SortKeyAttr is
-// set), the status index when cfg.StatusIndex is set, and TTL on
-// cfg.ExpiryAttr. It waits until the table is ACTIVE (at most maxWait).
+// set), the open index when cfg.OpenIndex is set and the legacy status
+// index when cfg.StatusIndex is set (both projecting every attribute), and
+// TTL on cfg.ExpiryAttr. An existing table is left as it is: it gains no
+// index. It waits until the table is ACTIVE (at most maxWait).
 // Production tables belong in infrastructure code; the README has
 // CloudFormation and Terraform equivalents.
 func CreateTable(ctx context.Context, api TableAPI, cfg Config, maxWait time.Duration) error {
@@ -42,18 +44,27 @@ func CreateTable(ctx context.Context, api TableAPI, cfg Config, maxWait time.Dur
 		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(c.SortKeyAttr), AttributeType: types.ScalarAttributeTypeS})
 		in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(c.SortKeyAttr), KeyType: types.KeyTypeRange})
 	}
-	if c.StatusIndex != "" {
-		in.AttributeDefinitions = append(in.AttributeDefinitions,
-			types.AttributeDefinition{AttributeName: aws.String(c.StatusAttr), AttributeType: types.ScalarAttributeTypeS},
-			types.AttributeDefinition{AttributeName: aws.String(c.LeaseAttr), AttributeType: types.ScalarAttributeTypeN})
-		in.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
-			IndexName: aws.String(c.StatusIndex),
+	leaseDefined := false
+	index := func(name, hashAttr string) {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(hashAttr), AttributeType: types.ScalarAttributeTypeS})
+		if !leaseDefined {
+			in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(c.LeaseAttr), AttributeType: types.ScalarAttributeTypeN})
+			leaseDefined = true
+		}
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
+			IndexName: aws.String(name),
 			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(c.StatusAttr), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(hashAttr), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(c.LeaseAttr), KeyType: types.KeyTypeRange},
 			},
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
-		}}
+		})
+	}
+	if c.OpenIndex != "" {
+		index(c.OpenIndex, c.OpenAttr)
+	}
+	if c.StatusIndex != "" {
+		index(c.StatusIndex, c.StatusAttr)
 	}
 	if _, err := api.CreateTable(ctx, in); err != nil {
 		var inUse *types.ResourceInUseException
