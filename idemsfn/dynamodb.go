@@ -16,6 +16,10 @@ type DynamoDBTable struct {
 	SortKeyAttr, PartitionValue string
 	// StatusAttr default "status"; DataAttr (the result) default "data".
 	StatusAttr, DataAttr string
+	// OpenAttr is the attribute of dynamostore's open index
+	// (Config.OpenAttr), which a completed record must not keep. Default
+	// "open_status"; removing it is harmless on a table without the index.
+	OpenAttr string
 }
 
 // The names of the two states of [DynamoDBCompleteStates].
@@ -77,12 +81,13 @@ func DynamoDBCompleteStates(t DynamoDBTable) json.RawMessage {
 			{"Parameters", obj{
 				{"TableName", t.Name},
 				{"Key", key},
-				{"UpdateExpression", "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref"},
+				{"UpdateExpression", "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref, #open"},
 				{"ConditionExpression", "#st = :ip AND #fence = :fence AND #owner = :owner"},
 				{"ExpressionAttributeNames", obj{
 					{"#st", def(t.StatusAttr, "status")}, {"#data", def(t.DataAttr, "data")},
 					{"#fence", "fence"}, {"#owner", "owner"},
 					{"#ecode", "error_code"}, {"#emsg", "error_message"}, {"#ebody", "error_body"}, {"#dref", "data_ref"},
+					{"#open", def(t.OpenAttr, "open_status")},
 				}},
 				{"ExpressionAttributeValues", obj{
 					{":done", str("S", "COMPLETED")},

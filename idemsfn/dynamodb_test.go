@@ -2,6 +2,7 @@ package idemsfn_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -152,15 +153,16 @@ func runCompleteState(t testing.TB, states json.RawMessage, input any) (int, str
 func TestDynamoDBCompleteStates(t *testing.T) {
 	t.Parallel()
 	for name, layout := range map[string]dynamostore.Config{
-		"default":   {},
-		"composite": {KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", StatusAttr: "state", DataAttr: "result", StatusIndex: "status-lease"},
+		"default":    {},
+		"composite":  {KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", StatusAttr: "state", DataAttr: "result", StatusIndex: "status-lease"},
+		"open-index": {OpenIndex: "open", StatusShards: 4},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ds := newDynamoStore(t, layout)
 			cfg := ds.Config()
 			states := idemsfn.DynamoDBCompleteStates(idemsfn.DynamoDBTable{Name: cfg.Table, KeyAttr: layout.KeyAttr,
-				SortKeyAttr: layout.SortKeyAttr, PartitionValue: layout.PartitionValue, StatusAttr: layout.StatusAttr, DataAttr: layout.DataAttr})
+				SortKeyAttr: layout.SortKeyAttr, PartitionValue: layout.PartitionValue, StatusAttr: layout.StatusAttr, DataAttr: layout.DataAttr, OpenAttr: layout.OpenAttr})
 			r := newRig(t, ds)
 			api := newFakeSFN()
 			s := r.starter(t, api, machineArn, idemsfn.Config{ExpectedCompletion: time.Minute})
@@ -186,6 +188,12 @@ func TestDynamoDBCompleteStates(t *testing.T) {
 			var out json.RawMessage
 			if st.Status != idem.StatusCompleted || st.Decode(&out) != nil || !jsonEqual(t, out, output) || st.Ref != got.ExecutionArn {
 				t.Fatalf("record %+v, result %s", st, st.Result)
+			}
+			// The completed record leaves the open index (only open records
+			// carry its attribute).
+			openAttr := cmp.Or(layout.OpenAttr, "open_status")
+			if item := rawItem(t, cfg, storeKey(t, "o-1")).(map[string]any); item[openAttr] != nil {
+				t.Errorf("the completed item keeps %s = %v", openAttr, item[openAttr])
 			}
 			replay, err := s.Start(ctx, req("o-1"), nil)
 			if err != nil || replay.State.Status != idem.StatusCompleted || !jsonEqual(t, replay.Output, output) {

@@ -5,9 +5,9 @@
 //	bolt:///abs/path.db, bolt:rel/path.db     embedded file (bolt:// alone: Options.DefaultBoltPath)
 //	redis://host:port/db?prefix=idem:         (rediss:// for TLS)
 //	postgres://user@host/db?table=idem_records
-//	dynamodb://TABLE?region=…&endpoint=…&index=…&create=true
+//	dynamodb://TABLE?region=…&endpoint=…&index=…&openindex=…&create=true
 //
-// Query parameters the store takes (prefix, table, index, region,
+// Query parameters the store takes (prefix, table, index, openindex, region,
 // endpoint, create) are removed before the rest of the URL is handed to
 // the backend's client, so a PostgreSQL URL keeps its own parameters
 // (sslmode, …). The module carries every backend's client; a program that
@@ -79,6 +79,9 @@ type URL struct {
 	Table string
 	// Index is the DynamoDB status index (index=), empty for none.
 	Index string
+	// OpenIndex is the DynamoDB sparse, sharded open index
+	// (openindex=, dynamostore's Config.OpenIndex), empty for none.
+	OpenIndex string
 	// Region and Endpoint configure the DynamoDB client (region=,
 	// endpoint=); empty means the AWS configuration's.
 	Region, Endpoint string
@@ -144,7 +147,7 @@ func Parse(raw string) (*URL, error) {
 		if out.Table == "" {
 			return bad("no table; write dynamodb://TABLE")
 		}
-		out.Region, out.Endpoint, out.Index = q.Get("region"), q.Get("endpoint"), q.Get("index")
+		out.Region, out.Endpoint, out.Index, out.OpenIndex = q.Get("region"), q.Get("endpoint"), q.Get("index"), q.Get("openindex")
 		if v := q.Get("create"); v != "" {
 			if out.Create, err = strconv.ParseBool(v); err != nil {
 				return bad("create: %v", err)
@@ -275,7 +278,7 @@ func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg := dynamostore.Config{Table: u.Table, StatusIndex: u.Index}
+		cfg := dynamostore.Config{Table: u.Table, StatusIndex: u.Index, OpenIndex: u.OpenIndex}
 		if u.Create {
 			if err := dynamostore.CreateTable(ctx, client, cfg, time.Minute); err != nil {
 				tr.CloseIdleConnections()
@@ -362,5 +365,5 @@ func CreateTable(ctx context.Context, raw string, maxWait time.Duration) error {
 		return err
 	}
 	defer tr.CloseIdleConnections()
-	return dynamostore.CreateTable(ctx, client, dynamostore.Config{Table: u.Table, StatusIndex: u.Index}, maxWait)
+	return dynamostore.CreateTable(ctx, client, dynamostore.Config{Table: u.Table, StatusIndex: u.Index, OpenIndex: u.OpenIndex}, maxWait)
 }
