@@ -89,7 +89,7 @@ func ExampleDynamoDBCompleteStates() {
 	//           "S.$": "$.idem.key"
 	//         }
 	//       },
-	//       "UpdateExpression": "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref",
+	//       "UpdateExpression": "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref, #open",
 	//       "ConditionExpression": "#st = :ip AND #fence = :fence AND #owner = :owner",
 	//       "ExpressionAttributeNames": {
 	//         "#st": "status",
@@ -99,7 +99,8 @@ func ExampleDynamoDBCompleteStates() {
 	//         "#ecode": "error_code",
 	//         "#emsg": "error_message",
 	//         "#ebody": "error_body",
-	//         "#dref": "data_ref"
+	//         "#dref": "data_ref",
+	//         "#open": "open_status"
 	//       },
 	//       "ExpressionAttributeValues": {
 	//         ":done": {

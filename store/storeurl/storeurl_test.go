@@ -47,7 +47,7 @@ func TestParseTakesItsOwnParameters(t *testing.T) {
 		"postgres://u@h/db?sslmode=disable&table=t":                {Kind: storeurl.Postgres, Table: "t", Conn: "postgres://u@h/db?sslmode=disable"},
 		"postgres://u@h/db":                                        {Kind: storeurl.Postgres, Table: "idem_records", Conn: "postgres://u@h/db"},
 		"dynamodb://T?region=r&endpoint=http://e&index=i&create=1": {Kind: storeurl.DynamoDB, Table: "T", Region: "r", Endpoint: "http://e", Index: "i", Create: true},
-		"dynamodb://T?openindex=open": {Kind: storeurl.DynamoDB, Table: "T", OpenIndex: "open"},
+		"dynamodb://T?openindex=open":                              {Kind: storeurl.DynamoDB, Table: "T", OpenIndex: "open"},
 	} {
 		u, err := storeurl.Parse(raw)
 		if err != nil {
