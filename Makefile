@@ -3,10 +3,11 @@ MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p'
 GO ?= go
 FUZZTIME ?= 30s
 STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck)
+PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: help demo demo-reset test test-modules race bench bench-modules fuzz lint tools modcheck tidy
+.PHONY: help demo demo-reset test test-modules race bench bench-modules fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -45,6 +46,10 @@ tidy: ## go mod tidy in every module through that proxy (a plain go mod tidy can
 
 tools: ## install staticcheck
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0
+
+ops-check: ## check the Prometheus rules (ops/prometheus) and run their unit tests with promtool (Debian: apt-get install prometheus)
+	$(PROMTOOL) check rules ops/prometheus/idem-rules.yml
+	$(PROMTOOL) test rules ops/prometheus/idem-rules_test.yml
 
 lint: ## gofmt, go vet and staticcheck over every module
 	@test -z "$$(find . -path './.*' -prune -o -name '*.go' -print | xargs gofmt -l | tee /dev/stderr)" || (echo "gofmt needed"; exit 1)
