@@ -205,22 +205,9 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	if err := ctx.Err(); err != nil {
 		return Begun{}, err
 	}
-	now := store.Millis(e.cfg.Clock.Now())
-	p := store.ClaimParams{
-		Key: c.key, Fingerprint: c.fingerprint, Owner: e.owner(ctx), Now: now,
-		LeaseUntil: now + max(lease.Milliseconds(), 1), ExpiresAt: now + e.cfg.Expiry.Milliseconds(),
-	}
-	var res store.ClaimResult
-	err := e.timed(StoreClaim, func() (err error) {
-		res, err = e.store.Claim(ctx, p)
-		return err
-	})
-	if err == nil && res.Record == nil {
-		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
-	}
+	res, err := c.claim(ctx, e.cfg.Clock.Now(), lease)
 	if err != nil {
-		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
-		return Begun{}, &StoreError{Op: StoreClaim, Key: c.key, Err: err}
+		return Begun{}, err
 	}
 	if err := c.mismatch(res.Record.Fingerprint); err != nil {
 		return Begun{}, err

@@ -478,6 +478,34 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 		return outcome{}, err
 	}
 	lease = min(lease, e.cfg.Expiry)
+	res, err := c.claim(ctx, now, lease)
+	if err != nil {
+		f.claimErr = err
+		close(f.claimed)
+		e.land(c.key, f, nil)
+		return outcome{}, f.claimErr
+	}
+	f.claimRec, f.acquired = res.Record, res.Acquired
+	f.leaseUntil.Store(res.Record.LeaseUntil)
+	close(f.claimed)
+	if !res.Acquired {
+		e.land(c.key, f, nil)
+		return c.existing(res.Record)
+	}
+	e.cfg.Observer.Observe(c.name, OutcomeAcquired)
+	if res.Takeover {
+		e.cfg.Observer.Observe(c.name, OutcomeTakeover)
+		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", c.key, "fence", res.Record.Fence)
+	}
+	h := &holder{call: c, fence: res.Record.Fence, owner: res.Record.Owner, expiresAt: res.Record.ExpiresAt, lease: lease, flight: f}
+	return h.execute(ctx)
+}
+
+// claim makes the store's Claim of the call's key at now, with lease: the
+// one claim of Do and Begin. A store failure is counted and returned as a
+// [*StoreError].
+func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration) (store.ClaimResult, error) {
+	e := c.e
 	nowMs := store.Millis(now)
 	p := store.ClaimParams{
 		Key:         c.key,
@@ -497,25 +525,9 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 	}
 	if err != nil {
 		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
-		f.claimErr = &StoreError{Op: StoreClaim, Key: c.key, Err: err}
-		close(f.claimed)
-		e.land(c.key, f, nil)
-		return outcome{}, f.claimErr
+		return store.ClaimResult{}, &StoreError{Op: StoreClaim, Key: c.key, Err: err}
 	}
-	f.claimRec, f.acquired = res.Record, res.Acquired
-	f.leaseUntil.Store(res.Record.LeaseUntil)
-	close(f.claimed)
-	if !res.Acquired {
-		e.land(c.key, f, nil)
-		return c.existing(res.Record)
-	}
-	e.cfg.Observer.Observe(c.name, OutcomeAcquired)
-	if res.Takeover {
-		e.cfg.Observer.Observe(c.name, OutcomeTakeover)
-		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", c.key, "fence", res.Record.Fence)
-	}
-	h := &holder{call: c, fence: res.Record.Fence, owner: res.Record.Owner, expiresAt: res.Record.ExpiresAt, lease: lease, flight: f}
-	return h.execute(ctx)
+	return res, nil
 }
 
 // timed runs one store call and reports its latency to the Observer.
