@@ -628,3 +628,58 @@ func TestDisabledEngineHandsOutTokens(t *testing.T) {
 		t.Fatalf("a disabled engine made %d store calls", en.store.Total())
 	}
 }
+
+// hangingExtend never answers its first Extend (a request or reply lost on
+// the way): the call returns only when its context ends.
+type hangingExtend struct {
+	store.Store
+	calls atomic.Int32
+}
+
+func (h *hangingExtend) Extend(ctx context.Context, p store.ExtendParams) error {
+	if h.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return h.Store.Extend(ctx, p)
+}
+
+// A lease renewal that never gets an answer gives up after one renewal
+// interval, so the next renewal runs before the lease ends and no one
+// takes over work that is still running (a WriteTimeout longer than the
+// lease must not let it lapse).
+func TestUnansweredRenewalDoesNotLetTheLeaseLapse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New(&memstore.Config{SweepInterval: -1})
+		defer mem.Close()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		hs := &hangingExtend{Store: mem}
+		holder, err := idem.New(hs, &idem.Config{Lease: 2 * time.Second, WriteTimeout: 10 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := idem.New(mem, &idem.Config{Logger: quiet})
+		var runs atomic.Int32
+		done := make(chan error, 1)
+		go func() {
+			_, err := idem.Do(context.Background(), holder, req("h"), func(ctx context.Context) (int, error) {
+				runs.Add(1)
+				time.Sleep(5 * time.Second)
+				return 1, ctx.Err()
+			})
+			done <- err
+		}()
+		for i := range 4 {
+			time.Sleep(time.Second)
+			if _, err := idem.Do(context.Background(), other, req("h"), func(context.Context) (int, error) { runs.Add(1); return 2, nil }); !errors.Is(err, idem.ErrInProgress) {
+				t.Fatalf("%ds into the work: %v, want ErrInProgress", i+1, err)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("ran %d times", n)
+		}
+	})
+}

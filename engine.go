@@ -881,7 +881,10 @@ func (r *renewer) fire() {
 	e := h.e
 	now := store.Millis(e.cfg.Clock.Now())
 	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.WriteTimeout)
+	// One renewal may take at most an interval: a renewal whose reply
+	// never comes must not keep the next one from running before the
+	// lease ends.
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, r.interval()))
 	err := e.timed(StoreExtend, func() error {
 		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
 	})
