@@ -63,6 +63,29 @@
 // lease of the others: leases and expiry are decided from the engine's
 // clock.
 //
+// # Work that outlives the call
+//
+// [Engine.Begin] claims a key without running anything and returns a
+// [Token] for the claim, or the key's record as a [State]: the work is
+// handed to something else — a workflow, a queue worker, another process —
+// which settles it later with [Engine.Complete] or [Engine.Fail] (or
+// [Engine.Release] to let it run again), heartbeats with [Engine.Extend]
+// and records its execution with [Engine.Attach]; every one of those is a
+// fenced write, refused with a [*StaleTokenError] once the claim is no
+// longer the record's. The claim's lease is the expected completion of the
+// work. Inside [Do], [Detach] hands the running claim off the same way
+// (idemhttp's 202 Accepted is built on it). [Engine.Status] reads a key's
+// record for status endpoints and operators; a token read from a settled
+// record ([State.Token]) corrects it. docs/state-machine.md draws the
+// states.
+//
+// # Operations
+//
+// Package monitor sweeps a store for stuck work (IN_PROGRESS past its
+// expected completion) and FAILED records; cmd/idemctl lists, shows and
+// settles them; modules idemprom and idemotel export the engine's outcomes
+// and store latencies to Prometheus and OpenTelemetry (docs/operations.md).
+//
 // # Stores
 //
 // The [Store] contract is six single-key atomic operations, each documented
@@ -85,9 +108,10 @@
 // # Errors
 //
 // Sentinel errors are grouped by operation; the typed errors that carry data
-// ([*InProgressError], [*MismatchError], [*TerminalError], [*FencedError],
-// [*TooLargeError], [*StoreError], [*KeyError], [*PayloadError],
-// [*CorruptError]) match their sentinel with errors.Is.
+// ([*InProgressError], [*MismatchError], [*TerminalError], [*StoreError],
+// [*KeyError], [*PayloadError], [*TokenError], [*StaleTokenError], and the
+// store's FencedError, TooLargeError and CorruptError) match their
+// sentinel with errors.Is.
 //
 // # Testing code that uses idem
 //
