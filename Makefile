@@ -18,16 +18,16 @@ demo: ## idem-gateway on the embedded file store in front of the example orders 
 demo-reset: ## forget every key the demo stored (removes .cache/demo)
 	rm -rf .cache/demo
 
-test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local and stepfunctions-local
-	@scripts/dynamodb-local run scripts/stepfunctions-local run $(MAKE) --no-print-directory test-modules
+test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local, stepfunctions-local and s3rver
+	@scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run $(MAKE) --no-print-directory test-modules
 
-test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT)
+test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
 
 race: test ## alias of test: tests always run with -race
 
-bench: ## run the benchmarks of every module (-benchmem); starts DynamoDB Local and stepfunctions-local
-	@scripts/dynamodb-local run scripts/stepfunctions-local run $(MAKE) --no-print-directory bench-modules
+bench: ## run the benchmarks of every module (-benchmem); starts DynamoDB Local, stepfunctions-local and s3rver
+	@scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run $(MAKE) --no-print-directory bench-modules
 
 bench-modules:
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done

@@ -100,7 +100,10 @@ type API interface {
 // S3 bucket, a blob store). The item then holds only the reference Spill
 // returns. Spilled objects are the spiller's to expire (for S3, a lifecycle
 // rule of at least the idem expiry); a result whose object is gone fails
-// closed with idem.ErrCorrupt, never a replay of something else.
+// closed with idem.ErrCorrupt, never a replay of something else: Load
+// returns an error that is store.ErrCorrupt for that, and any other error
+// for a fault a retry may mend (reported as store.ErrUnavailable). Package
+// s3spill is a Spiller on S3.
 type Spiller interface {
 	// Spill stores p.Data for the claim p names, kept at least until
 	// p.ExpiresAt (ms), and returns a reference to it. Fence and owner

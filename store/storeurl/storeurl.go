@@ -6,9 +6,16 @@
 //	redis://host:port/db?prefix=idem:         (rediss:// for TLS)
 //	postgres://user@host/db?table=idem_records
 //	dynamodb://TABLE?region=…&endpoint=…&index=…&openindex=…&create=true
+//	dynamodb://TABLE?spill=s3://BUCKET/PREFIX&spillendpoint=…&spillsse=aws:kms&spillkmskey=…&spillover=BYTES
+//
+// With spill=, results over the item limit (or over spillover= bytes) are
+// kept in S3 by dynamostore/s3spill; spillendpoint= points the S3 client
+// elsewhere (s3rver, MinIO) and turns on path-style addressing, which
+// spillpathstyle= sets on its own; spillsse= is AES256 or aws:kms, with
+// spillkmskey= the KMS key.
 //
 // Query parameters the store takes (prefix, table, index, openindex, region,
-// endpoint, create) are removed before the rest of the URL is handed to
+// endpoint, create, spill…) are removed before the rest of the URL is handed to
 // the backend's client, so a PostgreSQL URL keeps its own parameters
 // (sslmode, …). The module carries every backend's client; a program that
 // uses one store only imports that store's module instead.
@@ -29,12 +36,14 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/s3spill"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
@@ -88,6 +97,20 @@ type URL struct {
 	// Create asks for the DynamoDB table to be created when missing
 	// (create=true).
 	Create bool
+	// SpillBucket and SpillPrefix name where DynamoDB results too large
+	// for an item go (spill=s3://BUCKET/PREFIX); empty for none.
+	SpillBucket, SpillPrefix string
+	// SpillEndpoint overrides the S3 endpoint (spillendpoint=).
+	SpillEndpoint string
+	// SpillPathStyle asks for path-style S3 addressing (spillpathstyle=;
+	// default true with SpillEndpoint, else false).
+	SpillPathStyle bool
+	// SpillSSE and SpillKMSKey are s3spill's Config.SSE and KMSKeyID
+	// (spillsse=, spillkmskey=).
+	SpillSSE, SpillKMSKey string
+	// SpillOver is dynamostore's Config.MaxResultBytes (spillover=): results
+	// over it are spilled. Zero means dynamostore's default.
+	SpillOver int
 	// Conn is the URL handed to the Redis or PostgreSQL client: Raw
 	// without the parameters above.
 	Conn string
@@ -153,10 +176,43 @@ func Parse(raw string) (*URL, error) {
 				return bad("create: %v", err)
 			}
 		}
+		if err := parseSpill(out, q); err != nil {
+			return bad("%v", err)
+		}
 	default:
 		return bad("unknown scheme %q; %s", scheme, schemes)
 	}
 	return out, nil
+}
+
+// parseSpill reads the spill parameters of a dynamodb:// URL.
+func parseSpill(out *URL, q url.Values) error {
+	raw := q.Get("spill")
+	rest := q.Get("spillendpoint") + q.Get("spillpathstyle") + q.Get("spillsse") + q.Get("spillkmskey") + q.Get("spillover")
+	if raw == "" {
+		if rest != "" {
+			return errors.New("spillendpoint, spillpathstyle, spillsse, spillkmskey and spillover need spill=s3://BUCKET/PREFIX")
+		}
+		return nil
+	}
+	su, err := url.Parse(raw)
+	if err != nil || su.Scheme != "s3" || su.Host == "" {
+		return fmt.Errorf("spill=%q: write spill=s3://BUCKET/PREFIX", raw)
+	}
+	out.SpillBucket, out.SpillPrefix = su.Host, strings.TrimPrefix(su.Path, "/")
+	out.SpillEndpoint, out.SpillSSE, out.SpillKMSKey = q.Get("spillendpoint"), q.Get("spillsse"), q.Get("spillkmskey")
+	out.SpillPathStyle = out.SpillEndpoint != ""
+	if v := q.Get("spillpathstyle"); v != "" {
+		if out.SpillPathStyle, err = strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("spillpathstyle: %v", err)
+		}
+	}
+	if v := q.Get("spillover"); v != "" {
+		if out.SpillOver, err = strconv.Atoi(v); err != nil || out.SpillOver <= 0 || out.SpillOver > dynamostore.MaxItemBytes {
+			return fmt.Errorf("spillover=%q: a size in bytes, 1..%d", v, dynamostore.MaxItemBytes)
+		}
+	}
+	return nil
 }
 
 // Options configure [Open]. A nil *Options means all defaults.
@@ -274,11 +330,17 @@ func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		if u.Create && opt.Passive {
 			return nil, &Error{URL: raw, Reason: "create=true changes the account; this command opens stores read-only (use idemctl create-table)"}
 		}
-		client, tr, err := dynamoClient(ctx, u)
+		client, awsCfg, tr, err := dynamoClient(ctx, u)
 		if err != nil {
 			return nil, err
 		}
-		cfg := dynamostore.Config{Table: u.Table, StatusIndex: u.Index, OpenIndex: u.OpenIndex}
+		cfg := dynamostore.Config{Table: u.Table, StatusIndex: u.Index, OpenIndex: u.OpenIndex, MaxResultBytes: u.SpillOver}
+		if u.SpillBucket != "" {
+			if cfg.Spiller, err = spiller(awsCfg, u); err != nil {
+				tr.CloseIdleConnections()
+				return nil, &Error{URL: raw, Reason: err.Error()}
+			}
+		}
 		if u.Create {
 			if err := dynamostore.CreateTable(ctx, client, cfg, time.Minute); err != nil {
 				tr.CloseIdleConnections()
@@ -296,15 +358,16 @@ func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 
 // dynamoClient returns a DynamoDB client for u with a transport of its own
 // (with what the AWS configuration set on the SDK's, such as a CA bundle),
-// so that closing the store drops its idle connections.
-func dynamoClient(ctx context.Context, u *URL) (*dynamodb.Client, *http.Transport, error) {
+// so that closing the store drops its idle connections; and the AWS
+// configuration it was made from, for the S3 client of a spill.
+func dynamoClient(ctx context.Context, u *URL) (*dynamodb.Client, aws.Config, *http.Transport, error) {
 	var opts []func(*config.LoadOptions) error
 	if u.Region != "" {
 		opts = append(opts, config.WithRegion(u.Region))
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dynamodb: loading the AWS configuration: %w", err)
+		return nil, aws.Config{}, nil, fmt.Errorf("dynamodb: loading the AWS configuration: %w", err)
 	}
 	var tr *http.Transport
 	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok {
@@ -319,7 +382,19 @@ func dynamoClient(ctx context.Context, u *URL) (*dynamodb.Client, *http.Transpor
 			o.BaseEndpoint = aws.String(u.Endpoint)
 		}
 	})
-	return client, tr, nil
+	return client, awsCfg, tr, nil
+}
+
+// spiller is the S3 spiller of u, on the DynamoDB client's AWS
+// configuration and transport.
+func spiller(awsCfg aws.Config, u *URL) (*s3spill.Spiller, error) {
+	s3c := s3.NewFromConfig(awsCfg, func(so *s3.Options) {
+		if u.SpillEndpoint != "" {
+			so.BaseEndpoint = aws.String(u.SpillEndpoint)
+		}
+		so.UsePathStyle = u.SpillPathStyle
+	})
+	return s3spill.New(s3c, s3spill.Config{Bucket: u.SpillBucket, Prefix: u.SpillPrefix, SSE: u.SpillSSE, KMSKeyID: u.SpillKMSKey})
 }
 
 // ErrNotApplicable is returned by [Migrate] and [CreateTable] for a URL of
@@ -360,7 +435,7 @@ func CreateTable(ctx context.Context, raw string, maxWait time.Duration) error {
 	if u.Kind != DynamoDB {
 		return fmt.Errorf("%w: only dynamodb:// stores have a table to create", ErrNotApplicable)
 	}
-	client, tr, err := dynamoClient(ctx, u)
+	client, _, tr, err := dynamoClient(ctx, u)
 	if err != nil {
 		return err
 	}

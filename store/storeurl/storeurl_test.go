@@ -1,9 +1,12 @@
 package storeurl_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,11 +26,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	for raw, want := range map[string]string{
-		"nothing":                   "no scheme",
-		"ftp://x":                   `unknown scheme "ftp"`,
-		"bolt://host/path.db":       `host "host" given`,
-		"dynamodb://":               "no table",
-		"dynamodb://t?create=maybe": "create:",
+		"nothing":                                    "no scheme",
+		"ftp://x":                                    `unknown scheme "ftp"`,
+		"bolt://host/path.db":                        `host "host" given`,
+		"dynamodb://":                                "no table",
+		"dynamodb://t?create=maybe":                  "create:",
+		"dynamodb://t?spill=http://b":                "write spill=s3://BUCKET/PREFIX",
+		"dynamodb://t?spillendpoint=http://e":        "need spill=s3://BUCKET/PREFIX",
+		"dynamodb://t?spill=s3://b&spillover=0":      "spillover=",
+		"dynamodb://t?spill=s3://b&spillover=1e9":    "spillover=",
+		"dynamodb://t?spill=s3://b&spillpathstyle=x": "spillpathstyle:",
 	} {
 		_, err := storeurl.Parse(raw)
 		var ue *storeurl.Error
@@ -48,6 +56,9 @@ func TestParseTakesItsOwnParameters(t *testing.T) {
 		"postgres://u@h/db":                                        {Kind: storeurl.Postgres, Table: "idem_records", Conn: "postgres://u@h/db"},
 		"dynamodb://T?region=r&endpoint=http://e&index=i&create=1": {Kind: storeurl.DynamoDB, Table: "T", Region: "r", Endpoint: "http://e", Index: "i", Create: true},
 		"dynamodb://T?openindex=open":                              {Kind: storeurl.DynamoDB, Table: "T", OpenIndex: "open"},
+		"dynamodb://T?spill=s3://b/p/q&spillsse=aws:kms&spillkmskey=k&spillover=1000": {Kind: storeurl.DynamoDB, Table: "T",
+			SpillBucket: "b", SpillPrefix: "p/q", SpillSSE: "aws:kms", SpillKMSKey: "k", SpillOver: 1000},
+		"dynamodb://T?spill=s3://b&spillendpoint=http://127.0.0.1:9": {Kind: storeurl.DynamoDB, Table: "T", SpillBucket: "b", SpillEndpoint: "http://127.0.0.1:9", SpillPathStyle: true},
 	} {
 		u, err := storeurl.Parse(raw)
 		if err != nil {
@@ -166,6 +177,51 @@ func TestOpenWorkingStores(t *testing.T) {
 		}
 		open(t, raw, &storeurl.Options{Passive: true})
 		open(t, raw+"&create=true", nil)
+	})
+	t.Run("dynamodb spilling to s3", func(t *testing.T) {
+		ep, s3ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT"), os.Getenv("IDEM_S3_ENDPOINT")
+		if ep == "" || s3ep == "" {
+			testenv.Missing(t, "no DynamoDB Local or S3 server: IDEM_DYNAMODB_ENDPOINT or IDEM_S3_ENDPOINT is not set (make test starts them)")
+		}
+		t.Setenv("AWS_ACCESS_KEY_ID", "S3RVER")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
+		bucket := fmt.Sprintf("storeurl-%d", time.Now().UnixNano())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, s3ep+"/"+bucket, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("create bucket: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		defer http.DefaultClient.CloseIdleConnections()
+		raw := fmt.Sprintf("dynamodb://storeurl_%d?region=us-east-1&endpoint=%s&create=true&spill=s3://%s/idem&spillendpoint=%s&spillover=1000",
+			time.Now().UnixNano(), ep, bucket, s3ep)
+		s, err := storeurl.Open(ctx, raw, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		now := time.Now().UnixMilli()
+		res, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "fp", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+		if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Result: big}); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Get(ctx, "k")
+		if err != nil || !bytes.Equal(rec.Result, big) {
+			t.Fatalf("get: %v", err)
+		}
+		list, err := http.Get(s3ep + "/" + bucket + "?list-type=2&prefix=idem/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(list.Body)
+		list.Body.Close()
+		if !bytes.Contains(body, []byte("<Key>idem/k/1-")) {
+			t.Fatalf("bucket listing has no spilled object:\n%s", body)
+		}
 	})
 }
 
