@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -474,4 +476,24 @@ func TestConfigRefused(t *testing.T) {
 		t.Fatalf("auto-ack: err %v, want idem.ErrInvalidConfig", err)
 	}
 	t.Log(err)
+}
+
+// TestExample runs Example (which go test only compiles: it needs the
+// broker) and checks its output.
+func TestExample(t *testing.T) {
+	dial(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	Example()
+	os.Stdout = stdout
+	w.Close()
+	out, _ := io.ReadAll(r)
+	want := "shipping {\"order\":42}\norder-42: acked replayed=false\norder-42: acked replayed=true\n"
+	if string(out) != want {
+		t.Errorf("Example printed\n%s\nwant\n%s", out, want)
+	}
 }
