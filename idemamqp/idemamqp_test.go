@@ -497,3 +497,46 @@ func TestExample(t *testing.T) {
 		t.Errorf("Example printed\n%s\nwant\n%s", out, want)
 	}
 }
+
+// An uncertain outcome keeps the claim until its lease ends: the message
+// is delayed (not left unacknowledged, not run again) until then, and the
+// first delivery after it runs the handler again.
+func TestUncertainRunsAgainAfterLease(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	work, _ := queues(t, conn)
+	delay, err := idemamqp.DeclareDelay(channel(t, conn), work, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := newCounter()
+	var runs atomic.Int32
+	var firstAt, secondAt time.Time
+	const lease = 500 * time.Millisecond
+	c, err := idemamqp.New(engine(t, memstore.New(&memstore.Config{SweepInterval: -1}), idem.Config{Lease: lease}),
+		&idemamqp.Config{Name: "uncertain", Delay: delay, Settled: cnt.settled},
+		func(ctx context.Context, d amqp.Delivery) error {
+			if runs.Add(1) == 1 {
+				firstAt = time.Now()
+				return idem.Uncertain(errors.New("timeout from the payment provider"))
+			}
+			secondAt = time.Now()
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, conn, c, work, 1)
+	publish(t, channel(t, conn), work, "u", []byte("b"))
+	eventually(t, 10*time.Second, "acknowledged", func() bool { return cnt.action(idemamqp.Acked) == 1 })
+	if runs.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2", runs.Load())
+	}
+	if gap := secondAt.Sub(firstAt); gap < lease {
+		t.Errorf("ran again after %v, before the lease (%v) ended", gap, lease)
+	}
+	if n := cnt.action(idemamqp.Delayed); n < 2 || n > 15 {
+		t.Errorf("delayed %d times in a %v lease with a 50ms delay", n, lease)
+	}
+	t.Logf("settlements %v", cnt.actions)
+}
