@@ -1,0 +1,86 @@
+package idemamqp_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemamqp"
+)
+
+// BenchmarkConsume: b.N messages (distinct MessageIds, published before
+// the timer starts) consumed through the wrapper or by a bare manual-ack
+// loop, at concurrency 1 and 16 (the prefetch count too); msgs/s is the
+// figure.
+func BenchmarkConsume(b *testing.B) {
+	for _, conc := range []int{1, 16} {
+		b.Run("bare/c"+strconv.Itoa(conc), func(b *testing.B) {
+			consumeBench(b, conc, func(b *testing.B, conn *amqp.Connection, queue string, handled func()) {
+				ch := channel(b, conn)
+				if err := ch.Qos(conc, 0, false); err != nil {
+					b.Fatal(err)
+				}
+				ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for range conc {
+					wg.Go(func() {
+						for d := range ds {
+							handled()
+							_ = d.Ack(false)
+						}
+					})
+				}
+				b.Cleanup(func() { ch.Close(); wg.Wait() })
+			})
+		})
+		for _, sk := range stores() {
+			b.Run(sk.name+"/c"+strconv.Itoa(conc), func(b *testing.B) {
+				consumeBench(b, conc, func(b *testing.B, conn *amqp.Connection, queue string, handled func()) {
+					c, err := idemamqp.New(engine(b, sk.new(b), idem.Config{}), &idemamqp.Config{Name: "bench"},
+						func(context.Context, amqp.Delivery) error { handled(); return nil })
+					if err != nil {
+						b.Fatal(err)
+					}
+					run(b, conn, c, queue, conc)
+				})
+			})
+		}
+	}
+}
+
+func consumeBench(b *testing.B, conc int, start func(b *testing.B, conn *amqp.Connection, queue string, handled func())) {
+	conn := dial(b)
+	work, _ := queues(b, conn)
+	pub := channel(b, conn)
+	if err := pub.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	for i := range b.N {
+		publish(b, pub, work, "m-"+strconv.Itoa(i), []byte(`{"n":`+strconv.Itoa(i)+`}`))
+	}
+	// Wait until the broker holds them all (confirms).
+	for depth(b, pub, work) < b.N {
+		time.Sleep(5 * time.Millisecond)
+	}
+	var n atomic.Int64
+	all := make(chan struct{})
+	b.ResetTimer()
+	t0 := time.Now()
+	start(b, conn, work, func() {
+		if n.Add(1) == int64(b.N) {
+			close(all)
+		}
+	})
+	<-all
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "msgs/s")
+}

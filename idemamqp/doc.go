@@ -1,0 +1,39 @@
+// Package idemamqp makes a RabbitMQ (AMQP 0-9-1) consumer idempotent with
+// idem: every message runs its handler at most once per key, and every
+// delivery is settled by what happened.
+//
+// A [Consumer] wraps a handler func(ctx, amqp.Delivery) error. Its key is
+// the message's MessageId (or [Config.Key] over the body; never the
+// redelivered flag), its payload fingerprint the body's SHA-256, so a
+// MessageId reused with another body is rejected rather than replayed.
+//
+// # Outcomes
+//
+//	handler succeeded (now or replayed)        Ack
+//	terminal error (idem.Terminal, or replayed) Reject, no requeue → dead-letter exchange
+//	key reused with another body, no key        Reject, no requeue
+//	in progress elsewhere (after Config.Wait)   Delay queue, else hold Backoff + requeue
+//	retryable error, store error               Delay queue, else hold Backoff + requeue
+//	uncertain (idem.Uncertain)                  Delay queue, else hold Backoff + requeue
+//	consumer shutting down (ctx done)           Nack + requeue at once
+//
+// A delivery is never acknowledged before its handler succeeded, nor left
+// unsettled. An uncertain outcome keeps the key's claim until its lease
+// ends; its copies keep coming back (once per delay) until then, and the
+// first after it runs the handler again, as after a crash.
+//
+// # Delay queue
+//
+// [DeclareDelay] declares a queue whose messages expire after a TTL into
+// the work queue. A message to be tried later is published there, and the
+// original acknowledged only once the broker confirmed the publish: a crash
+// in between leaves two copies, which idem tells apart.
+//
+// # Manual acknowledgement and the consumer timeout
+//
+// [Consumer.Run] consumes with manual acknowledgement and refuses auto-ack
+// (with auto-ack a crash loses the message). The broker closes a channel
+// whose delivery stays unacknowledged longer than its consumer_timeout
+// (default 30m) and redelivers it; [New] refuses an engine whose Lease or
+// Wait is not shorter than [Config.ConsumerTimeout].
+package idemamqp

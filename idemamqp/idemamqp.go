@@ -1,0 +1,301 @@
+package idemamqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// DefaultConsumerTimeout is RabbitMQ's default consumer_timeout: a delivery
+// left unacknowledged longer than this closes its channel.
+const DefaultConsumerTimeout = 30 * time.Minute
+
+// Config configures a [Consumer]. Every field documents its default.
+type Config struct {
+	// Name is the operation scope of the keys (required), such as
+	// "ship-order". Two consumers with the same Name share keys.
+	Name string
+
+	// Key returns the idempotency key of a message from its body, to catch
+	// a producer that published the same thing twice under two message
+	// ids. Default: the delivery's MessageId; a delivery without one is
+	// rejected. The redelivered flag is never used.
+	Key func(body []byte) (string, error)
+
+	// ConsumerTimeout is the broker's consumer_timeout (rabbitmq.conf, or
+	// the queue's x-consumer-timeout argument). The engine's Lease and
+	// Wait, and Backoff, must each be shorter, or the broker closes the
+	// channel under a handler that still holds its key. Default
+	// [DefaultConsumerTimeout] (30m).
+	ConsumerTimeout time.Duration
+
+	// Delay, when set, is where messages go to be tried again later (in
+	// progress elsewhere, a retryable error, an uncertain outcome): the
+	// message is published to the delay queue, confirmed by the broker,
+	// and only then acknowledged; the delay queue dead-letters it back to
+	// the work queue after its TTL. See [DeclareDelay]. Default nil: the
+	// handler holds the message for Backoff and then requeues it.
+	Delay *Delay
+
+	// Backoff is how long a message is held before it is requeued when
+	// there is no Delay queue (and the fallback when publishing to the
+	// delay queue fails), so that a message that cannot run yet is not
+	// redelivered in a hot loop. Default 1s.
+	Backoff time.Duration
+
+	// Settled, when set, is called after every delivery is settled, from
+	// the goroutine that handled it. For metrics and tests.
+	Settled func(amqp.Delivery, Settlement)
+
+	// Logger receives a line for every delivery not acknowledged. Default:
+	// the engine's logger.
+	Logger *slog.Logger
+}
+
+// Action is what a [Consumer] did with a delivery.
+type Action int
+
+const (
+	// Acked: the handler succeeded, now or earlier (a replay).
+	Acked Action = iota + 1
+	// Rejected: rejected without requeue, so the broker dead-letters it when
+	// the queue has a dead-letter exchange and drops it otherwise: a
+	// terminal error (returned now or replayed), a key reused with another
+	// body, a message without a key.
+	Rejected
+	// Delayed: published to the delay queue (confirmed) and acknowledged.
+	Delayed
+	// Requeued: negatively acknowledged with requeue, after Backoff (none
+	// when the consumer is shutting down).
+	Requeued
+)
+
+func (a Action) String() string {
+	switch a {
+	case Acked:
+		return "acked"
+	case Rejected:
+		return "rejected"
+	case Delayed:
+		return "delayed"
+	case Requeued:
+		return "requeued"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Settlement is the outcome of one delivery.
+type Settlement struct {
+	Action Action
+	// Replayed is true when an Ack or Reject came from an earlier
+	// execution: the handler did not run.
+	Replayed bool
+	// Err is why the delivery was not acknowledged (the handler's or the
+	// engine's error), joined with any error settling it.
+	Err error
+}
+
+// Consumer runs a delivery handler at most once per key and settles every
+// delivery (see [Consumer.Handle]). It is safe for concurrent use.
+type Consumer struct {
+	eng *idem.Engine
+	cfg Config
+	fn  func(context.Context, amqp.Delivery) error
+	log *slog.Logger
+}
+
+// New wraps fn. It fails with [idem.ErrInvalidConfig] when the engine's
+// Lease or Wait, or Backoff, is not shorter than cfg.ConsumerTimeout.
+func New(eng *idem.Engine, cfg *Config, fn func(context.Context, amqp.Delivery) error) (*Consumer, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: idemamqp: "+format, append([]any{idem.ErrInvalidConfig}, args...)...)
+	}
+	if eng == nil || fn == nil || cfg == nil {
+		return nil, bad("engine, config and handler are required")
+	}
+	c := *cfg
+	if c.Name == "" {
+		return nil, bad("Config.Name (the operation scope) is required")
+	}
+	if c.ConsumerTimeout == 0 {
+		c.ConsumerTimeout = DefaultConsumerTimeout
+	}
+	if c.Backoff == 0 {
+		c.Backoff = time.Second
+	}
+	ec := eng.Config()
+	switch {
+	case c.ConsumerTimeout < 0 || c.Backoff < 0:
+		return nil, bad("ConsumerTimeout %v and Backoff %v must be positive", c.ConsumerTimeout, c.Backoff)
+	case ec.Lease >= c.ConsumerTimeout:
+		return nil, bad("the engine's Lease %v is not shorter than the broker's consumer timeout %v: the broker would close the channel and redeliver while the key is still held; shorten idem.Config.Lease (it is renewed while the handler runs) or raise consumer_timeout and Config.ConsumerTimeout", ec.Lease, c.ConsumerTimeout)
+	case ec.Wait >= c.ConsumerTimeout:
+		return nil, bad("the engine's Wait %v is not shorter than the broker's consumer timeout %v; shorten idem.Config.Wait", ec.Wait, c.ConsumerTimeout)
+	case c.Backoff >= c.ConsumerTimeout:
+		return nil, bad("Backoff %v is not shorter than the broker's consumer timeout %v", c.Backoff, c.ConsumerTimeout)
+	}
+	log := c.Logger
+	if log == nil {
+		log = ec.Logger
+	}
+	return &Consumer{eng: eng, cfg: c, fn: fn, log: log}, nil
+}
+
+// Handle runs fn for d under its key, unless it ran already, and settles d:
+//
+//   - fn succeeded, now or before (a replay) → Ack;
+//   - fn returned a terminal error ([idem.Terminal]), now or before → Reject
+//     without requeue (to the queue's dead-letter exchange, if any); later
+//     copies are rejected too, without running fn;
+//   - the key is held by another consumer (after the engine's Config.Wait),
+//     fn returned another error, the store failed, or the outcome is
+//     uncertain ([idem.Uncertain]) → tried later: to the Delay queue when
+//     there is one, else held for Backoff and requeued. An uncertain
+//     outcome keeps its claim until the lease ends, so the copies that come
+//     back before then are delayed again, and the first after it runs fn
+//     again (as after a crash). Idem never leaves a delivery unsettled: an
+//     unacknowledged message holds a prefetch slot and comes back only when
+//     the channel closes;
+//   - the message has no key, or its key was used with another body →
+//     Reject;
+//   - ctx is done → Requeue at once.
+//
+// Never is a delivery acknowledged before fn succeeded.
+func (c *Consumer) Handle(ctx context.Context, d amqp.Delivery) Settlement {
+	s := c.handle(ctx, d)
+	if s.Action != Acked {
+		c.log.Info("idemamqp: delivery not acknowledged", "scope", c.cfg.Name, "message_id", d.MessageId, "action", s.Action.String(), "err", s.Err)
+	}
+	if c.cfg.Settled != nil {
+		c.cfg.Settled(d, s)
+	}
+	return s
+}
+
+func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) Settlement {
+	if d.Acknowledger == nil {
+		return Settlement{Action: Rejected, Err: errors.New("idemamqp: delivery has no acknowledger (not from a channel)")}
+	}
+	key := d.MessageId
+	if c.cfg.Key != nil {
+		var err error
+		if key, err = c.cfg.Key(d.Body); err != nil {
+			return settle(Settlement{Action: Rejected, Err: fmt.Errorf("idemamqp: Config.Key: %w", err)}, d.Reject(false))
+		}
+	}
+	if key == "" {
+		return settle(Settlement{Action: Rejected, Err: errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")}, d.Reject(false))
+	}
+	body := d.Body
+	if body == nil {
+		body = []byte{}
+	}
+	req := idem.Request{Operation: c.cfg.Name, Key: key, Payload: body, RawPayload: true}
+	res, err := idem.Do(ctx, c.eng, req, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.fn(ctx, d)
+	})
+	var te *idem.TerminalError
+	switch {
+	case err == nil:
+		return settle(Settlement{Action: Acked, Replayed: res.Replayed}, d.Ack(false))
+	case errors.As(err, &te):
+		return settle(Settlement{Action: Rejected, Replayed: te.Replayed, Err: err}, d.Reject(false))
+	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
+		return settle(Settlement{Action: Rejected, Err: err}, d.Reject(false))
+	}
+	return c.later(ctx, d, err)
+}
+
+// later settles d to be tried again.
+func (c *Consumer) later(ctx context.Context, d amqp.Delivery, cause error) Settlement {
+	if ctx.Err() != nil {
+		return settle(Settlement{Action: Requeued, Err: cause}, d.Nack(false, true))
+	}
+	if c.cfg.Delay != nil {
+		perr := c.cfg.Delay.publish(ctx, d)
+		if perr == nil {
+			return settle(Settlement{Action: Delayed, Err: cause}, d.Ack(false))
+		}
+		cause = errors.Join(cause, perr)
+	}
+	t := time.NewTimer(c.cfg.Backoff)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return settle(Settlement{Action: Requeued, Err: cause}, d.Nack(false, true))
+}
+
+func settle(s Settlement, err error) Settlement {
+	if err != nil {
+		s.Err = errors.Join(s.Err, fmt.Errorf("idemamqp: settling the delivery (%s): %w", s.Action, err))
+	}
+	return s
+}
+
+// ConsumeArgs are the arguments of [amqp.Channel.Consume] that [Consumer.Run]
+// passes on.
+type ConsumeArgs struct {
+	// Queue to consume (required).
+	Queue string
+	// Consumer tag; default: one the broker makes up.
+	Consumer string
+	// AutoAck must be false: with automatic acknowledgement the broker
+	// considers a message done once sent, before the handler ran, so a
+	// consumer that crashes loses it. Run refuses it.
+	AutoAck   bool
+	Exclusive bool
+	Args      amqp.Table
+	// Concurrency is how many deliveries are handled at once; Run sets the
+	// channel's prefetch count to it. Default 1.
+	Concurrency int
+}
+
+// Run consumes a.Queue on ch with manual acknowledgement and hands every
+// delivery to [Consumer.Handle], a.Concurrency at a time. It returns nil
+// when ctx is done (after cancelling the consumer and letting the handlers
+// in flight finish) and an error when the channel closes. Run sets ch's
+// prefetch count (QoS) to a.Concurrency.
+func (c *Consumer) Run(ctx context.Context, ch *amqp.Channel, a ConsumeArgs) error {
+	if a.AutoAck {
+		return fmt.Errorf("%w: idemamqp: auto-ack is refused: the broker would consider each message done before its handler ran, and a crash would lose it; consume with manual acknowledgement (AutoAck false)", idem.ErrInvalidConfig)
+	}
+	if a.Queue == "" {
+		return fmt.Errorf("%w: idemamqp: ConsumeArgs.Queue is required", idem.ErrInvalidConfig)
+	}
+	n := max(a.Concurrency, 1)
+	if err := ch.Qos(n, 0, false); err != nil {
+		return fmt.Errorf("idemamqp: setting prefetch: %w", err)
+	}
+	tag := a.Consumer
+	if tag == "" {
+		tag = "idemamqp-" + c.cfg.Name + "-" + fmt.Sprint(time.Now().UnixNano())
+	}
+	deliveries, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), a.Queue, tag, false, a.Exclusive, false, false, a.Args)
+	if err != nil {
+		return fmt.Errorf("idemamqp: consuming %s: %w", a.Queue, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ch.Cancel(tag, false) })
+	defer stop()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for d := range deliveries {
+				c.Handle(ctx, d)
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("idemamqp: deliveries of %s stopped: %w", a.Queue, amqp.ErrClosed)
+}

@@ -1,0 +1,145 @@
+package idemamqp_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemamqp"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
+)
+
+// The child consumer: TestSIGKILL re-runs the test binary with these set.
+const (
+	envChildQueue  = "IDEMAMQP_CHILD_QUEUE"
+	envChildPrefix = "IDEMAMQP_CHILD_PREFIX"
+	envChildMode   = "IDEMAMQP_CHILD_MODE" // "in-handler" or "before-ack"
+	killLease      = time.Second
+)
+
+// blockingAck stands for a process that dies after the engine recorded
+// COMPLETED and before its Ack reached the broker.
+type blockingAck struct{ amqp.Acknowledger }
+
+func (blockingAck) Ack(uint64, bool) error {
+	fmt.Println("completed")
+	select {}
+}
+
+func TestChildConsumer(t *testing.T) {
+	queue := os.Getenv(envChildQueue)
+	if queue == "" {
+		t.Skip("the child consumer of TestSIGKILL")
+	}
+	ctx := context.Background()
+	conn := dial(t)
+	ch := channel(t, conn)
+	s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")}),
+		&redisstore.Config{Prefix: os.Getenv(envChildPrefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := os.Getenv(envChildMode)
+	c, err := idemamqp.New(engine(t, s, idem.Config{Lease: killLease, Owner: "child"}), &idemamqp.Config{Name: "kill"},
+		func(ctx context.Context, d amqp.Delivery) error {
+			if mode == "in-handler" {
+				fmt.Println("started")
+				select {}
+			}
+			fmt.Println("effect")
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := range ds {
+		d.Acknowledger = blockingAck{d.Acknowledger}
+		c.Handle(ctx, d)
+	}
+}
+
+// A consumer killed (SIGKILL) in its handler: the message is redelivered
+// and handled once more after the lease. A consumer killed after its
+// handler completed but before the Ack: the message is redelivered and
+// replayed, never handled twice.
+func TestSIGKILL(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"in-handler", "before-ack"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			conn := dial(t)
+			work, _ := queues(t, conn)
+			addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+			rc := redis.NewClient(&redis.Options{Addr: addr})
+			prefix := fmt.Sprintf("idemamqp-kill:%s:", work)
+			t.Cleanup(func() {
+				ctx := context.Background()
+				it := rc.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+				for it.Next(ctx) {
+					rc.Del(ctx, it.Val())
+				}
+				rc.Close()
+			})
+			publish(t, channel(t, conn), work, "k-1", []byte("payload"))
+
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestChildConsumer$", "-test.v")
+			cmd.Env = append(os.Environ(), envChildQueue+"="+work, envChildPrefix+"="+prefix, envChildMode+"="+mode)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			childEffects := 0
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				line := sc.Text()
+				if line == "effect" {
+					childEffects++
+				}
+				if line == "started" || line == "completed" {
+					break
+				}
+			}
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+
+			s, err := redisstore.New(rc, &redisstore.Config{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var effects atomic.Int32
+			cnt := newCounter()
+			c, err := idemamqp.New(engine(t, s, idem.Config{Lease: killLease, Owner: "survivor"}),
+				&idemamqp.Config{Name: "kill", Backoff: 100 * time.Millisecond, Settled: cnt.settled},
+				func(ctx context.Context, d amqp.Delivery) error { effects.Add(1); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, conn, c, work, 1)
+			eventually(t, 10*time.Second, "the redelivery acknowledged", func() bool { return cnt.action(idemamqp.Acked) == 1 })
+			total := childEffects + int(effects.Load())
+			if total != 1 {
+				t.Errorf("effects: %d in the killed child, %d after; want 1 in all", childEffects, effects.Load())
+			}
+			t.Logf("child effects %d, survivor effects %d, settlements %v", childEffects, effects.Load(), cnt.actions)
+		})
+	}
+}
