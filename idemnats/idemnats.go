@@ -298,6 +298,10 @@ func (w *wrapper[T]) settleRecorded(ctx context.Context, d *delivery, want store
 		// Cannot tell whether the outcome landed: let AckWait run out;
 		// the redelivery replays or runs again.
 		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome cannot be confirmed: %w", err))
+	case rec.Fence == d.claim.Fence && rec.Status == store.StatusFailed && want == store.StatusCompleted:
+		// A success whose result could not be stored (too large, not
+		// encodable): the engine recorded a terminal marker instead.
+		return w.settle(d.msg, Termed, fmt.Errorf("idemnats: result not stored: %w", idem.ErrResultTooLarge))
 	case rec.Status != want || rec.Fence != d.claim.Fence:
 		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome not recorded (record %s at fence %d, ours %d): %w",
 			rec.Status, rec.Fence, d.claim.Fence, idem.ErrLeaseLost))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -394,5 +395,30 @@ func TestConfigChecked(t *testing.T) {
 	}
 	if _, err := idemnats.Wrap(e, &idemnats.Config{Operation: "x", AckWait: 3 * time.Second}, fn); err != nil {
 		t.Errorf("default heartbeat under AckWait: %v", err)
+	}
+}
+
+// TestUnstorableResultIsTermed: a success whose result is over the
+// engine's limit is stored as a terminal marker; the message is termed,
+// not left to come back.
+func TestUnstorableResultIsTermed(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	publish(t, js, subj, "order-big", 0)
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "big", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	p, err := idemnats.Wrap(newEngine(t, st, idem.Config{Lease: 2 * time.Second, MaxResultBytes: 16}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: time.Second},
+		func(ctx context.Context, m jetstream.Msg) (string, error) { return strings.Repeat("x", 100), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &recording{Msg: fetchOne(t, cons, time.Second)}
+	if d, err := p(ctx, m); d != idemnats.Termed || !errors.Is(err, idem.ErrResultTooLarge) || m.terms.Load() != 1 {
+		t.Fatalf("%v, %v; want termed with ErrResultTooLarge", d, err)
 	}
 }
