@@ -1,0 +1,82 @@
+package idemnats_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemnats"
+)
+
+// BenchmarkConsume: messages/s through the wrapper against the bare
+// handler (which only acks), each message a distinct key, with 1 and 16
+// handlers at once on one durable consumer of a server on this machine.
+func BenchmarkConsume(b *testing.B) {
+	for _, conc := range []int{1, 16} {
+		b.Run(fmt.Sprintf("bare/c=%d", conc), func(b *testing.B) {
+			consume(b, conc, func(ctx context.Context, m jetstream.Msg) bool { return m.Ack() == nil })
+		})
+		for _, be := range backends() {
+			b.Run(fmt.Sprintf("%s/c=%d", be.name, conc), func(b *testing.B) {
+				e := newEngine(b, be.store(b), idem.Config{Lease: 30 * time.Second})
+				p, err := idemnats.Wrap(e, &idemnats.Config{Operation: "bench", AckWait: 30 * time.Second},
+					func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				consume(b, conc, func(ctx context.Context, m jetstream.Msg) bool {
+					d, _ := p(ctx, m)
+					return d == idemnats.Acked
+				})
+			})
+		}
+	}
+}
+
+func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg) bool) {
+	js, s, subj := stream(b)
+	ctx := context.Background()
+	for i := range b.N {
+		m := nats.NewMsg(subj)
+		m.Header.Set(nats.MsgIdHdr, "m-"+strconv.Itoa(i))
+		m.Data = []byte(`{"n":` + strconv.Itoa(i) + `}`)
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("publishing timed out")
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 10000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var done atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	for range conc {
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			if handle(ctx, m) {
+				done.Add(1)
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
+	}
+	for done.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
