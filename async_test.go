@@ -629,25 +629,25 @@ func TestDisabledEngineHandsOutTokens(t *testing.T) {
 	}
 }
 
-// hangingExtend never answers its first Extend (a request or reply lost on
-// the way): the call returns only when its context ends.
+// hangingExtend never answers its first two Extends (requests or replies
+// lost on the way): such a call returns only when its context ends.
 type hangingExtend struct {
 	store.Store
 	calls atomic.Int32
 }
 
 func (h *hangingExtend) Extend(ctx context.Context, p store.ExtendParams) error {
-	if h.calls.Add(1) == 1 {
+	if h.calls.Add(1) <= 2 {
 		<-ctx.Done()
 		return ctx.Err()
 	}
 	return h.Store.Extend(ctx, p)
 }
 
-// A lease renewal that never gets an answer gives up after one renewal
-// interval, so the next renewal runs before the lease ends and no one
-// takes over work that is still running (a WriteTimeout longer than the
-// lease must not let it lapse).
+// A lease renewal that never gets an answer gives up after half a renewal
+// interval and is tried again a quarter later, so a renewal succeeds before
+// the lease ends and no one takes over work that is still running (a
+// WriteTimeout longer than the lease must not let it lapse).
 func TestUnansweredRenewalDoesNotLetTheLeaseLapse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New(&memstore.Config{SweepInterval: -1})

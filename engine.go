@@ -881,14 +881,16 @@ func (r *renewer) fire() {
 	e := h.e
 	now := store.Millis(e.cfg.Clock.Now())
 	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
-	// One renewal may take at most an interval: a renewal whose reply
-	// never comes must not keep the next one from running before the
-	// lease ends.
-	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, r.interval()))
+	// One renewal may take at most half an interval, and a failed one is
+	// tried again after a quarter: a reply that never comes, or a short
+	// outage, must not let the lease lapse while the work runs (with the
+	// default interval of a third of the lease, three attempts fit in it).
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(r.interval()/2, time.Millisecond)))
 	err := e.timed(StoreExtend, func() error {
 		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
 	})
 	cancel()
+	next := r.interval()
 	var fe *store.FencedError
 	switch {
 	case err == nil:
@@ -908,11 +910,12 @@ func (r *renewer) fire() {
 	default:
 		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
 		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
+		next = max(r.interval()/4, time.Millisecond)
 	}
 	if until >= h.expiresAt {
 		return // the claim cannot outlive its expiry
 	}
-	r.timer = e.cfg.Clock.AfterFunc(r.interval(), r.fire)
+	r.timer = e.cfg.Clock.AfterFunc(next, r.fire)
 }
 
 // resume restarts renewal after stop (a Detach whose write failed), unless
