@@ -683,3 +683,36 @@ func TestUnansweredRenewalDoesNotLetTheLeaseLapse(t *testing.T) {
 		}
 	})
 }
+
+// Result.Recorded says what this call's outcome write left in the store:
+// COMPLETED, FAILED, or nothing when the write was refused; a replay
+// recorded nothing.
+func TestResultSaysWhatWasRecorded(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	ok, err := idem.Do(ctx, en.eng, req("r1"), func(context.Context) (int, error) { return 1, nil })
+	if err != nil || ok.Recorded != idem.StatusCompleted {
+		t.Fatalf("success: Recorded %v, %v", ok.Recorded, err)
+	}
+	failed, err := idem.Do(ctx, en.eng, req("r2"), func(context.Context) (int, error) {
+		return 0, idem.Terminal(errors.New("declined"), "declined")
+	})
+	if !errors.Is(err, idem.ErrTerminal) || failed.Recorded != idem.StatusFailed {
+		t.Fatalf("terminal error: Recorded %v, %v", failed.Recorded, err)
+	}
+	replay, _ := idem.Do(ctx, en.eng, req("r1"), func(context.Context) (int, error) { return 2, nil })
+	if !replay.Replayed || replay.Recorded != 0 {
+		t.Fatalf("replay: %+v", replay)
+	}
+	refused, err := idem.Do(ctx, en.eng, req("r3"), func(ctx context.Context) (int, error) {
+		c, _ := idem.FromContext(ctx)
+		k, _ := idem.ParseStoreKey(c.Key)
+		if err := en.eng.Complete(ctx, idem.Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: idem.StatusInProgress}, 7); err != nil {
+			t.Fatal(err)
+		}
+		return 8, nil
+	})
+	if err != nil || refused.Recorded != 0 {
+		t.Fatalf("a refused Complete: Recorded %v, %v", refused.Recorded, err)
+	}
+}

@@ -72,6 +72,14 @@ type Result[T any] struct {
 	// Fence is the fence under which this call ran the operation, 0 on a
 	// replay.
 	Fence uint64
+	// Recorded is the status this call's outcome write left the record in,
+	// when this call ran the operation: COMPLETED, or FAILED (a terminal
+	// error, or the marker of a result that could not be stored). Zero when
+	// nothing was recorded for it — the write was refused (the key was
+	// taken over) or failed past WriteTimeout, the claim was released,
+	// kept (uncertain) or handed off — and on a replay. Adapters that
+	// acknowledge a message by the outcome read it instead of the store.
+	Recorded Status
 }
 
 // Do runs fn at most once for the key that req names. See [DoIdentity].
@@ -199,7 +207,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, completing bool
 		res.Value = v
 		return res, ferr
 	}
-	res.Replayed, res.Fence = out.replayed, out.fence
+	res.Replayed, res.Fence, res.Recorded = out.replayed, out.fence, out.recorded
 	if v, ok := out.value.(T); ok && !ran {
 		res.Value = v
 	} else if !ran && out.result != nil {
@@ -233,9 +241,10 @@ func isClaimFailure(err error) bool {
 // outcome is what run hands back to the typed layer.
 type outcome struct {
 	replayed bool
-	result   []byte // encoded value to decode, on a replay
-	value    any    // the value itself, from the local cache
-	fence    uint64 // fence held while running, when this call ran fn
+	result   []byte       // encoded value to decode, on a replay
+	value    any          // the value itself, from the local cache
+	fence    uint64       // fence held while running, when this call ran fn
+	recorded store.Status // the status the outcome write left, when it landed
 }
 
 // call is one call through the engine, before it holds a claim: what every
@@ -602,7 +611,9 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 		e.land(h.key, h.flight, nil)
 		return out, opErr
 	case errors.As(opErr, &encErr):
-		h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
+		if marker, _ := h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1); marker != nil {
+			out.recorded = marker.Status
+		}
 		e.land(h.key, h.flight, nil)
 		return out, nil
 	case opErr == nil && res.settled:
@@ -611,14 +622,21 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 		if e.cache != nil {
 			e.cache.put(done, res.value)
 		}
+		out.recorded = done.Status
 		e.land(h.key, h.flight, done)
 		return out, nil
 	case opErr == nil:
 		done, _ := h.complete(ctx, res.result, res.value)
+		if done != nil {
+			out.recorded = done.Status
+		}
 		e.land(h.key, h.flight, done)
 		return out, nil
 	case errors.As(opErr, &term):
 		final, _ := h.fail(ctx, term.record())
+		if final != nil {
+			out.recorded = final.Status
+		}
 		e.land(h.key, h.flight, final)
 		return out, opErr
 	case errors.As(opErr, &unc):

@@ -22,9 +22,8 @@
 //     worker is a zombie; an ack from it would settle a delivery that the
 //     new holder is still working on.
 //
-// Whether the outcome was recorded is read back from the store after a
-// fresh execution (one Get), because the engine returns a successful
-// result even when its Complete was refused.
+// Whether the outcome was recorded comes from the engine (Result.Recorded),
+// which returns a successful value even when its Complete was refused.
 //
 // While fn runs, the engine renews the claim's lease and the wrapper calls
 // msg.InProgress every Config.Heartbeat, so JetStream does not redeliver a
@@ -41,7 +40,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/store"
 )
 
 // ErrInvalidConfig is returned by [Wrap] and [Handler] for an unusable
@@ -226,7 +224,7 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 		d.lost = errors.Is(context.Cause(ctx), idem.ErrLeaseLost)
 		return v, ferr
 	})
-	return w.decide(ctx, d, res.Replayed, err)
+	return w.decide(d, res.Replayed, res.Recorded, err)
 }
 
 // heartbeat sends msg.InProgress every Heartbeat until stop or ctx ends.
@@ -254,7 +252,7 @@ func (w *wrapper[T]) heartbeat(ctx context.Context, m jetstream.Msg) (stop func(
 }
 
 // decide maps the engine's answer to the message's disposition.
-func (w *wrapper[T]) decide(ctx context.Context, d *delivery, replayed bool, err error) (Disposition, error) {
+func (w *wrapper[T]) decide(d *delivery, replayed bool, recorded idem.Status, err error) (Disposition, error) {
 	m := d.msg
 	var term *idem.TerminalError
 	var inProg *idem.InProgressError
@@ -267,14 +265,14 @@ func (w *wrapper[T]) decide(ctx context.Context, d *delivery, replayed bool, err
 		if !d.claimed { // engine disabled or fail-open: nothing to check
 			return w.settle(m, Acked, nil)
 		}
-		return w.settleRecorded(ctx, d, store.StatusCompleted, Acked, nil)
+		return w.settleRecorded(d, recorded, idem.StatusCompleted, Acked, nil)
 	case errors.As(err, &term) && (term.Replayed || !d.ran):
 		return w.settle(m, Termed, err)
 	case errors.As(err, &term):
 		if !d.claimed {
 			return w.settle(m, Termed, err)
 		}
-		return w.settleRecorded(ctx, d, store.StatusFailed, Termed, err)
+		return w.settleRecorded(d, recorded, idem.StatusFailed, Termed, err)
 	case errors.As(err, &inProg):
 		return w.settleDelay(m, inProg.RetryAfter(w.e.Config().Clock.Now()), err)
 	case errors.Is(err, idem.ErrUncertain):
@@ -287,24 +285,18 @@ func (w *wrapper[T]) decide(ctx context.Context, d *delivery, replayed bool, err
 	}
 }
 
-// settleRecorded acks or terms only once the record is settled as want
-// under this delivery's claim; a refused outcome write leaves the message.
-func (w *wrapper[T]) settleRecorded(ctx context.Context, d *delivery, want store.Status, disp Disposition, opErr error) (Disposition, error) {
-	rec, err := w.e.Store().Get(context.WithoutCancel(ctx), d.claim.Key)
+// settleRecorded acks or terms only when the engine recorded this
+// delivery's outcome (Result.Recorded) as want; a refused or failed outcome
+// write leaves the message, and the redelivery replays or runs again.
+func (w *wrapper[T]) settleRecorded(d *delivery, recorded, want idem.Status, disp Disposition, opErr error) (Disposition, error) {
 	switch {
-	case err != nil && errors.Is(err, store.ErrNotFound):
-		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome not recorded (record gone): %w", idem.ErrLeaseLost))
-	case err != nil:
-		// Cannot tell whether the outcome landed: let AckWait run out;
-		// the redelivery replays or runs again.
-		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome cannot be confirmed: %w", err))
-	case rec.Fence == d.claim.Fence && rec.Status == store.StatusFailed && want == store.StatusCompleted:
+	case recorded == idem.StatusFailed && want == idem.StatusCompleted:
 		// A success whose result could not be stored (too large, not
 		// encodable): the engine recorded a terminal marker instead.
 		return w.settle(d.msg, Termed, fmt.Errorf("idemnats: result not stored: %w", idem.ErrResultTooLarge))
-	case rec.Status != want || rec.Fence != d.claim.Fence:
-		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome not recorded (record %s at fence %d, ours %d): %w",
-			rec.Status, rec.Fence, d.claim.Fence, idem.ErrLeaseLost))
+	case recorded != want:
+		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome not recorded under claim %d (taken over, or the store failed): %w",
+			d.claim.Fence, idem.ErrLeaseLost))
 	}
 	return w.settle(d.msg, disp, opErr)
 }
