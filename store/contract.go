@@ -99,6 +99,27 @@ type ClaimParams struct {
 	LeaseUntil int64
 	// ExpiresAt is the expiry of the new claim (ms).
 	ExpiresAt int64
+	// Local says the claim's holder is the calling process itself (an
+	// operation run by Do), not a token handed to work elsewhere (Begin).
+	// A store whose unsynced writes survive a crash of the process but not
+	// of its machine (an embedded file store writing without fsync) may
+	// then leave the new claim unsynced: whatever loses it ends its holder
+	// too, and a claim lost that way is a claim released. Every later
+	// fenced write (an Extend that hands the claim off included) must
+	// still be durable when it returns. Other stores ignore it.
+	Local bool
+}
+
+// BatchClaimer is an optional power of a store: claiming many keys in one
+// round trip (a pipeline, one transaction), for consumers that receive
+// messages in batches. Find it by type assertion.
+type BatchClaimer interface {
+	// ClaimBatch claims each of ps exactly as Claim would, in order, and
+	// answers res[i] and errs[i] for ps[i] (len(ps) of each). A key named
+	// twice is claimed twice: the second claim sees the first (a conflict,
+	// or the same owner's retry). One key's failure does not stop the
+	// others; a failure of the whole round trip is every key's error.
+	ClaimBatch(ctx context.Context, ps []ClaimParams) (res []ClaimResult, errs []error)
 }
 
 // ClaimResult is the answer of [Store.Claim].
