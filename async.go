@@ -205,7 +205,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	if err := ctx.Err(); err != nil {
 		return Begun{}, err
 	}
-	res, err := c.claim(ctx, e.cfg.Clock.Now(), lease)
+	res, err := c.claim(ctx, e.cfg.Clock.Now(), lease, false)
 	if err != nil {
 		return Begun{}, err
 	}

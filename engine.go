@@ -487,7 +487,7 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 		return outcome{}, err
 	}
 	lease = min(lease, e.cfg.Expiry)
-	res, err := c.claim(ctx, now, lease)
+	res, err := c.claim(ctx, now, lease, true)
 	if err != nil {
 		f.claimErr = err
 		close(f.claimed)
@@ -511,9 +511,10 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 }
 
 // claim makes the store's Claim of the call's key at now, with lease: the
-// one claim of Do and Begin. A store failure is counted and returned as a
-// [*StoreError].
-func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration) (store.ClaimResult, error) {
+// one claim of Do and Begin. local says this process holds the claim (Do),
+// rather than a token handed out (Begin). A store failure is counted and
+// returned as a [*StoreError].
+func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration, local bool) (store.ClaimResult, error) {
 	e := c.e
 	nowMs := store.Millis(now)
 	p := store.ClaimParams{
@@ -523,6 +524,7 @@ func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration) (s
 		Now:         nowMs,
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
+		Local:       local,
 	}
 	var res store.ClaimResult
 	err := e.timed(StoreClaim, func() (err error) {
