@@ -19,7 +19,13 @@ type spool struct {
 	mem  []byte
 	file *os.File
 	size int64
+	rd   memReader // the handler's reader of mem, when there is no file
 }
+
+// memReader reads a body held in memory; Close does nothing.
+type memReader struct{ bytes.Reader }
+
+func (*memReader) Close() error { return nil }
 
 // readBody streams body into h and into a spool. It fails with a
 // *BodyTooLargeError past maxBytes and a *BodyError when reading fails.
@@ -82,7 +88,8 @@ func readBody(body io.Reader, h hash.Hash, sizeHint, maxBytes, memLimit int64, t
 // reader returns the body for the handler.
 func (s *spool) reader() io.ReadCloser {
 	if s.file == nil {
-		return io.NopCloser(bytes.NewReader(s.mem))
+		s.rd.Reset(s.mem)
+		return &s.rd
 	}
 	return io.NopCloser(io.MultiReader(bytes.NewReader(s.mem), s.file))
 }

@@ -350,7 +350,11 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := idem.NewStoreKey(m.cfg.Operation, tenant, []byte(r.Method+"\x00"+route+"\x00"+key))
+	var buf [512]byte // the key material, on the stack unless it is long
+	material := append(buf[:0], r.Method...)
+	material = append(append(append(material, 0), route...), 0)
+	material = append(material, key...)
+	k, err := idem.NewStoreKey(m.cfg.Operation, tenant, material)
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
@@ -417,22 +421,31 @@ func (m *Middleware) tenant(r *http.Request) (string, error) {
 // length-prefixed so that no two field lists hash alike. The body is
 // written to it as it is read.
 func (m *Middleware) fingerprint(r *http.Request) hash.Hash {
-	h := sha256.New()
-	field(h, r.Method)
-	field(h, r.URL.EscapedPath())
-	field(h, r.URL.RawQuery)
+	path := r.URL.EscapedPath()
+	size := 3*8 + len(r.Method) + len(path) + len(r.URL.RawQuery)
 	for _, name := range m.fpHeaders {
-		field(h, name)
-		field(h, strings.Join(r.Header.Values(name), "\x00"))
+		size += 2*8 + len(name)
+		for _, v := range r.Header.Values(name) {
+			size += len(v) + 1
+		}
 	}
+	b := make([]byte, 0, size) // written to the hash in one piece
+	b = field(b, r.Method)
+	b = field(b, path)
+	b = field(b, r.URL.RawQuery)
+	for _, name := range m.fpHeaders {
+		b = field(b, name)
+		b = field(b, strings.Join(r.Header.Values(name), "\x00"))
+	}
+	h := sha256.New()
+	h.Write(b)
 	return h
 }
 
-func field(h hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
+// field appends s, after its length.
+func field(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
@@ -448,6 +461,10 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	m.cfg.ErrorHandler(w, r, err, p)
 }
 
+// replayedTrue is the value of ReplayedHeader on a replay, shared by all:
+// its capacity is its length, so that an Add to it copies it.
+var replayedTrue = []string{"true"}[:1:1]
+
 func (m *Middleware) replay(w http.ResponseWriter, resp Response) {
 	h := w.Header()
 	// Filtered again on the way out: a header stored under an earlier,
@@ -455,7 +472,7 @@ func (m *Middleware) replay(w http.ResponseWriter, resp Response) {
 	for name, vs := range m.replayHeaders.filter(resp.Header) {
 		h[name] = vs
 	}
-	h.Set(ReplayedHeader, "true")
+	h[ReplayedHeader] = replayedTrue
 	status := resp.Status
 	if status < 200 || status > 999 {
 		status = http.StatusOK
