@@ -232,6 +232,8 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 	ecfg := &idem.Config{
 		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
 		Logger: log, Observer: g.metrics.observer,
+		// The same JSON as the default codec, without reflection.
+		Codec: idemhttp.ResponseCodec{},
 	}
 	if o.cacheEntries > 0 {
 		ecfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}
@@ -271,9 +273,6 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 
 // proxy passes requests to up. It never retries a request by itself.
 func (g *gateway) proxy(up *url.URL) http.Handler {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.ResponseHeaderTimeout = g.opts.upstreamTimeout
-	tr.MaxIdleConnsPerHost = 256
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
@@ -299,10 +298,21 @@ func (g *gateway) proxy(up *url.URL) http.Handler {
 			}
 		},
 		ModifyResponse: g.accepted,
-		Transport:      tr,
+		Transport:      upstreamTransport(g.opts),
 		ErrorHandler:   g.upstreamError,
 		BufferPool:     bufferPool{},
 	}
+}
+
+// upstreamTransport is the proxy's transport: net/http's default one
+// (proxy from the environment, HTTP/2 where the upstream offers it) with
+// -upstream-timeout, and enough idle connections kept for every request
+// in flight to reuse one.
+func upstreamTransport(o *options) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = o.upstreamTimeout
+	tr.MaxIdleConnsPerHost = 256
+	return tr
 }
 
 // bufferPool lends the proxy its 32 KiB copy buffers instead of allocating

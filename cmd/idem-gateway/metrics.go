@@ -3,11 +3,13 @@ package main
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemprom"
 )
 
@@ -20,6 +22,9 @@ type metrics struct {
 	observer  *idemprom.Observer // the engine's idem.Observer
 	inFlight  prometheus.Gauge
 	responses *prometheus.CounterVec
+	// byStatus caches the children of responses: [status-100] not
+	// replayed, [900+status-100] replayed.
+	byStatus [2 * 900]atomic.Pointer[prometheus.Counter]
 }
 
 func newMetrics() *metrics {
@@ -55,12 +60,30 @@ func (m *metrics) instrument(h http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		replayed := "false"
-		if w.Header().Get("Idempotent-Replayed") == "true" {
-			replayed = "true"
-		}
-		m.responses.WithLabelValues(strconv.Itoa(sw.status), replayed).Inc()
+		replayed := w.Header().Get(idemhttp.ReplayedHeader) == "true"
+		m.response(sw.status, replayed).Inc()
 	})
+}
+
+// response returns the counter of responses with status, replayed or not.
+// The counters of the statuses a server sends (100-999) are kept once
+// made, so that counting a response does not hash its labels.
+func (m *metrics) response(status int, replayed bool) prometheus.Counter {
+	label := strconv.FormatBool(replayed)
+	if status < 100 || status > 999 {
+		return m.responses.WithLabelValues(strconv.Itoa(status), label)
+	}
+	i := status - 100
+	if replayed {
+		i += 900
+	}
+	cell := &m.byStatus[i]
+	if c := cell.Load(); c != nil {
+		return *c
+	}
+	c := m.responses.WithLabelValues(strconv.Itoa(status), label)
+	cell.Store(&c) // a racing first response stores the same child
+	return c
 }
 
 // statusWriter remembers the status; Unwrap keeps Flush and Hijack working.
