@@ -3,6 +3,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
@@ -67,6 +71,25 @@ func serveGateway(b *testing.B, upstream, storeURL string) string {
 		b.Fatal(err)
 	}
 	return serve(b, o.server(g.handler, log))
+}
+
+// benchEngine returns an engine over storeURL configured as the gateway's
+// (its defaults, its codec).
+func benchEngine(b *testing.B, storeURL string) *idem.Engine {
+	o, err := parseFlags([]string{"-upstream", "http://127.0.0.1:1", "-store", storeURL}, io.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, closeStore, err := openStore(b.Context(), o.store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = closeStore() })
+	eng, err := idem.New(store, engineConfig(o, slog.New(slog.DiscardHandler), newMetrics().observer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
 }
 
 func post(url, key string) error {
@@ -127,6 +150,19 @@ func BenchmarkGateway(b *testing.B) {
 				gw := serveGateway(b, upstream, s.url(b))
 				runLoad(b, c, func(i int) error { return post(gw, "n"+strconv.Itoa(i)) })
 			})
+			// The store's ceiling: the gateway's engine alone on the same
+			// store, no HTTP, storing the response the gateway stores.
+			b.Run(fmt.Sprintf("%s/engine-new/c=%d", s.name, c), func(b *testing.B) {
+				eng := benchEngine(b, s.url(b))
+				resp := idemhttp.Response{Status: http.StatusCreated,
+					Header: http.Header{"Content-Type": {"application/json"}},
+					Body:   []byte(`{"id":"ord_1","status":"created"}`)}
+				runLoad(b, c, func(i int) error {
+					_, err := idem.Do(context.Background(), eng, idem.Request{Operation: scope, Key: "e" + strconv.Itoa(i), Payload: []byte(`{}`)},
+						func(context.Context) (idemhttp.Response, error) { return resp, nil })
+					return err
+				})
+			})
 		}
 	}
 }
@@ -136,9 +172,49 @@ func BenchmarkGateway(b *testing.B) {
 // upstream; not a Redis server) spent per request, in µs: a figure that
 // depends much less than throughput on what else the machine runs.
 func runLoad(b *testing.B, concurrency int, op func(i int) error) {
+	redis := strings.Contains(b.Name(), "/redis/")
+	var redisBefore time.Duration
+	if redis {
+		redisBefore = redisCPU(b)
+	}
 	before := cpuTime(b)
 	benchkit.Run(b, concurrency, op)
 	b.ReportMetric(float64((cpuTime(b)-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	if redis {
+		b.ReportMetric(float64((redisCPU(b)-redisBefore).Microseconds())/float64(b.N), "redis-cpu-µs/op")
+	}
+}
+
+// redisCPU returns the CPU time the Redis server has used (INFO cpu).
+func redisCPU(b *testing.B) time.Duration {
+	addr := testenv.Reach(b, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "INFO cpu\r\n"); err != nil {
+		b.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		b.Fatalf("INFO cpu: %q, %v", head, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(string(body), "\r\n") {
+		name, v, _ := strings.Cut(line, ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 func cpuTime(b *testing.B) time.Duration {

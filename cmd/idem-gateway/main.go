@@ -229,16 +229,7 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 		return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port", o.upstream)
 	}
 	g := &gateway{opts: o, log: log, store: store, metrics: newMetrics()}
-	ecfg := &idem.Config{
-		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
-		Logger: log, Observer: g.metrics.observer,
-		// The same JSON as the default codec, without reflection.
-		Codec: idemhttp.ResponseCodec{},
-	}
-	if o.cacheEntries > 0 {
-		ecfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}
-	}
-	eng, err := idem.New(store, ecfg)
+	eng, err := idem.New(store, engineConfig(o, log, g.metrics.observer))
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +260,20 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 	}
 	g.handler = g.metrics.instrument(g.mw.Handler(g.proxy(up)))
 	return g, nil
+}
+
+// engineConfig is the configuration of the gateway's engine.
+func engineConfig(o *options, log *slog.Logger, obs idem.Observer) *idem.Config {
+	cfg := &idem.Config{
+		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
+		Logger: log, Observer: obs,
+		// The same JSON as the default codec, without reflection.
+		Codec: idemhttp.ResponseCodec{},
+	}
+	if o.cacheEntries > 0 {
+		cfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}
+	}
+	return cfg
 }
 
 // proxy passes requests to up. It never retries a request by itself.
