@@ -217,8 +217,14 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context
 	// flight, its contexts and the typed value.
 	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
 	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
-	res := Result[T]{StoreKey: t.key}
 	out, err := t.run(ctx)
+	return t.result(ctx, out, err)
+}
+
+// result is the typed answer of a call that ran (out, err).
+func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Result[T], error) {
+	e, fn, completing := t.e, t.fn, t.completing
+	res := Result[T]{StoreKey: t.key}
 	if err != nil && !t.ran && e.cfg.FailOpen && isClaimFailure(err) {
 		e.cfg.Observer.Observe(t.name, OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
@@ -449,19 +455,18 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 		deadline = e.cfg.Clock.Now().Add(e.cfg.Wait)
 	}
 	backoff := e.cfg.WaitBackoff
-	fresh := &h.fl // the flight this call brings, if it leads
-	used := false
 	for {
 		var (
 			out   outcome
 			err   error
 			retry bool
 		)
-		if used {
+		fresh := &h.fl // the flight this call brings, if it leads
+		if h.flUsed {
 			fresh = new(flight) // a flight is never reused: followers may still read it
 		}
 		if f, leader := e.join(h.key, fresh); leader {
-			used = true
+			h.flUsed = true
 			out, err = h.lead(ctx, f)
 		} else {
 			out, retry, err = h.follow(ctx, f, deadline)
@@ -616,6 +621,18 @@ func (e *Engine) owner(ctx context.Context) string {
 
 // lead claims the key for this call and, when acquired, runs the operation.
 func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
+	now, lease, err := h.leaseFor(ctx)
+	if err != nil {
+		return h.claimed(ctx, f, now, lease, store.ClaimResult{}, err)
+	}
+	res, err := h.claim(ctx, now, lease, true)
+	return h.claimed(ctx, f, now, lease, res, err)
+}
+
+// leaseFor returns the time of a claim made now, and its lease: the
+// context's deadline, or Config.Lease, at most Config.Expiry. A context
+// that has ended, or a deadline passed, is an error.
+func (h *holder) leaseFor(ctx context.Context) (time.Time, time.Duration, error) {
 	e := h.e
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
@@ -626,26 +643,41 @@ func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
+		return now, 0, err
+	}
+	return now, min(lease, e.cfg.Expiry), nil
+}
+
+// claimed answers the call from its claim's answer (res, or err) and tells
+// the flight's followers; when the claim was acquired it runs the
+// operation.
+func (h *holder) claimed(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult, err error) (outcome, error) {
+	e := h.e
+	if err != nil {
 		f.claimErr = err
 		f.claimed.fire()
 		e.land(h.key, f, nil)
 		return outcome{}, err
 	}
-	lease = min(lease, e.cfg.Expiry)
-	res, err := h.claim(ctx, now, lease, true)
-	if err != nil {
-		f.claimErr = err
-		f.claimed.fire()
-		e.land(h.key, f, nil)
-		return outcome{}, f.claimErr
-	}
-	f.claimRec, f.acquired = res.Record, res.Acquired
-	f.leaseUntil.Store(res.Record.LeaseUntil)
-	f.claimed.fire()
+	tell(f, res)
 	if !res.Acquired {
 		e.land(h.key, f, nil)
 		return h.existing(res.Record)
 	}
+	return h.acquired(ctx, f, now, lease, res)
+}
+
+// tell gives the flight's followers the claim's answer.
+func tell(f *flight, res store.ClaimResult) {
+	f.claimRec, f.acquired = res.Record, res.Acquired
+	f.leaseUntil.Store(res.Record.LeaseUntil)
+	f.claimed.fire()
+}
+
+// acquired runs the operation under the claim res acquired at now, its
+// followers told.
+func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
+	e := h.e
 	e.cfg.Observer.Observe(h.name, OutcomeAcquired)
 	if res.Takeover {
 		e.cfg.Observer.Observe(h.name, OutcomeTakeover)
@@ -661,24 +693,35 @@ func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
 // returned as a [*StoreError].
 func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration, local bool) (store.ClaimResult, error) {
 	e := c.e
-	nowMs := store.Millis(now)
-	p := store.ClaimParams{
-		Key:         c.key,
-		Fingerprint: c.fingerprint,
-		Owner:       e.owner(ctx),
-		Now:         nowMs,
-		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
-		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
-		Local:       local,
-	}
+	p := c.claimParams(ctx, now, lease, local)
 	start := e.callStart(now)
 	res, err := e.store.Claim(ctx, p)
 	e.callEnd(StoreClaim, start, err)
+	return c.claimAnswer(res, err)
+}
+
+// claimParams are the parameters of the call's claim at now, with lease.
+func (c *call) claimParams(ctx context.Context, now time.Time, lease time.Duration, local bool) store.ClaimParams {
+	nowMs := store.Millis(now)
+	return store.ClaimParams{
+		Key:         c.key,
+		Fingerprint: c.fingerprint,
+		Owner:       c.e.owner(ctx),
+		Now:         nowMs,
+		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
+		ExpiresAt:   nowMs + c.e.cfg.Expiry.Milliseconds(),
+		Local:       local,
+	}
+}
+
+// claimAnswer checks a store's answer to the call's claim: a failure is
+// counted and returned as a [*StoreError].
+func (c *call) claimAnswer(res store.ClaimResult, err error) (store.ClaimResult, error) {
 	if err == nil && res.Record == nil {
 		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
-		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
+		c.e.cfg.Observer.Observe(c.name, OutcomeStoreError)
 		return store.ClaimResult{}, &StoreError{Op: StoreClaim, Key: c.key, Err: err}
 	}
 	return res, nil
@@ -720,6 +763,7 @@ type holder struct {
 	lease     time.Duration
 	flight    *flight // nil for a write through a Token
 	fl        flight  // the flight this call leads, when it does
+	flUsed    bool    // fl has led a flight already
 	// from is the status the record must be in for the outcome write:
 	// zero (IN_PROGRESS) but for a token read from a settled record.
 	from store.Status
