@@ -165,4 +165,3 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 	}
 	return results, errs
 }
-
