@@ -51,9 +51,10 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Lister  = (*Store)(nil)
-	_ store.Deleter = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Lister       = (*Store)(nil)
+	_ store.Deleter      = (*Store)(nil)
+	_ store.BatchClaimer = (*Store)(nil)
 )
 
 // New returns an empty store and starts its sweeper.
