@@ -34,8 +34,10 @@ import (
 //
 //	cd cmd/idem-gateway && go test -run '^$' -bench Gateway -benchmem -benchtime 2s
 //
-// -bench 'Gateway/(direct|plain-proxy|memory)' picks a subset; the Redis
-// cases are skipped when Redis cannot be reached.
+// -bench 'Gateway/c=16/' picks one concurrency, -bench
+// 'Gateway/c=16/(direct|plain-proxy|memory)' a subset; the Redis cases are
+// skipped when Redis cannot be reached (IDEM_REDIS_ADDR, default
+// 127.0.0.1:6379).
 
 // benchConcurrency are the numbers of requests in flight every case runs at.
 var benchConcurrency = []int{1, 16, 64}
@@ -126,17 +128,17 @@ func BenchmarkGateway(b *testing.B) {
 	// Interleaved, so that a change in the machine's load hits every path
 	// alike: at each concurrency, direct, plain proxy, then each store.
 	for _, c := range benchConcurrency {
-		b.Run(fmt.Sprintf("direct/c=%d", c), func(b *testing.B) {
+		b.Run(fmt.Sprintf("c=%d/direct", c), func(b *testing.B) {
 			runLoad(b, c, func(i int) error { return post(upstream, "k") })
 		})
 		// The ceiling: a plain reverse proxy with no idempotency at all,
 		// with the gateway's server and transport settings.
-		b.Run(fmt.Sprintf("plain-proxy/c=%d", c), func(b *testing.B) {
+		b.Run(fmt.Sprintf("c=%d/plain-proxy", c), func(b *testing.B) {
 			px := plainProxy(b, upstream)
 			runLoad(b, c, func(i int) error { return post(px, "k") })
 		})
 		for _, s := range stores {
-			b.Run(fmt.Sprintf("%s/replay/c=%d", s.name, c), func(b *testing.B) {
+			b.Run(fmt.Sprintf("c=%d/%s/replay", c, s.name), func(b *testing.B) {
 				gw := serveGateway(b, upstream, s.url(b))
 				const keys = 64
 				for k := range keys {
@@ -146,13 +148,13 @@ func BenchmarkGateway(b *testing.B) {
 				}
 				runLoad(b, c, func(i int) error { return post(gw, "r"+strconv.Itoa(i%keys)) })
 			})
-			b.Run(fmt.Sprintf("%s/new/c=%d", s.name, c), func(b *testing.B) {
+			b.Run(fmt.Sprintf("c=%d/%s/new", c, s.name), func(b *testing.B) {
 				gw := serveGateway(b, upstream, s.url(b))
 				runLoad(b, c, func(i int) error { return post(gw, "n"+strconv.Itoa(i)) })
 			})
 			// The store's ceiling: the gateway's engine alone on the same
 			// store, no HTTP, storing the response the gateway stores.
-			b.Run(fmt.Sprintf("%s/engine-new/c=%d", s.name, c), func(b *testing.B) {
+			b.Run(fmt.Sprintf("c=%d/%s/engine-new", c, s.name), func(b *testing.B) {
 				eng := benchEngine(b, s.url(b))
 				resp := idemhttp.Response{Status: http.StatusCreated,
 					Header: http.Header{"Content-Type": {"application/json"}},
