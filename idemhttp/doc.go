@@ -31,6 +31,11 @@
 // space and gets any response stored under a key it learns or guesses, so
 // set one in any service with more than one client.
 //
+// Stored responses are encoded by the engine's codec. Give an engine that
+// serves the middleware [ResponseCodec] (idem.Config.Codec): it writes the
+// same JSON as the default codec, so existing records stay readable, but
+// without reflection.
+//
 // # Asynchronous work: 202 and a status resource
 //
 // With Config.StatusPath set ("/idempotency/status/"), a handler can
