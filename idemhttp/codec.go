@@ -18,9 +18,9 @@ import (
 //
 //	eng, err := idem.New(s, &idem.Config{Codec: idemhttp.ResponseCodec{}})
 //
-// It takes a new key's encoding from about 1 µs to a few hundred
-// nanoseconds and a replay's decoding from about 2 µs and 14 allocations
-// to a few hundred nanoseconds and 5 (docs/benchmarks.md).
+// For a small JSON response it encodes in half the time of encoding/json
+// and decodes in a quarter, with 6 allocations instead of 15
+// (BenchmarkCodec, docs/benchmarks.md).
 type ResponseCodec struct{}
 
 // Marshal encodes v as encoding/json does.

@@ -149,3 +149,34 @@ func FuzzResponseCodec(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCodec encodes and decodes the response the gateway benchmark
+// stores, with encoding/json and with ResponseCodec.
+func BenchmarkCodec(b *testing.B) {
+	r := idemhttp.Response{Status: http.StatusCreated,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   []byte(`{"id":"ord_1","status":"created"}`)}
+	data, _ := json.Marshal(r)
+	for _, c := range []struct {
+		name  string
+		codec idem.Codec
+	}{{"json", idem.JSONCodec{}}, {"response-codec", idemhttp.ResponseCodec{}}} {
+		b.Run(c.name+"/marshal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.codec.Marshal(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/unmarshal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var out idemhttp.Response
+				if err := c.codec.Unmarshal(data, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
