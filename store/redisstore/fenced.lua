@@ -4,27 +4,27 @@
 --   settle:  status digit, expires_at, tail (completed_at ';' payload)
 --   release: (nothing)
 --   extend:  lease_until (0: keep the lease), ref ("": keep the ref)
--- Replies: {0} done; {1} absent or expired; {2, record} when the record
+-- Replies: 0 done; 1 absent or expired; the record (a string) when it
 -- holds another claim or is in another status (the client decodes it, and
--- also answers expired from it); {3} when the record is in the previous
--- layout (a hash): the client sends fenced_hash.lua instead;
--- {-1, reason} when the stored record is damaged.
+-- also answers expired from it); 3 when the record is in the previous
+-- layout (a hash): the client sends fenced_hash.lua instead; an error
+-- 'idem: ...' when the stored record is damaged.
 local k, t = KEYS[1], ARGV[2]
 local v = redis.pcall('GET', k)
-if not v then return {1} end
-if type(v) == 'table' then return {3} end
-if string.sub(v, 1, #t) ~= t then return {2, v} end
+if not v then return 1 end
+if type(v) == 'table' then return 3 end
+if string.sub(v, 1, #t) ~= t then return v end
 local p = #t + 1
 local st = string.byte(v, p) - 48
 local q = string.find(v, ';', p + 1, true)
 local e = q and tonumber(string.sub(v, p + 1, q - 1))
-if not e then return {-1, 'record expiry not a number'} end
-if tonumber(ARGV[3]) >= e then return {1} end
-if st ~= tonumber(ARGV[4]) then return {2, v} end
+if not e then return redis.error_reply('idem: record expiry not a number') end
+if tonumber(ARGV[3]) >= e then return 1 end
+if st ~= tonumber(ARGV[4]) then return v end
 local op = ARGV[1]
 local r = string.find(v, ':', q + 1, true)
 local n = r and tonumber(string.sub(v, q + 1, r - 1))
-if not n then return {-1, 'record layout not recognised'} end
+if not n then return redis.error_reply('idem: record layout not recognised') end
 if op == 'settle' then
   -- Keep the claim's fields (lease, created, fingerprint, ref); replace
   -- status, expiry, completion time and payload.
@@ -49,4 +49,4 @@ elseif op == 'extend' then
 else
   return redis.error_reply('idem: unknown op ' .. op)
 end
-return {0}
+return 0

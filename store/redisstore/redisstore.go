@@ -70,6 +70,9 @@ var (
 	claimScript      = redis.NewScript(claimSrc)
 	fencedScript     = redis.NewScript(fencedSrc)
 	fencedHashScript = redis.NewScript(fencedHashSrc)
+
+	// scriptSources are the scripts [Store.evalsha] sends.
+	scriptSources = map[*redis.Script]string{fencedScript: fencedSrc}
 )
 
 // Config configures a [Store]. A nil *Config means all defaults.
@@ -168,19 +171,19 @@ func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }
 // over (expired, or its lease passed), or one in the previous layout,
 // costs a second round trip: the claim script, which decides atomically.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	cmd := redis.NewStringCmd(ctx, "set", s.rkey(p.Key), encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
-	_ = s.c.Process(ctx, cmd)
-	old, err := cmd.Result()
+	r, err := s.do(ctx, "set", s.rkey(p.Key), encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
 	switch {
-	case err == redis.Nil: // written
-		res, _ := store.ApplyClaim(nil, p)
-		return res, s.wait(ctx, "claim", p.Key)
-	case err != nil && isWrongType(err): // the previous layout: the script reads it
-		return s.claimScripted(ctx, p)
 	case err != nil:
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
+	case r.kind == '_': // written
+		res, _ := store.ApplyClaim(nil, p)
+		return res, s.wait(ctx, "claim", p.Key)
+	case r.kind == '-' && strings.HasPrefix(r.str, "WRONGTYPE"): // the previous layout: the script reads it
+		return s.claimScripted(ctx, p)
+	case r.kind != '$':
+		return store.ClaimResult{}, errorReply("claim", p.Key, r)
 	}
-	rec, err := decodeValue(p.Key, old)
+	rec, err := decodeValue(p.Key, r.str)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -330,19 +333,19 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, extra []any, hashOp string, hashArgs []any) error {
 	tag := appendTag(make([]byte, 0, 32+len(owner)), fence, owner)
 	args := append([]any{op, tag, now, int(from.OrInProgress())}, extra...)
-	v, err := fencedScript.Run(ctx, s.c, []string{s.rkey(key)}, args...).Slice()
+	r, err := s.evalsha(ctx, fencedScript, s.rkey(key), args...)
 	if err != nil {
 		return s.translate(hashOp, key, err)
 	}
-	code, _ := v[0].(int64)
-	switch code {
-	case 0:
+	switch {
+	case r.kind == ':' && r.n == 0:
 		return s.wait(ctx, hashOp, key)
-	case 1:
+	case r.kind == ':' && r.n == 1:
 		return store.ErrNotFound
-	case 2:
-		cur, _ := v[1].(string)
-		rec, err := decodeValue(key, cur)
+	case r.kind == ':' && r.n == 3:
+		return s.fencedHash(ctx, hashOp, key, fence, owner, from, now, hashArgs...)
+	case r.kind == '$':
+		rec, err := decodeValue(key, r.str)
 		if err != nil {
 			return err
 		}
@@ -350,10 +353,8 @@ func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner 
 			return err
 		}
 		return &store.CorruptError{Key: key, Reason: "fenced script refused a write the record allows"}
-	case 3:
-		return s.fencedHash(ctx, hashOp, key, fence, owner, from, now, hashArgs...)
 	}
-	return scriptCorrupt(key, v)
+	return errorReply(hashOp, key, r)
 }
 
 // fencedHash runs the fenced script of the previous layout (a hash).

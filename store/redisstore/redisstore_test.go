@@ -465,3 +465,28 @@ func TestOddOwnersAndFingerprints(t *testing.T) {
 		}
 	}
 }
+
+// A record whose claim prefix is intact but whose other fields are damaged
+// fails every fenced write closed.
+func TestDamagedValueFailsFencedWrites(t *testing.T) {
+	t.Parallel()
+	s, c := newStore(t, redisstore.Config{})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for name, v := range map[string]string{
+		"expiry not a number": "R1:1:o1soon;5:1;2;1;0;",
+		"no keep length":      "R1:1:o1" + strconv.FormatInt(now+60_000, 10) + ";",
+		"unknown status":      "R1:1:o9" + strconv.FormatInt(now+60_000, 10) + ";9:1;2;1;0:0;",
+	} {
+		if err := c.Set(ctx, s.Prefix()+name, v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Complete(ctx, store.CompleteParams{Key: name, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("r")})
+		if !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("%s: complete %v, want ErrCorrupt", name, err)
+		}
+		if _, err := s.Get(ctx, name); !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("%s: get %v, want ErrCorrupt", name, err)
+		}
+	}
+}
