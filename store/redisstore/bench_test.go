@@ -223,3 +223,44 @@ func BenchmarkDuplicateCall(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNewCallAutoPipeline: the same at 16 in flight through go-redis's
+// AutoPipeliner (client.AutoPipeline(), a UniversalClient): concurrent
+// commands share pipelines, for the library (the store given the
+// autopipeliner) and for raw.
+func BenchmarkNewCallAutoPipeline(b *testing.B) {
+	ctx := context.Background()
+	const n = 16
+	auto := func(b *testing.B, c *redis.Client) *redis.AutoPipeliner {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ap.Close() })
+		return ap
+	}
+	b.Run(fmt.Sprintf("library/c=%d", n), func(b *testing.B) {
+		c, cnt := benchClient(b)
+		s, err := redisstore.New(auto(b, c), &redisstore.Config{Prefix: newPrefix(b, c)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := benchkit.Engine(b, s)
+		measure(b, c, cnt, func() { benchkit.NewCalls(b, e, n) })
+	})
+	b.Run(fmt.Sprintf("raw/c=%d", n), func(b *testing.B) {
+		c, cnt := benchClient(b)
+		p := newPrefix(b, c)
+		ap := auto(b, c)
+		measure(b, c, cnt, func() {
+			benchkit.Run(b, n, func(i int) error {
+				k := rawKey(p, i)
+				ok, err := ap.SetNX(ctx, k, "IN_PROGRESS", 0).Result()
+				if err != nil || !ok {
+					return fmt.Errorf("SET NX %s: %v %v", k, ok, err)
+				}
+				return ap.Set(ctx, k, rawVal, 0).Err()
+			})
+		})
+	})
+}

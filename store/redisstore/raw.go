@@ -25,14 +25,58 @@ type reply struct {
 // then returns without go-redis classifying it as a retryable error,
 // which costs some twenty allocations a call. An error reply is a reply
 // here (kind '-'), not an error: err is the failure to get a reply.
-func (s *Store) do(ctx context.Context, args ...any) (reply, error) {
+//
+// With Config.WaitReplicas, a WAIT follows the command in the same
+// pipeline (see [Store.send]); check it with [Store.waited].
+func (s *Store) do(ctx context.Context, args ...any) (reply, *redis.IntCmd, error) {
 	cmd := redis.NewRawCmd(ctx, args...)
-	_ = s.c.Process(ctx, cmd)
+	w := s.send(ctx, cmd)
 	b, err := cmd.Result()
 	if err != nil {
-		return reply{}, err
+		return reply{}, w, err
 	}
-	return parseReply(b)
+	r, err := parseReply(b)
+	return r, w, err
+}
+
+// send sends cmd and, with Config.WaitReplicas, a WAIT right after it in
+// one pipeline, which go-redis sends down one connection: WAIT counts the
+// replicas holding the writes of its own connection, so it must follow
+// the write on the connection that sent it (a WAIT on another pooled
+// connection would not wait for it). The WAIT is returned, nil without
+// WaitReplicas.
+func (s *Store) send(ctx context.Context, cmd redis.Cmder) *redis.IntCmd {
+	if s.cfg.WaitReplicas <= 0 {
+		_ = s.c.Process(ctx, cmd)
+		return nil
+	}
+	pipe := s.c.Pipeline()
+	_ = pipe.Process(ctx, cmd)
+	w := s.waitCmd(ctx)
+	_ = pipe.Process(ctx, w)
+	_, _ = pipe.Exec(ctx) // errors are per command
+	return w
+}
+
+func (s *Store) waitCmd(ctx context.Context) *redis.IntCmd {
+	return redis.NewIntCmd(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout)
+}
+
+// script sends sc by its SHA-1 as a typed command (for replies go-redis
+// decodes: arrays), and its source once more on NOSCRIPT; with
+// Config.WaitReplicas, followed by a WAIT (see [Store.send]).
+func (s *Store) script(ctx context.Context, sc *redis.Script, key string, args ...any) (*redis.Cmd, *redis.IntCmd) {
+	a := make([]any, 0, 4+len(args))
+	a = append(a, "evalsha", sc.Hash(), 1, key)
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	w := s.send(ctx, cmd)
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		a[0], a[1] = "eval", scriptSources[sc]
+		cmd = redis.NewCmd(ctx, a...)
+		w = s.send(ctx, cmd)
+	}
+	return cmd, w
 }
 
 func parseReply(b []byte) (reply, error) {
@@ -69,16 +113,16 @@ func parseReply(b []byte) (reply, error) {
 
 // evalsha runs sc by its SHA-1, and sends its source once more if Redis
 // does not have it (NOSCRIPT).
-func (s *Store) evalsha(ctx context.Context, sc *redis.Script, key string, args ...any) (reply, error) {
+func (s *Store) evalsha(ctx context.Context, sc *redis.Script, key string, args ...any) (reply, *redis.IntCmd, error) {
 	a := make([]any, 0, 4+len(args))
 	a = append(a, "evalsha", sc.Hash(), 1, key)
 	a = append(a, args...)
-	r, err := s.do(ctx, a...)
+	r, w, err := s.do(ctx, a...)
 	if err == nil && r.kind == '-' && strings.HasPrefix(r.str, "NOSCRIPT") {
 		a[0], a[1] = "eval", scriptSources[sc]
-		r, err = s.do(ctx, a...)
+		r, w, err = s.do(ctx, a...)
 	}
-	return r, err
+	return r, w, err
 }
 
 // errorReply translates an error reply for op on key, as translate does a

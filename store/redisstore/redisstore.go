@@ -71,8 +71,9 @@ var (
 	fencedScript     = redis.NewScript(fencedSrc)
 	fencedHashScript = redis.NewScript(fencedHashSrc)
 
-	// scriptSources are the scripts [Store.evalsha] sends.
-	scriptSources = map[*redis.Script]string{fencedScript: fencedSrc}
+	// scriptSources are the sources [Store.evalsha] and [Store.script]
+	// send on NOSCRIPT.
+	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc, fencedHashScript: fencedHashSrc}
 )
 
 // Config configures a [Store]. A nil *Config means all defaults.
@@ -171,13 +172,13 @@ func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }
 // over (expired, or its lease passed), or one in the previous layout,
 // costs a second round trip: the claim script, which decides atomically.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	r, err := s.do(ctx, "set", s.rkey(p.Key), encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
+	r, w, err := s.do(ctx, "set", s.rkey(p.Key), encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
 	switch {
 	case err != nil:
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
 	case r.kind == '_': // written
 		res, _ := store.ApplyClaim(nil, p)
-		return res, s.wait(ctx, "claim", p.Key)
+		return res, s.waited("claim", p.Key, w)
 	case r.kind == '-' && strings.HasPrefix(r.str, "WRONGTYPE"): // the previous layout: the script reads it
 		return s.claimScripted(ctx, p)
 	case r.kind != '$':
@@ -196,13 +197,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 
 // claimScripted claims p.Key with the claim script.
 func (s *Store) claimScripted(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	v, err := claimScript.Run(ctx, s.c, []string{s.rkey(p.Key)}, s.claimArgs(p)...).Slice()
+	cmd, w := s.script(ctx, claimScript, s.rkey(p.Key), s.claimArgs(p)...)
+	v, err := cmd.Slice()
 	if err != nil {
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
 	}
 	res, err := s.claimResult(p, v)
 	if err == nil && res.Acquired {
-		err = s.wait(ctx, "claim", p.Key)
+		err = s.waited("claim", p.Key, w)
 	}
 	return res, err
 }
@@ -284,7 +286,19 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		for j, i := range idx {
 			cmds[j] = claimScript.EvalSha(ctx, pipe, []string{s.rkey(ps[i].Key)}, s.claimArgs(ps[i])...)
 		}
+		var w *redis.IntCmd
+		if s.cfg.WaitReplicas > 0 { // on the pipeline's connection: see send
+			w = s.waitCmd(ctx)
+			_ = pipe.Process(ctx, w)
+		}
 		_, _ = pipe.Exec(ctx) // errors are per command
+		defer func() {
+			for _, i := range idx {
+				if errs[i] == nil && res[i].Acquired {
+					errs[i] = s.waited("claim", ps[i].Key, w)
+				}
+			}
+		}()
 		var noscript []int
 		for j, i := range idx {
 			v, err := cmds[j].Slice()
@@ -314,15 +328,6 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 			run(again)
 		}
 	}
-	if s.cfg.WaitReplicas > 0 {
-		if err := s.wait(ctx, "claim", ""); err != nil {
-			for i := range errs {
-				if errs[i] == nil && res[i].Acquired {
-					errs[i] = err
-				}
-			}
-		}
-	}
 	return res, errs
 }
 
@@ -333,13 +338,13 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, extra []any, hashOp string, hashArgs []any) error {
 	tag := appendTag(make([]byte, 0, 32+len(owner)), fence, owner)
 	args := append([]any{op, tag, now, int(from.OrInProgress())}, extra...)
-	r, err := s.evalsha(ctx, fencedScript, s.rkey(key), args...)
+	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(key), args...)
 	if err != nil {
 		return s.translate(hashOp, key, err)
 	}
 	switch {
 	case r.kind == ':' && r.n == 0:
-		return s.wait(ctx, hashOp, key)
+		return s.waited(hashOp, key, w)
 	case r.kind == ':' && r.n == 1:
 		return store.ErrNotFound
 	case r.kind == ':' && r.n == 3:
@@ -360,14 +365,15 @@ func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner 
 // fencedHash runs the fenced script of the previous layout (a hash).
 func (s *Store) fencedHash(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, extra ...any) error {
 	args := append([]any{op, fence, owner, now, int(from.OrInProgress())}, extra...)
-	v, err := fencedHashScript.Run(ctx, s.c, []string{s.rkey(key)}, args...).Slice()
+	cmd, w := s.script(ctx, fencedHashScript, s.rkey(key), args...)
+	v, err := cmd.Slice()
 	if err != nil {
 		return s.translate(op, key, err)
 	}
 	code, _ := v[0].(int64)
 	switch code {
 	case 0:
-		return s.wait(ctx, op, key)
+		return s.waited(op, key, w)
 	case 1:
 		return store.ErrNotFound
 	case 2:
@@ -444,12 +450,13 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// wait runs WAIT when Config.WaitReplicas is set.
-func (s *Store) wait(ctx context.Context, op, key string) error {
-	if s.cfg.WaitReplicas <= 0 {
+// waited checks the WAIT that followed a write (nil without
+// Config.WaitReplicas).
+func (s *Store) waited(op, key string, w *redis.IntCmd) error {
+	if w == nil {
 		return nil
 	}
-	n, err := s.c.Do(ctx, "WAIT", s.cfg.WaitReplicas, s.cfg.WaitTimeout).Int64()
+	n, err := w.Result()
 	if err != nil {
 		return s.translate(op, key, err)
 	}

@@ -110,13 +110,18 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// counter counts commands and pipelines sent by a client (not the
-// pipeline that sets up a new connection: HELLO, CLIENT SETINFO).
+// counter counts commands and pipelines sent by a client (not what sets
+// up a new connection: HELLO, CLIENT SETINFO).
 type counter struct{ cmds, pipes atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.cmds.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n != "hello" && n != "client" {
+			c.cmds.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
@@ -274,12 +279,29 @@ func TestOpenURLAndConfig(t *testing.T) {
 	}
 }
 
+// WAIT counts the replicas holding its own connection's writes, so every
+// write goes in one pipeline with its WAIT (one connection); without
+// replicas, the write fails closed.
 func TestWaitReplicasWithoutReplicasFailsClosed(t *testing.T) {
-	s, _ := newStore(t, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50})
+	s, c := newStore(t, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50})
+	var cnt counter
+	c.AddHook(&cnt)
 	now := time.Now().UnixMilli()
-	_, err := s.Claim(context.Background(), store.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
+	ctx := context.Background()
+	_, err := s.Claim(ctx, store.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("claim waiting for a replica that does not exist: %v, want ErrUnavailable", err)
+	}
+	if cnt.pipes.Load() != 1 || cnt.cmds.Load() != 0 {
+		t.Errorf("claim sent %d pipelines and %d lone commands, want the write and its WAIT in one pipeline", cnt.pipes.Load(), cnt.cmds.Load())
+	}
+	err = s.Complete(ctx, store.CompleteParams{Key: "w#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 5000, Result: []byte("r")})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("complete waiting for a replica that does not exist: %v, want ErrUnavailable", err)
+	}
+	_, errs := s.ClaimBatch(ctx, []store.ClaimParams{{Key: "w#2", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000}})
+	if !errors.Is(errs[0], store.ErrUnavailable) {
+		t.Fatalf("batch claim waiting for a replica that does not exist: %v, want ErrUnavailable", errs[0])
 	}
 }
 
