@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,10 +121,17 @@ func readServer(b *testing.B, c *redis.Client) server {
 // measure runs run (which runs b.N calls) and reports the server's cost
 // per call: srv-µs/op and srv-cpu-µs/op (see the file comment).
 func measure(b *testing.B, c *redis.Client, cnt *sent, run func()) {
+	usec, cpu := serverCost(b, c, cnt, run)
+	b.ReportMetric(usec/float64(b.N), "srv-µs/op")
+	b.ReportMetric(cpu/float64(b.N), "srv-cpu-µs/op")
+}
+
+// serverCost runs run and returns the server's usec (commandstats, over
+// the commands the client sent) and CPU µs spent meanwhile.
+func serverCost(b *testing.B, c *redis.Client, cnt *sent, run func()) (usec, cpu float64) {
 	before, sentBefore := readServer(b, c), cnt.snapshot()
 	run()
 	after, sentAfter := readServer(b, c), cnt.snapshot()
-	var usec float64
 	for name, n := range sentAfter {
 		n -= sentBefore[name]
 		calls := after.calls[name] - before.calls[name]
@@ -133,8 +141,7 @@ func measure(b *testing.B, c *redis.Client, cnt *sent, run func()) {
 		share := min(1, float64(n)/float64(calls))
 		usec += share * float64(after.usec[name]-before.usec[name])
 	}
-	b.ReportMetric(usec/float64(b.N), "srv-µs/op")
-	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "srv-cpu-µs/op")
+	return usec, (after.cpu - before.cpu) * 1e6
 }
 
 var conc = []int{1, 16}
@@ -263,4 +270,88 @@ func BenchmarkNewCallAutoPipeline(b *testing.B) {
 			})
 		})
 	})
+}
+
+// BenchmarkNewCallInterleaved runs library and raw new calls in turns of
+// 500 calls each, so that both see the same load on a shared machine, and
+// reports each side's ops/s and server cost and their ratio (lib/raw).
+// The figures docs/benchmarks.md compares.
+func BenchmarkNewCallInterleaved(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range conc {
+		b.Run(fmt.Sprintf("c=%d", n), func(b *testing.B) {
+			s, lc, lcnt := benchStore(b)
+			e := benchkit.Engine(b, s)
+			rc, rcnt := benchClient(b)
+			p := newPrefix(b, rc)
+			lib := func(i int) error {
+				_, err := idem.Do(ctx, e, idem.Request{Operation: "charge", Key: strconv.Itoa(i)}, func(context.Context) (benchkit.Receipt, error) {
+					return benchkit.Receipt{ID: "r-1", Amount: 1000}, nil
+				})
+				return err
+			}
+			raw := func(i int) error {
+				k := rawKey(p, i)
+				ok, err := rc.SetNX(ctx, k, "IN_PROGRESS", 0).Result()
+				if err != nil || !ok {
+					return fmt.Errorf("SET NX %s: %v %v", k, ok, err)
+				}
+				return rc.Set(ctx, k, rawVal, 0).Err()
+			}
+			var t [2]time.Duration
+			var usec, cpu [2]float64
+			b.ResetTimer()
+			for from := 0; from < b.N; from += 500 {
+				to := min(from+500, b.N)
+				for side, op := range []func(int) error{lib, raw} {
+					c, cnt := lc, lcnt
+					if side == 1 {
+						c, cnt = rc, rcnt
+					}
+					u, cp := serverCost(b, c, cnt, func() {
+						t0 := time.Now()
+						runRange(b, n, from, to, op)
+						t[side] += time.Since(t0)
+					})
+					usec[side] += u
+					cpu[side] += cp
+				}
+			}
+			b.StopTimer()
+			libOps, rawOps := float64(b.N)/t[0].Seconds(), float64(b.N)/t[1].Seconds()
+			b.ReportMetric(libOps, "lib-ops/s")
+			b.ReportMetric(rawOps, "raw-ops/s")
+			b.ReportMetric(libOps/rawOps, "lib/raw")
+			b.ReportMetric(usec[0]/float64(b.N), "lib-srv-µs/op")
+			b.ReportMetric(usec[1]/float64(b.N), "raw-srv-µs/op")
+			b.ReportMetric(cpu[0]/float64(b.N), "lib-srv-cpu-µs/op")
+			b.ReportMetric(cpu[1]/float64(b.N), "raw-srv-cpu-µs/op")
+		})
+	}
+}
+
+// runRange calls op(i) for i in [from, to) from conc goroutines.
+func runRange(b *testing.B, conc, from, to int, op func(int) error) {
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= to {
+					return
+				}
+				if err := op(i); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
 }

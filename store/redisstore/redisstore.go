@@ -28,6 +28,15 @@
 // (ErrCorrupt; nothing runs twice): upgrade every process of a fleet
 // before relying on it.
 //
+// # Many calls in flight
+//
+// [New] takes any go-redis UniversalClient, go-redis's AutoPipeliner
+// (client.AutoPipeline()) among them: concurrent calls' commands then
+// share pipelines, which saves most of the per-command system calls on
+// both sides (docs/benchmarks.md has the figures). A command queued there
+// no longer follows its context's deadline; the client's timeouts bound
+// it.
+//
 // # Durability: what Redis does and does not promise
 //
 // Redis acknowledges a write when the primary has applied it in memory.
@@ -83,8 +92,8 @@ type Config struct {
 	Prefix string
 	// MaxResultBytes bounds a stored result or error. Default 16 MiB.
 	MaxResultBytes int
-	// WaitReplicas, when > 0, makes every write wait (Redis WAIT) until that
-	// many replicas acknowledged it, at most WaitTimeout (default 1s); a
+	// WaitReplicas, when > 0, makes every write wait (Redis WAIT, sent in
+	// one pipeline with the write) until that many replicas acknowledged it, at most WaitTimeout (default 1s); a
 	// write not acknowledged in time fails with idem.ErrUnavailable (it
 	// may still have been applied on the primary). See the package doc.
 	WaitReplicas int
