@@ -21,10 +21,10 @@
 // expiry (PXAT expires_at), which only reclaims memory. No operation
 // touches two keys, so the store is safe on Redis Cluster.
 //
-// Records written by earlier releases (a hash of fields) are still read
+// Records written by earlier builds (a hash of fields) are still read
 // and written: a fenced write on one runs the earlier script, and a claim
 // that takes one over writes the current layout. A process of an earlier
-// release, though, cannot read the current layout and fails closed on it
+// build, though, cannot read the current layout and fails closed on it
 // (ErrCorrupt; nothing runs twice): upgrade every process of a fleet
 // before relying on it.
 //
@@ -110,9 +110,10 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Lister  = (*Store)(nil)
-	_ store.Deleter = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Lister       = (*Store)(nil)
+	_ store.Deleter      = (*Store)(nil)
+	_ store.BatchClaimer = (*Store)(nil)
 )
 
 // New returns a store using the caller's client (a *redis.Client,
