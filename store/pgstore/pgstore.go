@@ -1,20 +1,19 @@
 // Package pgstore is the idem store on PostgreSQL (pgx v5).
 //
-// # Plain statements, like a hand-written check
+// # One statement per operation
 //
-// A new key is claimed by one plain INSERT … ON CONFLICT DO NOTHING, the
-// statement a hand-written check sends; the store builds the record it
-// inserted rather than decoding it. When the INSERT meets a row, a plain
-// SELECT reads it on a new snapshot: a duplicate is those two statements
-// (as a hand-written check's failing INSERT and read), takes no lock and
-// writes nothing. Replacing an expired row or one past its lease (or one
-// deleted between the two) is a third statement, INSERT … ON CONFLICT DO
-// UPDATE, which decides on the row's newest version under its lock. A
-// claim is at most three statements, whatever the contention. Complete,
-// Fail, Release and Extend are one plain fenced UPDATE or DELETE each;
-// only a refused write costs a second statement, a read of the row that
-// explains the refusal (not found / fenced). A new call is two
-// statements, a duplicate two.
+// Claim is one INSERT … ON CONFLICT DO NOTHING, which returns either the
+// new claim or, on conflict, the existing row in the same round trip; a
+// duplicate takes no lock and writes nothing. Replacing an expired row or
+// one past its lease is a second statement, INSERT … ON CONFLICT DO
+// UPDATE, which decides on the row's newest version under its lock; a
+// claim that raced another's insert reads once more first. A claim is at
+// most three statements, whatever the contention. A new claim is not
+// decoded: the store builds the record it just inserted. Complete, Fail,
+// Release and Extend are one plain fenced UPDATE or DELETE each, the same
+// statement a hand-written check would send; only a refused write costs
+// a second statement, a read of the row that explains the refusal (not
+// found / fenced).
 //
 // # Completing inside your transaction
 //
@@ -210,7 +209,7 @@ func (s *Store) translate(op, key string, err error) error {
 const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover"
 
 type statements struct {
-	insert, upsert, complete, fail, release, extend, explain, get, del, reap string
+	claim, upsert, complete, fail, release, extend, explain, get, del, reap string
 }
 
 func newStatements(t string) statements {
@@ -224,10 +223,13 @@ func newStatements(t string) statements {
 		return write + " WHERE key = $1 AND fence = $2 AND owner = $3 AND status = $5 AND expires_at > $4"
 	}
 	return statements{
-		// A new key's claim: one plain statement, like a hand-written
-		// check's. A conflict takes no row lock and writes nothing.
-		insert: "INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
-			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING",
+		// A conflict takes no row lock, so a duplicate writes nothing and
+		// costs no commit flush. The existing row is read from the
+		// statement's snapshot.
+		claim: "WITH ins AS (INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
+			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING RETURNING " + columns + ") " +
+			"SELECT true, " + columns + " FROM ins UNION ALL " +
+			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
 		upsert:   claimUpsert(t),
 		complete: fenced("UPDATE " + t + " SET status = 2, result = $7, err_code = NULL, err_message = NULL, err_body = NULL, expires_at = $6, completed_at = $4"),
 		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $7, err_message = $8, err_body = $9, result = NULL, expires_at = $6, completed_at = $4"),
@@ -278,46 +280,46 @@ func claimUpsert(t string) string {
 // never loops on what it reads, so contention cannot exhaust it: the
 // last statement always decides.
 //
-// The first is a plain INSERT … ON CONFLICT DO NOTHING, the statement a
-// hand-written check sends: a new key is claimed by it alone (fence 1),
-// and the store builds the record it inserted. When it inserts nothing,
-// the key's row exists and is committed (the INSERT waited for an
-// uncommitted one), and the second statement reads it on a new snapshot,
-// taken after that commit. When the row is live and not claimable, the
-// answer (a conflict, or the same owner's retry) was true when the
-// snapshot was taken, within the call: a duplicate is two plain
-// statements, like a hand-written check's, and writes nothing. Two cases
-// cannot be decided from the read:
+// The first, INSERT … ON CONFLICT DO NOTHING, inserts a new claim, or
+// returns the conflicting row as of its snapshot without locking or
+// writing it. When that row is live and not claimable, the answer (a
+// conflict, or the same owner's retry) was true when the snapshot was
+// taken, within the call: a duplicate is one statement and writes
+// nothing. Two cases cannot be decided from the snapshot:
 //
-//   - The row is gone: it was deleted (released, reaped) since the
-//     INSERT, and may have been inserted again since the read.
+//   - The conflicting row is not in the snapshot: the transaction that
+//     inserted it committed after the statement began (the INSERT waited
+//     for it). The statement is sent once more; its new snapshot is taken
+//     after that commit, so it sees the row unless the row was deleted
+//     since. That is the common race of duplicates, and they still write
+//     nothing.
 //   - The row is claimable in the snapshot, but a concurrent claim may
 //     already have replaced it. A write conditional on the fence read
 //     would then change nothing, and reading again and retrying can lose
 //     the same way every round under contention: each read is outdated
 //     by the next takeover before the write arrives.
 //
-// Either way the last statement is the upsert of claimUpsert, which
-// decides on the row's newest version under its lock. A retried claim
-// answered by the upsert reports as Takeover how it was first acquired.
+// Either way (or when the row is missing from the second snapshot too),
+// the last statement is the upsert of claimUpsert, which decides on the
+// row's newest version under its lock. A retried claim answered by the
+// upsert reports as Takeover how it was first acquired.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, store.RecordVersion}
-	tag, err := s.db.Exec(ctx, s.sql.insert, args...)
-	if err != nil {
-		return store.ClaimResult{}, s.translate("claim", p.Key, err)
-	}
-	if tag.RowsAffected() == 1 {
-		// The row is the new claim as sent: built here, not decoded.
-		res, _ := store.ApplyClaim(nil, p)
-		return res, nil
-	}
-	rec, err := s.Get(ctx, p.Key)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return store.ClaimResult{}, err
-	}
-	if rec != nil {
-		if res, write := store.ApplyClaim(rec, p); write == nil {
+	for range 2 {
+		rec, inserted, err := s.claimInsert(ctx, args)
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		if inserted {
+			// The row is the new claim as sent: built here, not decoded.
+			res, _ := store.ApplyClaim(nil, p)
 			return res, nil
+		}
+		if rec != nil {
+			if res, write := store.ApplyClaim(rec, p); write == nil {
+				return res, nil
+			}
+			break
 		}
 	}
 	rec, acquired, takeover, err := s.claimRow(ctx, args)
@@ -333,6 +335,36 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		return store.ClaimResult{Record: rec}, nil
 	}
 	return store.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
+}
+
+// claimInsert runs the claim's first statement: inserted, or the row it
+// met (nil when it returned none).
+func (s *Store) claimInsert(ctx context.Context, args []any) (rec *store.Record, inserted bool, err error) {
+	rows, err := s.db.Query(ctx, s.sql.claim, args...)
+	if err != nil {
+		return nil, false, s.translate("claim", args[0].(string), err)
+	}
+	if rows.Next() {
+		// The first column says which branch answered; an inserted row
+		// is not decoded (nil skips a column).
+		skip := make([]any, 17)
+		skip[0] = &inserted
+		if err = rows.Scan(skip...); err == nil && !inserted {
+			rec, _, err = scanRecord(rows, &inserted)
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return nil, false, err
+	}
+	if err != nil {
+		return nil, false, s.translate("claim", args[0].(string), err)
+	}
+	return rec, inserted, nil
 }
 
 // claimRow runs the upsert statement: nil when it returned no row.
