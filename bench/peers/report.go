@@ -242,6 +242,71 @@ func writeResults(dir string, m meta, rows []row, samples []sample) error {
 		fd.Close()
 		return err
 	}
-	fmt.Printf("peers: wrote %s and peers.csv\n", filepath.Join(dir, "peers.json"))
-	return fd.Close()
+	if err := fd.Close(); err != nil {
+		return err
+	}
+	var md strings.Builder
+	writeMarkdown(&md, m, rows)
+	if err := os.WriteFile(filepath.Join(dir, "peers.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("peers: wrote %s, peers.csv and peers.md\n", filepath.Join(dir, "peers.json"))
+	return nil
+}
+
+// writeMarkdown writes the tables docs/benchmarks.md shows: both libraries
+// per scenario with the ratios, and the raw clients; then Redis's own
+// figures.
+func writeMarkdown(w io.Writer, m meta, rows []row) {
+	get := func(sc, side string) (row, bool) {
+		for _, r := range rows {
+			if r.Scenario == sc && r.Side == side {
+				return r, true
+			}
+		}
+		return row{}, false
+	}
+	var scenarios []string
+	for _, r := range rows {
+		if !slices.Contains(scenarios, r.Scenario) {
+			scenarios = append(scenarios, r.Scenario)
+		}
+	}
+	lat := func(r row) string { return f(r.P50us, 0) + " / " + f(r.P99us, 0) }
+	fmt.Fprintf(w, "Median of %d repetitions of %d calls (%s ×%d, %s, node %s, Powertools %s, DynamoDB Local %s, Redis %s).\n\n",
+		m.Reps, m.Calls, m.CPU, m.Cores, m.Go, m.Node, m.Powertools, m.DynamoDBLocal, m.Redis)
+	fmt.Fprintln(w, "| scenario | idem calls/s | p50 / p99 µs | CPU µs/call | req/call | Powertools calls/s | p50 / p99 µs | CPU µs/call | req/call | idem ÷ Powertools calls/s | idem ÷ Powertools CPU/call | idem ÷ Go raw | Powertools ÷ Node raw |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, sc := range scenarios {
+		i, _ := get(sc, sideIdem)
+		p, _ := get(sc, sidePowertools)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | **%s** | %s | %s | %s |\n", sc,
+			f(i.OpsPerS, 0), lat(i), f(i.CPUus, 1), f(i.Requests, 2),
+			f(p.OpsPerS, 0), lat(p), f(p.CPUus, 1), f(p.Requests, 2),
+			f(i.VsPeerOps, 2), f(i.VsPeerCPU, 2), f(i.VsRawOps, 2), f(p.VsRawOps, 2))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | Go raw calls/s | p50 / p99 µs | CPU µs/call | Node raw calls/s | p50 / p99 µs | CPU µs/call |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+	for _, sc := range scenarios {
+		g, ok := get(sc, sideGoRaw)
+		n, _ := get(sc, sideNodeRaw)
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", sc, f(g.OpsPerS, 0), lat(g), f(g.CPUus, 1), f(n.OpsPerS, 0), lat(n), f(n.CPUus, 1))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| Redis scenario | side | commands/call | server CPU µs/call | ÷ own raw server CPU |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
+	for _, sc := range scenarios {
+		if !strings.HasPrefix(sc, "redis/") {
+			continue
+		}
+		for _, side := range []string{sideIdem, sideGoRaw, sidePowertools, sideNodeRaw} {
+			if r, ok := get(sc, side); ok {
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", sc, side, f(r.ServerCmds, 2), f(r.ServerUs, 1), f(r.VsRawServer, 2))
+			}
+		}
+	}
 }
