@@ -32,6 +32,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -63,7 +64,15 @@ func main() {
 	flag.StringVar(&o.lock, "lock", "/tmp/idem-bench.lock", "file locked (flock) around each repetition, so measurements never overlap; empty: none")
 	flag.StringVar(&o.out, "out", "", "results directory (default bench/results)")
 	flag.BoolVar(&o.noNode, "no-node", false, "run the Go side only")
+	report := flag.String("report", "", "measure nothing: print and write the tables again from this peers.json's samples")
 	flag.Parse()
+	if *report != "" {
+		if err := rereport(*report, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *quick {
 		o.reps, o.calls = 2, 300
 	}
@@ -171,6 +180,27 @@ func run(o options) (err error) {
 	rows := summarize(scenarios, samples)
 	printTable(os.Stdout, rows)
 	return writeResults(o.out, meta, rows, samples)
+}
+
+// rereport summarizes the samples of an earlier run again.
+func rereport(file, out string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Meta    meta     `json:"meta"`
+		Samples []sample `json:"samples"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if out == "" {
+		out = filepath.Dir(file)
+	}
+	rows := summarize(allScenarios(options{conc: []int{1, 16}}), r.Samples)
+	printTable(os.Stdout, rows)
+	return writeResults(out, r.Meta, rows, r.Samples)
 }
 
 // withLock runs f holding an exclusive flock on path (no lock if path is

@@ -103,8 +103,7 @@ type row struct {
 	Requests   float64 `json:"requests_per_call"`
 	ServerCmds float64 `json:"server_commands_per_call,omitempty"`
 	ServerUs   float64 `json:"server_us_per_call,omitempty"`
-	// The ratios, on the idem and powertools rows: medians of the
-	// per-repetition ratios (both measured in the same repetition).
+	// The ratios, on the idem and powertools rows: of the medians.
 	VsPeerOps    float64    `json:"vs_peer_ops,omitempty"`   // idem ÷ Powertools throughput (idem row)
 	VsPeerCPU    float64    `json:"vs_peer_cpu,omitempty"`   // idem ÷ Powertools CPU per call (idem row)
 	VsRawOps     float64    `json:"vs_raw_ops,omitempty"`    // library ÷ its own raw client's throughput
@@ -143,14 +142,13 @@ func summarize(scenarios []scenario, samples []sample) []row {
 		}
 		return out
 	}
+	// A ratio is of the two medians, so that it matches the figures shown
+	// beside it.
 	ratio := func(a, b map[int]sample, f func(sample) float64) float64 {
-		var out []float64
-		for rep, s := range a {
-			if t, ok := b[rep]; ok && f(t) > 0 {
-				out = append(out, f(s)/f(t))
-			}
+		if d := median(col(b, f)); d > 0 {
+			return median(col(a, f)) / d
 		}
-		return median(out)
+		return 0
 	}
 	ops := func(s sample) float64 { return s.OpsPerS }
 	cpu := func(s sample) float64 { return s.CPUus }
