@@ -273,6 +273,34 @@ func writeMarkdown(w io.Writer, m meta, rows []row) {
 	lat := func(r row) string { return f(r.P50us, 0) + " / " + f(r.P99us, 0) }
 	fmt.Fprintf(w, "Median of %d repetitions of %d calls (%s ×%d, %s, node %s, Powertools %s, DynamoDB Local %s, Redis %s).\n\n",
 		m.Reps, m.Calls, m.CPU, m.Cores, m.Go, m.Node, m.Powertools, m.DynamoDBLocal, m.Redis)
+	fmt.Fprintln(w, "| c=1 / c=16 | idem ÷ Powertools calls/s | idem ÷ Powertools CPU per call | idem ÷ its raw client's calls/s | Powertools ÷ its raw client's calls/s |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
+	for _, st := range []struct{ key, name string }{{"dynamodb", "DynamoDB"}, {"redis", "Redis"}} {
+		for _, k := range []struct{ key, name string }{{"new", "new"}, {"dup", "duplicate"}, {"cache", "local-cache replay"}} {
+			var cols [4][]string
+			for _, c := range []string{"1", "16"} {
+				sc := st.key + "/" + k.key + "/c=" + c
+				i, ok := get(sc, sideIdem)
+				if !ok {
+					continue
+				}
+				p, _ := get(sc, sidePowertools)
+				cols[0] = append(cols[0], f(i.VsPeerOps, 2)+"×")
+				cols[1] = append(cols[1], f(i.VsPeerCPU, 2))
+				cols[2] = append(cols[2], f(i.VsRawOps, 2))
+				cols[3] = append(cols[3], f(p.VsRawOps, 2))
+			}
+			if len(cols[0]) == 0 {
+				continue
+			}
+			if k.key == "cache" {
+				cols[2], cols[3] = []string{"0 store requests"}, []string{"0 store requests"}
+			}
+			fmt.Fprintf(w, "| %s %s | %s | %s | %s | %s |\n", st.name, k.name, strings.Join(cols[0], " / "), strings.Join(cols[1], " / "),
+				strings.Join(cols[2], " / "), strings.Join(cols[3], " / "))
+		}
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| scenario | idem calls/s | p50 / p99 µs | CPU µs/call | req/call | Powertools calls/s | p50 / p99 µs | CPU µs/call | req/call | idem ÷ Powertools calls/s | idem ÷ Powertools CPU/call | idem ÷ Go raw | Powertools ÷ Node raw |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, sc := range scenarios {
