@@ -155,6 +155,11 @@ func (e *env) serverStats(ctx context.Context) (serverStats, error) {
 	if err != nil {
 		return serverStats{}, err
 	}
+	return parseInfo(s), nil
+}
+
+// parseInfo reads serverStats from INFO commandstats and cpu.
+func parseInfo(s string) serverStats {
 	var out serverStats
 	for line := range strings.SplitSeq(s, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -174,13 +179,12 @@ func (e *env) serverStats(ctx context.Context) (serverStats, error) {
 		for field := range strings.SplitSeq(rest, ",") {
 			k, v, _ := strings.Cut(field, "=")
 			n, _ := strconv.ParseInt(v, 10, 64)
-
 			if k == "calls" {
 				out.calls += n
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // receipt is the operation's result on both sides: {"id":"r-1","amount":1000}.
