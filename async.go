@@ -249,7 +249,7 @@ func (e *Engine) tokenHolder(t Token) *holder {
 		e.cache.forget(t.Key.String())
 	}
 	return &holder{
-		call:  &call{e: e, key: t.Key.String(), name: t.Key.Operation},
+		call:  call{e: e, key: t.Key.String(), name: t.Key.Operation},
 		fence: t.Fence, owner: t.Owner, from: t.Status,
 	}
 }
@@ -288,7 +288,7 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
 	if err != nil {
 		return &encodeError{err}
 	}
-	_, err = e.tokenHolder(t).complete(ctx, b, nil)
+	err = e.tokenHolder(t).complete(ctx, b, nil)
 	return tokenWrite(StoreComplete, t, err)
 }
 
@@ -308,7 +308,7 @@ func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
 	if !errors.As(err, &term) {
 		term = &TerminalError{Message: err.Error()}
 	}
-	_, werr := e.tokenHolder(t).fail(ctx, term.record())
+	werr := e.tokenHolder(t).fail(ctx, term.record())
 	return tokenWrite(StoreFail, t, werr)
 }
 
@@ -352,11 +352,7 @@ func (e *Engine) touch(ctx context.Context, t Token, op StoreOp, set func(*store
 		return nil
 	}
 	h := e.tokenHolder(t)
-	err := h.write(ctx, op, 0, nil, func(wctx context.Context, now int64) error {
-		p := store.ExtendParams{Key: h.key, Fence: t.Fence, Owner: t.Owner, Now: now}
-		set(&p)
-		return e.store.Extend(wctx, p)
-	})
+	err := h.write(ctx, writeExtend, 0, nil, nil, set)
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
 		e.cfg.Observer.Observe(h.name, OutcomeFenced)
 	}
@@ -427,14 +423,14 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 	t := Token{Key: k, Fence: h.fence, Owner: h.owner, Status: StatusInProgress}
 	// No renewal may move the lease back once it is handed off; if the
 	// hand-off fails the operation goes on in its caller, renewed again.
-	h.renew.stop()
+	h.stopRenewal()
 	var until int64
-	err = h.write(ctx, StoreExtend, 0, nil, func(wctx context.Context, now int64) error {
-		until = min(now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt)
-		return e.store.Extend(wctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until, Ref: ref})
+	err = h.write(ctx, writeExtend, 0, nil, nil, func(p *store.ExtendParams) {
+		until = min(p.Now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt)
+		p.LeaseUntil, p.Ref = until, ref
 	})
 	if err != nil {
-		h.renew.resume()
+		h.resumeRenewal()
 		return Token{}, tokenWrite(StoreExtend, t, err)
 	}
 	if h.flight != nil {

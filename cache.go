@@ -2,6 +2,7 @@ package idem
 
 import (
 	"container/list"
+	"crypto/sha256"
 	"reflect"
 	"sync"
 
@@ -72,11 +73,40 @@ type lru struct {
 	maxBytes int
 	bytes    int
 	ll       *list.List
-	items    map[string]*list.Element
+	items    map[cacheKey]*list.Element
+}
+
+// cacheKey is a store key in parts, so that a call can look itself up
+// without building the store key's string.
+type cacheKey struct {
+	name, tenant string
+	sum          [sha256.Size]byte
+}
+
+// cacheKeyOf splits a store key; ok is false for a string that is not one.
+func cacheKeyOf(key string) (ck cacheKey, ok bool) {
+	k, err := ParseStoreKey(key)
+	if err != nil {
+		return cacheKey{}, false
+	}
+	ck.name, ck.tenant = k.Operation, k.Tenant
+	for i := range ck.sum {
+		ck.sum[i] = unhex(k.Digest[2*i])<<4 | unhex(k.Digest[2*i+1])
+	}
+	return ck, true
+}
+
+// unhex is the value of a lowercase hex digit.
+func unhex(c byte) byte {
+	if c >= 'a' {
+		return c - 'a' + 10
+	}
+	return c - '0'
 }
 
 type lruEntry struct {
-	key         string
+	ck          cacheKey
+	key         string // the store key
 	fingerprint string
 	result      []byte
 	value       any // the decoded value, for cacheable types; else nil
@@ -84,11 +114,21 @@ type lruEntry struct {
 }
 
 func newLRU(c CacheConfig) *lru {
-	return &lru{max: c.MaxEntries, maxBytes: c.MaxBytes, ll: list.New(), items: make(map[string]*list.Element)}
+	return &lru{max: c.MaxEntries, maxBytes: c.MaxBytes, ll: list.New(), items: make(map[cacheKey]*list.Element)}
 }
 
-// get returns the entry under key if present and not expired at now.
+// get returns the entry under the store key if present and not expired
+// at now.
 func (c *lru) get(key string, now int64) (lruEntry, bool) {
+	ck, ok := cacheKeyOf(key)
+	if !ok {
+		return lruEntry{}, false
+	}
+	return c.lookup(ck, now)
+}
+
+// lookup returns the entry under ck if present and not expired at now.
+func (c *lru) lookup(key cacheKey, now int64) (lruEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[key]
@@ -104,19 +144,23 @@ func (c *lru) get(key string, now int64) (lruEntry, bool) {
 	return *e, true
 }
 
-// put caches a COMPLETED record, with its decoded value when the caller
-// has it and the type is cacheable; anything else is ignored.
-func (c *lru) put(r *store.Record, value any) {
-	if r.Status != store.StatusCompleted || len(r.Result) > c.maxBytes/4 {
+// put caches a COMPLETED record (status), with its decoded value when the
+// caller has it and the type is cacheable; anything else is ignored.
+func (c *lru) put(key, fingerprint string, result []byte, value any, status store.Status, expiresAt int64) {
+	if status != store.StatusCompleted || len(result) > c.maxBytes/4 {
+		return
+	}
+	ck, ok := cacheKeyOf(key)
+	if !ok {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[r.Key]; ok {
+	if el, ok := c.items[ck]; ok {
 		c.removeLocked(el)
 	}
-	e := &lruEntry{key: r.Key, fingerprint: r.Fingerprint, result: r.Result, value: value, expiresAt: r.ExpiresAt}
-	c.items[r.Key] = c.ll.PushFront(e)
+	e := &lruEntry{ck: ck, key: key, fingerprint: fingerprint, result: result, value: value, expiresAt: expiresAt}
+	c.items[ck] = c.ll.PushFront(e)
 	c.bytes += len(e.result)
 	for c.ll.Len() > c.max || c.bytes > c.maxBytes {
 		c.removeLocked(c.ll.Back())
@@ -125,9 +169,13 @@ func (c *lru) put(r *store.Record, value any) {
 
 // forget drops key, if cached: its record was changed through a token.
 func (c *lru) forget(key string) {
+	ck, ok := cacheKeyOf(key)
+	if !ok {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[key]; ok {
+	if el, ok := c.items[ck]; ok {
 		c.removeLocked(el)
 	}
 }
@@ -135,6 +183,6 @@ func (c *lru) forget(key string) {
 func (c *lru) removeLocked(el *list.Element) {
 	e := el.Value.(*lruEntry)
 	c.ll.Remove(el)
-	delete(c.items, e.key)
+	delete(c.items, e.ck)
 	c.bytes -= len(e.result)
 }

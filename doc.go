@@ -79,6 +79,16 @@
 // record ([State.Token]) corrects it. docs/state-machine.md draws the
 // states.
 //
+// # Batches and cost
+//
+// [DoBatch] claims the keys of a batch (an SQS batch, a page of messages)
+// together, in one round trip over a store that is a [store.BatchClaimer],
+// and runs each claimed key as [DoIdentity] would. A call costs the engine
+// about ten allocations over the store's own; a local-cache hit
+// (Config.Cache) none and no store call. [RawCodec] stores []byte and
+// json.RawMessage results without reflection. docs/benchmarks.md has the
+// figures.
+//
 // # Operations
 //
 // Package monitor sweeps a store for stuck work (IN_PROGRESS past its
@@ -90,7 +100,8 @@
 //
 // The [Store] contract is six single-key atomic operations, each documented
 // with what it returns for absent, expired, conflicting and fenced-out
-// records; [Lister] and [Deleter] are optional powers for operators. Package
+// records; [Lister] and [Deleter] are optional powers for operators, and
+// [store.BatchClaimer] for consumers of batches. Package
 // memstore is the in-memory store; the durable stores are their own modules
 // under store/: boltstore (an embedded file, the single-machine default),
 // dynamostore, redisstore and pgstore. Package storetest is the conformance

@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -28,8 +30,13 @@ type Engine struct {
 	ownerPrefix string
 	seq         atomic.Uint64
 
-	mu      sync.Mutex
-	flights map[string]*flight
+	timing   bool // the Observer wants store-call latencies
+	raw      bool // the codec is RawCodec: []byte results skip it
+	sysClock bool // the clock is SystemClock
+
+	mu       sync.Mutex
+	flights  map[string]*flight
+	renewals renewals
 }
 
 // New returns an engine over store. A nil cfg means all defaults. It fails
@@ -43,6 +50,11 @@ func New(store store.Store, cfg *Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{store: store, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
+	_, nop := c.Observer.(nopObserver)
+	_, e.raw = c.Codec.(RawCodec)
+	_, e.sysClock = c.Clock.(SystemClock)
+	e.timing = !nop
+	e.renewals.init(e)
 	if c.Cache != nil {
 		e.cache = newLRU(c.Cache.withDefaults())
 	}
@@ -84,11 +96,47 @@ type Result[T any] struct {
 
 // Do runs fn at most once for the key that req names. See [DoIdentity].
 func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Context) (T, error)) (Result[T], error) {
+	if e.cache != nil && req.Payload == nil && req.Key != "" && !e.cfg.Disabled {
+		if res, hit, err := cacheHit[T](e, &req); hit {
+			return res, err
+		}
+	}
 	id, err := req.Identity()
 	if err != nil {
 		return Result[T]{}, err
 	}
 	return DoIdentity(ctx, e, id, fn)
+}
+
+// cacheHit answers a call with an explicit key and no payload from the
+// local cache, if it holds the key, without building the call's store key
+// (the cache is keyed by its parts). A key the cache holds was valid when
+// it was stored, so no check is skipped.
+func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err error) {
+	// The key's bytes are read in place: Sum256 neither keeps nor changes them.
+	ck := cacheKey{name: req.Operation, tenant: req.Tenant, sum: sha256.Sum256(unsafe.Slice(unsafe.StringData(req.Key), len(req.Key)))}
+	ent, ok := e.cache.lookup(ck, store.Millis(e.cfg.Clock.Now()))
+	if !ok {
+		return res, false, nil
+	}
+	if ent.fingerprint != "" {
+		e.cfg.Observer.Observe(req.Operation, OutcomeMismatch)
+		return res, true, &MismatchError{Key: ent.key, Stored: ent.fingerprint}
+	}
+	e.cfg.Observer.Observe(req.Operation, OutcomeCacheHit)
+	res.Replayed, res.StoreKey = true, ent.key
+	if v, ok := ent.value.(T); ok {
+		res.Value = v
+		return res, true, nil
+	}
+	v := new(T) // on the heap only for a type the cache cannot keep
+	if !e.raw || !setRawBytes(v, ent.result) {
+		if err := e.cfg.Codec.Unmarshal(ent.result, v); err != nil {
+			return res, true, &store.CorruptError{Key: ent.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", *v, err)}
+		}
+	}
+	res.Value = *v
+	return res, true, nil
 }
 
 // DoIdentity runs fn at most once for id.Key (within the expiry window, while
@@ -113,7 +161,7 @@ func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Cont
 // When fn succeeds but its outcome cannot be recorded, the value is still
 // returned; the failure is logged and counted (OutcomeCompleteFailed).
 func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error)) (Result[T], error) {
-	return doTyped(ctx, e, id, false, func(ctx context.Context, _ *Completion[T]) (T, error) { return fn(ctx) })
+	return doTyped(ctx, e, id, fn, nil)
 }
 
 // DoCompleting is [Do] for an operation that records its own success, in
@@ -131,7 +179,7 @@ func DoCompleting[T any](ctx context.Context, e *Engine, req Request, fn func(ct
 	if err != nil {
 		return Result[T]{}, err
 	}
-	return doTyped(ctx, e, id, true, fn)
+	return doTyped(ctx, e, id, nil, fn)
 }
 
 // Completion hands an operation run by [DoCompleting] the Complete of its
@@ -156,66 +204,108 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
 }
 
-// doTyped is the typed layer of every call; completing says whether fn may
-// record its own success (DoCompleting), so that a plain Do pays nothing
-// for it.
-func doTyped[T any](ctx context.Context, e *Engine, id Identity, completing bool, fn func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
-	var (
-		res Result[T]
-		ran bool
-	)
-	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint}
-	res.StoreKey = c.key
+// doTyped is the typed layer of every call: it runs fn, or completing, an
+// operation that may record its own success (DoCompleting), so that a
+// plain Do pays nothing for it.
+func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	if e.cfg.Disabled {
-		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
-		v, err := fn(context.WithValue(ctx, disabledKey{}, id.StoreKey), &Completion[T]{e: e})
-		res.Value = v
-		return res, err
+		e.cfg.Observer.Observe(id.StoreKey.Operation, OutcomeUnprotected)
+		v, err := callOp(context.WithValue(ctx, disabledKey{}, id.StoreKey), fn, completing, &Completion[T]{e: e})
+		return Result[T]{Value: v, StoreKey: id.StoreKey.String()}, err
 	}
-	keep := e.cache != nil && cacheable[T]()
-	c.op = func(ctx context.Context) (opResult, error) {
-		var comp *Completion[T]
-		if completing {
-			claim, _ := FromContext(ctx)
-			comp = &Completion[T]{e: e, claim: claim}
-		}
-		v, err := fn(ctx, comp)
-		res.Value, ran = v, true
-		if err != nil {
-			return opResult{}, err
-		}
-		var out opResult
-		if comp != nil && comp.result != nil {
-			out.result, out.settled = comp.result, true
-		}
-		if !out.settled {
-			if out.result, err = e.cfg.Codec.Marshal(v); err != nil {
-				return opResult{}, &encodeError{err}
-			}
-		}
-		if keep {
-			out.value = v
-		}
-		return out, nil
-	}
-	out, err := c.run(ctx)
-	if err != nil && !ran && e.cfg.FailOpen && isClaimFailure(err) {
-		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
+	// One allocation holds the whole call: its claim, its in-process
+	// flight, its contexts and the typed value.
+	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
+	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
+	out, err := t.run(ctx)
+	return t.result(ctx, out, err)
+}
+
+// result is the typed answer of a call that ran (out, err).
+func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Result[T], error) {
+	e, fn, completing := t.e, t.fn, t.completing
+	res := Result[T]{StoreKey: t.key}
+	if err != nil && !t.ran && e.cfg.FailOpen && isClaimFailure(err) {
+		e.cfg.Observer.Observe(t.name, OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
-			"key", c.key, "err", err)
-		v, ferr := fn(ctx, &Completion[T]{e: e})
+			"key", t.key, "err", err)
+		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e})
 		res.Value = v
 		return res, ferr
 	}
 	res.Replayed, res.Fence, res.Recorded = out.replayed, out.fence, out.recorded
-	if v, ok := out.value.(T); ok && !ran {
-		res.Value = v
-	} else if !ran && out.result != nil {
-		if uerr := e.cfg.Codec.Unmarshal(out.result, &res.Value); uerr != nil {
-			return res, &store.CorruptError{Key: c.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
+	switch {
+	case t.ran:
+		res.Value = t.value
+	case out.value != nil:
+		res.Value, _ = out.value.(T)
+	case out.result != nil:
+		if uerr := t.decode(out.result); uerr != nil {
+			return res, &store.CorruptError{Key: t.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
 		}
+		res.Value = t.value
 	}
 	return res, err
+}
+
+// callOp calls fn, or completing with c.
+func callOp[T any](ctx context.Context, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error), c *Completion[T]) (T, error) {
+	if fn != nil {
+		return fn(ctx)
+	}
+	return completing(ctx, c)
+}
+
+// typedCall is a call of an operation returning T.
+type typedCall[T any] struct {
+	holder
+	fn         func(context.Context) (T, error)
+	completing func(context.Context, *Completion[T]) (T, error) // may record its own success (DoCompleting)
+	keep       bool                                             // the local cache may keep the value itself (see cacheable)
+	ran        bool                                             // fn was called
+	value      T                                                // fn's value, or the replayed one
+}
+
+// runOp runs the operation and encodes its value.
+func (t *typedCall[T]) runOp(ctx context.Context) (opResult, error) {
+	var comp *Completion[T]
+	if t.completing != nil {
+		comp = &Completion[T]{e: t.e, claim: Claim{Key: t.key, Fence: t.fence, Owner: t.owner}}
+	}
+	v, err := callOp(ctx, t.fn, t.completing, comp)
+	t.value, t.ran = v, true
+	if err != nil {
+		return opResult{}, err
+	}
+	var out opResult
+	if comp != nil && comp.result != nil {
+		out.result, out.settled = comp.result, true
+	} else if out.result, err = t.encode(); err != nil {
+		return opResult{}, &encodeError{err}
+	}
+	if t.keep {
+		out.value = v
+	}
+	return out, nil
+}
+
+// encode encodes t.value with the engine's codec; a [RawCodec] engine
+// takes a []byte or json.RawMessage value as it is, without reflection.
+func (t *typedCall[T]) encode() ([]byte, error) {
+	if t.e.raw {
+		if b, ok := rawBytes(&t.value); ok {
+			return bytes.Clone(b), nil // the caller keeps its own slice
+		}
+	}
+	return t.e.cfg.Codec.Marshal(t.value)
+}
+
+// decode decodes a stored result into t.value, as encode's inverse.
+func (t *typedCall[T]) decode(b []byte) error {
+	if t.e.raw && setRawBytes(&t.value, b) {
+		return nil
+	}
+	return t.e.cfg.Codec.Unmarshal(b, &t.value)
 }
 
 // opResult is what the operation hands back to the engine.
@@ -225,8 +315,10 @@ type opResult struct {
 	settled bool   // the operation recorded its own success ([DoCompleting])
 }
 
-// opFunc runs the operation.
-type opFunc func(context.Context) (opResult, error)
+// operation runs the operation of a call.
+type operation interface {
+	runOp(ctx context.Context) (opResult, error)
+}
 
 type encodeError struct{ err error }
 
@@ -254,45 +346,87 @@ type call struct {
 	key         string // the store key
 	name        string // the operation's name (the key's scope), for the Observer
 	fingerprint string
-	op          opFunc
+	op          operation
 }
 
 // flight lets concurrent duplicates inside one process share one claim.
+// Its signals make their channels only when a duplicate waits on them, so
+// a call without duplicates pays for none.
 type flight struct {
-	claimed  chan struct{} // closed once the leader's claim has answered
+	claimed  signal // fired once the leader's claim has answered
 	claimRec *store.Record
 	acquired bool
 	claimErr error
 	// leaseUntil is the claim's lease as last written, renewals included.
 	leaseUntil atomic.Int64
 
-	done  chan struct{} // closed once the leader has finished
-	final *store.Record // COMPLETED or FAILED outcome, nil when released
+	done      signal        // fired once the leader has finished
+	final     *store.Record // COMPLETED or FAILED outcome, nil when released
+	followers int           // duplicates that joined, under Engine.mu
 	// ref is the execution reference the leader attached when it handed
 	// its claim off ([Detach]), for the followers' InProgressError.
 	ref atomic.Pointer[string]
 }
 
-// join returns the in-process flight for key, creating it (leader = true)
-// when there is none.
-func (e *Engine) join(key string) (f *flight, leader bool) {
+// signal is a one-shot event whose channel is made by the first waiter.
+type signal struct {
+	mu    sync.Mutex
+	fired bool
+	ch    chan struct{}
+}
+
+// closed is the channel of every signal fired before anyone waited.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// wait returns a channel closed once the signal fires.
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fired {
+		return closed
+	}
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// fire fires the signal; what was written before it is visible to every
+// waiter after.
+func (s *signal) fire() {
+	s.mu.Lock()
+	s.fired = true
+	if s.ch != nil {
+		close(s.ch)
+	}
+	s.mu.Unlock()
+}
+
+// join returns the in-process flight for key: the one in flight (leader =
+// false), or f, which becomes the key's flight (leader = true).
+func (e *Engine) join(key string, f *flight) (_ *flight, leader bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if f, ok := e.flights[key]; ok {
-		return f, false
+	if g, ok := e.flights[key]; ok {
+		g.followers++
+		return g, false
 	}
-	f = &flight{claimed: make(chan struct{}), done: make(chan struct{})}
 	e.flights[key] = f
 	return f, true
 }
 
-// land ends a flight: later callers start their own.
-func (e *Engine) land(key string, f *flight, final *store.Record) {
+// land ends a flight: later callers start their own. The final record its
+// followers replay is built (by final, when not nil) only when there are
+// followers.
+func (e *Engine) land(key string, f *flight, h *holder) {
 	e.mu.Lock()
 	delete(e.flights, key)
+	followers := f.followers
 	e.mu.Unlock()
-	f.final = final
-	close(f.done)
+	if followers > 0 && h != nil {
+		f.final = h.final()
+	}
+	f.done.fire()
 }
 
 // mismatch checks the call's fingerprint against a stored one: the one
@@ -305,14 +439,14 @@ func (c *call) mismatch(stored string) error {
 	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
-func (c *call) run(ctx context.Context) (outcome, error) {
-	e := c.e
+func (h *holder) run(ctx context.Context) (outcome, error) {
+	e := h.e
 	if e.cache != nil {
-		if ent, ok := e.cache.get(c.key, store.Millis(e.cfg.Clock.Now())); ok {
-			if err := c.mismatch(ent.fingerprint); err != nil {
+		if ent, ok := e.cache.get(h.key, store.Millis(e.cfg.Clock.Now())); ok {
+			if err := h.mismatch(ent.fingerprint); err != nil {
 				return outcome{}, err
 			}
-			e.cfg.Observer.Observe(c.name, OutcomeCacheHit)
+			e.cfg.Observer.Observe(h.name, OutcomeCacheHit)
 			return outcome{replayed: true, result: ent.result, value: ent.value}, nil
 		}
 	}
@@ -327,29 +461,45 @@ func (c *call) run(ctx context.Context) (outcome, error) {
 			err   error
 			retry bool
 		)
-		if f, leader := e.join(c.key); leader {
-			out, err = c.lead(ctx, f)
+		fresh := &h.fl // the flight this call brings, if it leads
+		if h.flUsed {
+			fresh = new(flight) // a flight is never reused: followers may still read it
+		}
+		if f, leader := e.join(h.key, fresh); leader {
+			h.flUsed = true
+			out, err = h.lead(ctx, f)
 		} else {
-			out, retry, err = c.follow(ctx, f, deadline)
+			out, retry, err = h.follow(ctx, f, deadline)
 			if retry {
 				continue
 			}
 		}
-		var ipe *InProgressError
+		if err == nil {
+			return out, nil
+		}
+		ipe, busy := asInProgress(err)
 		// Work handed elsewhere (a reference is attached) runs for its
 		// expected completion, not for a wait's worth: answer at once.
-		if errors.As(err, &ipe) && e.cfg.Wait > 0 && ipe.Ref == "" {
+		if busy && e.cfg.Wait > 0 && ipe.Ref == "" {
 			if werr := e.pause(ctx, deadline, &backoff); werr == nil {
 				continue
 			} else if !errors.Is(werr, ErrInProgress) {
 				return outcome{}, werr
 			}
 		}
-		if ipe != nil {
-			e.cfg.Observer.Observe(c.name, OutcomeInProgress)
+		if busy {
+			e.cfg.Observer.Observe(h.name, OutcomeInProgress)
 		}
 		return out, err
 	}
+}
+
+// asInProgress returns err's *InProgressError, if it has one. The target
+// of errors.As lives here so that only failing calls allocate it.
+func asInProgress(err error) (*InProgressError, bool) {
+	var ipe *InProgressError
+	ok := errors.As(err, &ipe)
+	return ipe, ok
 }
 
 // pause waits one backoff step before the next claim attempt. It returns
@@ -375,7 +525,7 @@ func (e *Engine) pause(ctx context.Context, deadline time.Time, backoff *time.Du
 func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out outcome, retry bool, err error) {
 	e := c.e
 	select {
-	case <-f.claimed:
+	case <-f.claimed.wait():
 	case <-ctx.Done():
 		return outcome{}, false, ctx.Err()
 	}
@@ -407,7 +557,7 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 		return outcome{}, false, busy
 	}
 	select {
-	case <-f.done:
+	case <-f.done.wait():
 	case <-ctx.Done():
 		return outcome{}, false, ctx.Err()
 	case <-timeout:
@@ -429,7 +579,7 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 	case store.StatusCompleted, store.StatusFailed:
 		c.e.cfg.Observer.Observe(c.name, OutcomeReplayed)
 		if c.e.cache != nil {
-			c.e.cache.put(rec, nil)
+			c.e.cache.put(rec.Key, rec.Fingerprint, rec.Result, nil, rec.Status, rec.ExpiresAt)
 		}
 		return c.replay(rec)
 	case store.StatusInProgress:
@@ -470,8 +620,20 @@ func (e *Engine) owner(ctx context.Context) string {
 }
 
 // lead claims the key for this call and, when acquired, runs the operation.
-func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
-	e := c.e
+func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
+	now, lease, err := h.leaseFor(ctx)
+	if err != nil {
+		return h.claimed(ctx, f, now, lease, store.ClaimResult{}, err)
+	}
+	res, err := h.claim(ctx, now, lease, true)
+	return h.claimed(ctx, f, now, lease, res, err)
+}
+
+// leaseFor returns the time of a claim made now, and its lease: the
+// context's deadline, or Config.Lease, at most Config.Expiry. A context
+// that has ended, or a deadline passed, is an error.
+func (h *holder) leaseFor(ctx context.Context) (time.Time, time.Duration, error) {
+	e := h.e
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
 	if dl, ok := ctx.Deadline(); ok {
@@ -481,33 +643,48 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
-		f.claimErr = err
-		close(f.claimed)
-		e.land(c.key, f, nil)
-		return outcome{}, err
+		return now, 0, err
 	}
-	lease = min(lease, e.cfg.Expiry)
-	res, err := c.claim(ctx, now, lease, true)
+	return now, min(lease, e.cfg.Expiry), nil
+}
+
+// claimed answers the call from its claim's answer (res, or err) and tells
+// the flight's followers; when the claim was acquired it runs the
+// operation.
+func (h *holder) claimed(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult, err error) (outcome, error) {
+	e := h.e
 	if err != nil {
 		f.claimErr = err
-		close(f.claimed)
-		e.land(c.key, f, nil)
-		return outcome{}, f.claimErr
+		f.claimed.fire()
+		e.land(h.key, f, nil)
+		return outcome{}, err
 	}
+	tell(f, res)
+	if !res.Acquired {
+		e.land(h.key, f, nil)
+		return h.existing(res.Record)
+	}
+	return h.acquired(ctx, f, now, lease, res)
+}
+
+// tell gives the flight's followers the claim's answer.
+func tell(f *flight, res store.ClaimResult) {
 	f.claimRec, f.acquired = res.Record, res.Acquired
 	f.leaseUntil.Store(res.Record.LeaseUntil)
-	close(f.claimed)
-	if !res.Acquired {
-		e.land(c.key, f, nil)
-		return c.existing(res.Record)
-	}
-	e.cfg.Observer.Observe(c.name, OutcomeAcquired)
+	f.claimed.fire()
+}
+
+// acquired runs the operation under the claim res acquired at now, its
+// followers told.
+func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
+	e := h.e
+	e.cfg.Observer.Observe(h.name, OutcomeAcquired)
 	if res.Takeover {
-		e.cfg.Observer.Observe(c.name, OutcomeTakeover)
-		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", c.key, "fence", res.Record.Fence)
+		e.cfg.Observer.Observe(h.name, OutcomeTakeover)
+		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", h.key, "fence", res.Record.Fence)
 	}
-	h := &holder{call: c, fence: res.Record.Fence, owner: res.Record.Owner, expiresAt: res.Record.ExpiresAt, lease: lease, flight: f}
-	return h.execute(ctx)
+	h.fence, h.owner, h.expiresAt, h.lease, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, lease, f
+	return h.execute(ctx, now)
 }
 
 // claim makes the store's Claim of the call's key at now, with lease: the
@@ -516,72 +693,146 @@ func (c *call) lead(ctx context.Context, f *flight) (outcome, error) {
 // returned as a [*StoreError].
 func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration, local bool) (store.ClaimResult, error) {
 	e := c.e
+	p := c.claimParams(ctx, now, lease, local)
+	start := e.callStart(now)
+	res, err := e.store.Claim(ctx, p)
+	e.callEnd(StoreClaim, start, err)
+	return c.claimAnswer(res, err)
+}
+
+// claimParams are the parameters of the call's claim at now, with lease.
+func (c *call) claimParams(ctx context.Context, now time.Time, lease time.Duration, local bool) store.ClaimParams {
 	nowMs := store.Millis(now)
-	p := store.ClaimParams{
+	return store.ClaimParams{
 		Key:         c.key,
 		Fingerprint: c.fingerprint,
-		Owner:       e.owner(ctx),
+		Owner:       c.e.owner(ctx),
 		Now:         nowMs,
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
-		ExpiresAt:   nowMs + e.cfg.Expiry.Milliseconds(),
+		ExpiresAt:   nowMs + c.e.cfg.Expiry.Milliseconds(),
 		Local:       local,
 	}
-	var res store.ClaimResult
-	err := e.timed(StoreClaim, func() (err error) {
-		res, err = e.store.Claim(ctx, p)
-		return err
-	})
+}
+
+// claimAnswer checks a store's answer to the call's claim: a failure is
+// counted and returned as a [*StoreError].
+func (c *call) claimAnswer(res store.ClaimResult, err error) (store.ClaimResult, error) {
 	if err == nil && res.Record == nil {
 		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
-		e.cfg.Observer.Observe(c.name, OutcomeStoreError)
+		c.e.cfg.Observer.Observe(c.name, OutcomeStoreError)
 		return store.ClaimResult{}, &StoreError{Op: StoreClaim, Key: c.key, Err: err}
 	}
 	return res, nil
 }
 
+// callStart returns when a store call starts, for its latency: now when
+// the caller has read the clock already, and nothing when no Observer
+// wants latencies.
+func (e *Engine) callStart(now time.Time) time.Time {
+	if !e.timing || !now.IsZero() {
+		return now
+	}
+	return e.cfg.Clock.Now()
+}
+
+// callEnd reports a store call's latency to the Observer.
+func (e *Engine) callEnd(op StoreOp, start time.Time, err error) {
+	if e.timing {
+		e.cfg.Observer.StoreCall(op, e.cfg.Clock.Now().Sub(start), err)
+	}
+}
+
 // timed runs one store call and reports its latency to the Observer.
 func (e *Engine) timed(op StoreOp, call func() error) error {
-	start := e.cfg.Clock.Now()
+	start := e.callStart(time.Time{})
 	err := call()
-	e.cfg.Observer.StoreCall(op, e.cfg.Clock.Now().Sub(start), err)
+	e.callEnd(op, start, err)
 	return err
 }
 
 // holder is one call that holds a claim: everything its outcome writes
-// need.
+// need. For a call of Do it is part of the call's one allocation, with
+// the flight, the operation's context and the first write's context.
 type holder struct {
-	*call
+	call
 	fence     uint64
 	owner     string
 	expiresAt int64
 	lease     time.Duration
 	flight    *flight // nil for a write through a Token
-	renew     *renewer
+	fl        flight  // the flight this call leads, when it does
+	flUsed    bool    // fl has led a flight already
 	// from is the status the record must be in for the outcome write:
 	// zero (IN_PROGRESS) but for a token read from a settled record.
 	from store.Status
 	// detached is set once the operation handed its claim off ([Detach]):
 	// the engine then writes no outcome for it.
 	detached atomic.Bool
+
+	opCtx   opContext
+	cancel  context.CancelCauseFunc // cancels opCtx; nil when it is not renewed
+	wctx    writeCtx                // the first outcome write's context
+	wctxUse bool
+
+	// The outcome this holder wrote, for the flight's followers.
+	wrote   store.Status
+	result  []byte
+	errRec  *store.ErrorRecord
+	wroteAt int64
+
+	// renewal state, guarded by Engine.renewals.mu
+	renewOn  bool  // renewal wanted: started and not stopped
+	renewing bool  // a renewal is in flight
+	ended    bool  // the claim is gone or settled: never resume
+	next     int64 // when the next renewal is due (Clock, UnixNano)
+	qi       int   // index in the renewal queue; -1 when not queued
 }
 
-// execute runs op under the claim and records its outcome. The lease is
-// renewed until the outcome is written (or the engine gives up on it), so
-// that retried outcome writes never hand the key to a second execution.
-func (h *holder) execute(ctx context.Context) (outcome, error) {
+// opContext is the context an operation runs in: its caller's (made
+// cancellable when the lease is renewed), carrying the [Claim] and the
+// holder without a context per value.
+type opContext struct {
+	context.Context
+	h *holder
+}
+
+// Value answers the claim and the holder, and asks the parent for the rest.
+func (c *opContext) Value(key any) any {
+	switch key.(type) {
+	case claimCtxKey:
+		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner}
+	case holderKey:
+		return c.h
+	}
+	return c.Context.Value(key)
+}
+
+// final is the record of what h wrote, for the flight's followers: nil
+// when it wrote nothing.
+func (h *holder) final() *store.Record {
+	if h.wrote == 0 {
+		return nil
+	}
+	return &store.Record{Key: h.key, Status: h.wrote, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
+		Result: h.result, Err: h.errRec, ExpiresAt: h.wroteAt + h.e.cfg.Expiry.Milliseconds(), CompletedAt: h.wroteAt}
+}
+
+// execute runs op under the claim (taken at now) and records its outcome.
+// The lease is renewed until the outcome is written (or the engine gives
+// up on it), so that retried outcome writes never hand the key to a
+// second execution.
+func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	e := h.e
-	opCtx, cancel := context.WithCancelCause(ctx)
-	opCtx = NewContext(opCtx, Claim{Key: h.key, Fence: h.fence, Owner: h.owner})
-	opCtx = context.WithValue(opCtx, holderKey{}, h)
+	h.opCtx = opContext{Context: ctx, h: h}
 	// A lease taken from the context's deadline already covers all the
 	// operation can do: the context ends there. Renewing it would only keep
 	// the key from a retry after a timed-out caller (a Lambda invocation)
 	// was ended.
 	if _, hasDeadline := ctx.Deadline(); e.cfg.RenewInterval > 0 && !hasDeadline {
-		h.renew = &renewer{h: h, cancel: cancel}
-		h.renew.start()
+		h.opCtx.Context, h.cancel = context.WithCancelCause(ctx)
+		e.renewals.start(h, now)
 	}
 	finished := false
 	defer func() {
@@ -590,56 +841,55 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 		}
 		// op panicked: release the claim so a retry can run, unless it
 		// was handed off; the panic goes on up the stack.
-		cancel(nil)
-		h.renew.stop()
+		h.stopRenewal()
 		if !h.detached.Load() {
 			h.release(ctx)
 		}
 		e.land(h.key, h.flight, nil)
 	}()
-	res, opErr := h.op(opCtx)
+	res, opErr := h.op.runOp(&h.opCtx)
 	finished = true
-	cancel(nil)
-	defer h.renew.stop()
+	if h.cancel != nil {
+		h.cancel(nil)
+	}
+	defer h.stopRenewal()
 	out := outcome{fence: h.fence}
 
-	var encErr *encodeError
-	var term *TerminalError
-	var unc *UncertainError
-	switch {
-	case h.detached.Load():
+	if h.detached.Load() {
 		// The claim was handed off: whoever holds its token settles it.
 		e.cfg.Observer.Observe(h.name, OutcomeHandedOff)
 		e.land(h.key, h.flight, nil)
 		return out, opErr
+	}
+	if opErr == nil {
+		if res.settled {
+			// The operation recorded its own success (DoCompleting).
+			h.settled(res.result, store.Millis(e.cfg.Clock.Now()))
+			if e.cache != nil {
+				h.cachePut(res.value)
+			}
+		} else {
+			_ = h.complete(ctx, res.result, res.value)
+		}
+		out.recorded = h.wrote
+		e.land(h.key, h.flight, h)
+		return out, nil
+	}
+	var (
+		encErr *encodeError
+		term   *TerminalError
+		unc    *UncertainError
+	)
+	switch {
 	case errors.As(opErr, &encErr):
-		if marker, _ := h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1); marker != nil {
-			out.recorded = marker.Status
-		}
-		e.land(h.key, h.flight, nil)
-		return out, nil
-	case opErr == nil && res.settled:
-		// The operation recorded its own success (DoCompleting).
-		done := h.settled(res.result, store.Millis(e.cfg.Clock.Now()))
-		if e.cache != nil {
-			e.cache.put(done, res.value)
-		}
-		out.recorded = done.Status
-		e.land(h.key, h.flight, done)
-		return out, nil
-	case opErr == nil:
-		done, _ := h.complete(ctx, res.result, res.value)
-		if done != nil {
-			out.recorded = done.Status
-		}
-		e.land(h.key, h.flight, done)
+		_ = h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
+		out.recorded = h.wrote
+		e.land(h.key, h.flight, h)
 		return out, nil
 	case errors.As(opErr, &term):
-		final, _ := h.fail(ctx, term.record())
-		if final != nil {
-			out.recorded = final.Status
-		}
-		e.land(h.key, h.flight, final)
+		_ = h.fail(ctx, term.record())
+		out.recorded = h.wrote
+		e.land(h.key, h.flight, h)
 		return out, opErr
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
@@ -652,53 +902,58 @@ func (h *holder) execute(ctx context.Context) (outcome, error) {
 	default:
 		// A claim being given up needs no renewal: a lapsed lease only
 		// lets a retry in sooner.
-		h.renew.stop()
+		h.stopRenewal()
 		h.release(ctx)
 		e.land(h.key, h.flight, nil)
 		return out, opErr
 	}
 }
 
-// complete records a success and returns the record the flight's
-// followers replay: the COMPLETED one, the FAILED marker that replaced a
-// result too large to store, or nil and the store's last answer when
-// nothing could be recorded (logged and counted already).
-func (h *holder) complete(ctx context.Context, result []byte, value any) (*store.Record, error) {
+// cachePut caches the COMPLETED record this holder wrote.
+func (h *holder) cachePut(value any) {
+	h.e.cache.put(h.key, h.fingerprint, h.result, value, h.wrote, h.wroteAt+h.e.cfg.Expiry.Milliseconds())
+}
+
+// complete records a success: COMPLETED, or the FAILED marker that
+// replaced a result too large to store. It returns the store's last
+// answer when nothing could be recorded (logged and counted already).
+func (h *holder) complete(ctx context.Context, result []byte, value any) error {
 	e := h.e
 	if e.cfg.MaxResultBytes > 0 && len(result) > e.cfg.MaxResultBytes {
 		return h.storeUnreplayable(ctx, CodeResultTooLarge,
 			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
 	}
-	var done *store.Record
-	same := func(r *store.Record) bool { return bytes.Equal(r.Result, result) }
-	err := h.write(ctx, StoreComplete, store.StatusCompleted, same, func(wctx context.Context, now int64) error {
-		done = h.settled(result, now)
-		return e.store.Complete(wctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: done.ExpiresAt, Result: result, From: h.from})
-	})
-	var tl *store.TooLargeError
-	if errors.As(err, &tl) {
-		return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
-	}
+	err := h.write(ctx, writeComplete, store.StatusCompleted, result, nil, nil)
 	if err != nil {
+		if tl, ok := asTooLarge(err); ok {
+			return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
+		}
 		h.writeFailed(StoreComplete, err)
-		return nil, err
+		return err
 	}
 	if e.cache != nil && h.flight != nil { // a token's write knows no fingerprint
-		e.cache.put(done, value)
+		h.cachePut(value)
 	}
-	return done, nil
+	return nil
 }
 
-// settled is the COMPLETED record of this claim with result, as of now.
-func (h *holder) settled(result []byte, now int64) *store.Record {
-	return &store.Record{Key: h.key, Status: store.StatusCompleted, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
-		Result: result, ExpiresAt: now + h.e.cfg.Expiry.Milliseconds(), CompletedAt: now}
+// asTooLarge returns err's *store.TooLargeError, if it has one.
+func asTooLarge(err error) (*store.TooLargeError, bool) {
+	var tl *store.TooLargeError
+	ok := errors.As(err, &tl)
+	return tl, ok
+}
+
+// settled notes that this claim's record is COMPLETED with result, as of
+// now.
+func (h *holder) settled(result []byte, now int64) {
+	h.wrote, h.result, h.errRec, h.wroteAt = store.StatusCompleted, result, nil, now
 }
 
 // storeUnreplayable marks a successful call whose result cannot be stored
 // as FAILED with code, so that retries get a clear error instead of running
 // the operation a second time. The message is cut to fit limit (0: none).
-func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) (*store.Record, error) {
+func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) error {
 	e := h.e
 	e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
@@ -717,25 +972,15 @@ func boundedError(code, msg string, limit int) store.ErrorRecord {
 	return store.ErrorRecord{Code: code, Message: msg}
 }
 
-// fail records a terminal error and returns the FAILED record the flight's
-// followers replay, or nil and the store's last answer when nothing could
-// be recorded (logged and counted already). A terminal error
-// too large for the store is replaced by a bounded marker with
-// [CodeResultTooLarge], as a too-large result is: the key never stays
+// fail records a terminal error (FAILED), or returns the store's last
+// answer when nothing could be recorded (logged and counted already). A
+// terminal error too large for the store is replaced by a bounded marker
+// with [CodeResultTooLarge], as a too-large result is: the key never stays
 // IN_PROGRESS for a retry to run again.
-func (h *holder) fail(ctx context.Context, er store.ErrorRecord) (*store.Record, error) {
+func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 	e := h.e
-	var final *store.Record
-	same := func(r *store.Record) bool {
-		return r.Err != nil && r.Err.Code == er.Code && r.Err.Message == er.Message && bytes.Equal(r.Err.Body, er.Body)
-	}
-	err := h.write(ctx, StoreFail, store.StatusFailed, same, func(wctx context.Context, now int64) error {
-		final = &store.Record{Key: h.key, Status: store.StatusFailed, Fence: h.fence, Owner: h.owner, Fingerprint: h.fingerprint,
-			Err: &er, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), CompletedAt: now}
-		return e.store.Fail(wctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, ExpiresAt: final.ExpiresAt, Err: er, From: h.from})
-	})
-	var tl *store.TooLargeError
-	if errors.As(err, &tl) {
+	err := h.write(ctx, writeFail, store.StatusFailed, nil, &er, nil)
+	if tl, ok := asTooLarge(err); ok {
 		// Each fallback is strictly smaller than what was refused, so
 		// this ends.
 		marker := boundedError(CodeResultTooLarge,
@@ -749,10 +994,10 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) (*store.Record,
 	}
 	if err != nil {
 		h.writeFailed(StoreFail, err)
-		return nil, err
+		return err
 	}
 	e.cfg.Observer.Observe(h.name, OutcomeFailed)
-	return final, nil
+	return nil
 }
 
 // release deletes the claim so that a retry can run. A claim that is gone
@@ -761,9 +1006,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) (*store.Record,
 // release failed (logged and counted already).
 func (h *holder) release(ctx context.Context) error {
 	e := h.e
-	err := h.write(ctx, StoreRelease, 0, nil, func(wctx context.Context, now int64) error {
-		return e.store.Release(wctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
-	})
+	err := h.write(ctx, writeRelease, 0, nil, nil, nil)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.writeFailed(StoreRelease, err)
 		return err
@@ -779,47 +1022,122 @@ const (
 	maxWriteBackoff = time.Second
 )
 
-// write makes one outcome write (complete, fail or release), retrying a
-// transient failure until it succeeds or Config.WriteTimeout has passed.
-// Every write is fenced, so a retry is safe; a retry that finds the
-// record already settled (status settled) under this very claim learns
-// that an earlier attempt landed and its reply was lost: success. Tokens
-// let other writers hold the same claim, so the stored outcome must be
-// this write's (landed, read back) — else the refusal is returned. The
-// writes go on when the caller's context is cancelled.
-func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, landed func(*store.Record) bool, try func(ctx context.Context, now int64) error) error {
+// writeKind is one of the fenced writes a holder makes.
+type writeKind uint8
+
+const (
+	writeComplete writeKind = iota
+	writeFail
+	writeRelease
+	writeExtend
+)
+
+// write makes one fenced write (complete with result, fail with er,
+// release, or an extend that ext sets up), retrying a transient failure
+// until it succeeds or Config.WriteTimeout has passed. Every write is
+// fenced, so a retry is safe; a retry that finds the record already
+// settled (status settled) under this very claim learns that an earlier
+// attempt landed and its reply was lost: success. Tokens let other writers
+// hold the same claim, so the stored outcome must be this write's (landed,
+// read back) — else the refusal is returned. The writes go on when the
+// caller's context is cancelled. A complete or fail that lands is noted
+// on the holder (wrote, result, errRec, wroteAt).
+func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status, result []byte, er *store.ErrorRecord, ext func(p *store.ExtendParams)) error {
 	e := h.e
-	ctx = context.WithoutCancel(ctx)
-	deadline := e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
+	now := e.cfg.Clock.Now()
+	deadline := now.Add(e.cfg.WriteTimeout)
 	backoff := writeBackoff
 	for attempt := 1; ; attempt++ {
-		now := e.cfg.Clock.Now()
-		actx, cancel := context.WithTimeout(ctx, min(deadline.Sub(now), max(e.cfg.WriteTimeout/3, time.Millisecond)))
-		err := e.timed(op, func() error { return try(actx, store.Millis(now)) })
-		cancel()
-		var fe *store.FencedError
+		if attempt > 1 {
+			now = e.cfg.Clock.Now()
+		}
+		w := &h.wctx
+		if h.wctxUse {
+			w = new(writeCtx)
+		}
+		h.wctxUse = true
+		w.init(ctx, e.realNow(now).Add(min(deadline.Sub(now), max(e.cfg.WriteTimeout/3, time.Millisecond))))
+		err := h.try(w, kind, store.Millis(now), result, er, ext)
+		w.stop()
 		switch {
 		case err == nil:
 			return nil
-		case errors.As(err, &fe) && fe.Own() && fe.Status == settled:
-			if h.ownWrite(ctx, landed) {
-				return nil
-			}
-			return err
 		case !transient(err):
+			if fe, ok := asFenced(err); ok && fe.Own() && fe.Status == settled && kind != writeRelease && kind != writeExtend {
+				if h.ownWrite(context.WithoutCancel(ctx), kind, result, er) {
+					h.noteWrite(kind, result, er, store.Millis(now))
+					return nil
+				}
+			}
 			return err
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if e.cfg.Clock.Now().Add(wait).After(deadline) {
 			e.cfg.Logger.Error("idem: giving up on a store write after WriteTimeout",
-				"key", h.key, "op", op, "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
+				"key", h.key, "op", kind.op(), "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
 			return err
 		}
 		e.cfg.Observer.Observe(h.name, OutcomeWriteRetried)
-		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", op, "attempt", attempt, "err", err)
+		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
 	}
+}
+
+// try makes one attempt of a write at now (ms).
+func (h *holder) try(ctx context.Context, kind writeKind, now int64, result []byte, er *store.ErrorRecord, ext func(p *store.ExtendParams)) error {
+	e := h.e
+	start := e.callStart(time.Time{})
+	var err error
+	switch kind {
+	case writeComplete:
+		err = e.store.Complete(ctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
+			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: result, From: h.from})
+	case writeFail:
+		err = e.store.Fail(ctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
+			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *er, From: h.from})
+	case writeRelease:
+		err = e.store.Release(ctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
+	case writeExtend:
+		p := store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}
+		ext(&p)
+		err = e.store.Extend(ctx, p)
+	}
+	e.callEnd(kind.op(), start, err)
+	if err == nil {
+		h.noteWrite(kind, result, er, now)
+	}
+	return err
+}
+
+// noteWrite notes a complete or fail that landed at now.
+func (h *holder) noteWrite(kind writeKind, result []byte, er *store.ErrorRecord, now int64) {
+	switch kind {
+	case writeComplete:
+		h.settled(result, now)
+	case writeFail:
+		h.wrote, h.result, h.errRec, h.wroteAt = store.StatusFailed, nil, er, now
+	}
+}
+
+// op is the store operation a write makes, for the Observer and errors.
+func (k writeKind) op() StoreOp {
+	switch k {
+	case writeComplete:
+		return StoreComplete
+	case writeFail:
+		return StoreFail
+	case writeRelease:
+		return StoreRelease
+	}
+	return StoreExtend
+}
+
+// asFenced returns err's *store.FencedError, if it has one.
+func asFenced(err error) (*store.FencedError, bool) {
+	var fe *store.FencedError
+	ok := errors.As(err, &fe)
+	return fe, ok
 }
 
 // ownWrite decides whether a record found settled under this holder's
@@ -828,10 +1146,7 @@ func (h *holder) write(ctx context.Context, op StoreOp, settled store.Status, la
 // The record is read back: an earlier attempt, or an earlier call by the
 // same worker whose reply was lost, left this write's outcome; another
 // writer's outcome differs.
-func (h *holder) ownWrite(ctx context.Context, landed func(*store.Record) bool) bool {
-	if landed == nil {
-		return true
-	}
+func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er *store.ErrorRecord) bool {
 	var r *store.Record
 	err := h.e.timed(StoreGet, func() (err error) {
 		r, err = h.e.store.Get(ctx, h.key)
@@ -842,7 +1157,10 @@ func (h *holder) ownWrite(ctx context.Context, landed func(*store.Record) bool) 
 		// as it asked, which is what a lost reply looks like.
 		return true
 	}
-	return landed(r)
+	if kind == writeComplete {
+		return bytes.Equal(r.Result, result)
+	}
+	return r.Err != nil && r.Err.Code == er.Code && r.Err.Message == er.Message && bytes.Equal(r.Err.Body, er.Body)
 }
 
 // transient reports whether a failed store write may succeed if retried:
@@ -869,99 +1187,94 @@ func (h *holder) writeFailed(op StoreOp, err error) {
 		"key", h.key, "fence", h.fence, "err", err)
 }
 
-// renewer extends the lease while an operation runs and while its outcome
-// is being written.
-type renewer struct {
-	h      *holder
-	cancel context.CancelCauseFunc
-
-	mu      sync.Mutex
-	stopped bool
-	ended   bool // the claim is gone or settled: never resume
-	timer   Timer
+// realNow returns now (from the engine's clock) on the real clock, for
+// context deadlines, which package context keeps in real time.
+func (e *Engine) realNow(now time.Time) time.Time {
+	if e.sysClock {
+		return now
+	}
+	return time.Now()
 }
 
-func (r *renewer) start() {
-	r.mu.Lock()
-	r.timer = r.h.e.cfg.Clock.AfterFunc(r.interval(), r.fire)
-	r.mu.Unlock()
+// writeCtx is the context of one outcome write: the caller's values, none
+// of its cancellation, and a deadline. Its timer and channel are made only
+// when the store asks for Done; a store that only reads the deadline (or
+// nothing) pays for neither.
+type writeCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu     sync.Mutex
+	values context.Context // context.WithoutCancel(parent), made by the first Value
+	done   chan struct{}
+	timer  *time.Timer
+	err    error
 }
 
-func (r *renewer) interval() time.Duration {
-	return min(r.h.e.cfg.RenewInterval, max(r.h.lease/3, time.Millisecond))
+func (w *writeCtx) init(parent context.Context, deadline time.Time) {
+	w.parent, w.deadline = parent, deadline
 }
 
-func (r *renewer) fire() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
+// stop ends the write: its timer, if the store made one, is stopped.
+func (w *writeCtx) stop() {
+	w.mu.Lock()
+	if w.timer != nil {
+		w.timer.Stop()
 	}
-	h := r.h
-	e := h.e
-	now := store.Millis(e.cfg.Clock.Now())
-	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
-	// One renewal may take at most half an interval, and a failed one is
-	// tried again after a quarter: a reply that never comes, or a short
-	// outage, must not let the lease lapse while the work runs (with the
-	// default interval of a third of the lease, three attempts fit in it).
-	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(r.interval()/2, time.Millisecond)))
-	err := e.timed(StoreExtend, func() error {
-		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
-	})
-	cancel()
-	next := r.interval()
-	var fe *store.FencedError
-	switch {
-	case err == nil:
-		h.flight.leaseUntil.Store(until)
-	case errors.As(err, &fe) && fe.Own():
-		// The outcome write landed before its reply came back: nothing
-		// is left to renew.
-		r.stopped, r.ended = true, true
-		return
-	case errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound):
-		e.cfg.Observer.Observe(h.name, OutcomeFenced)
-		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
-			"key", h.key, "fence", h.fence, "err", err)
-		r.stopped, r.ended = true, true
-		r.cancel(ErrLeaseLost)
-		return
-	default:
-		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
-		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
-		next = max(r.interval()/4, time.Millisecond)
-	}
-	if until >= h.expiresAt {
-		return // the claim cannot outlive its expiry
-	}
-	r.timer = e.cfg.Clock.AfterFunc(next, r.fire)
+	w.mu.Unlock()
 }
 
-// resume restarts renewal after stop (a Detach whose write failed), unless
-// the claim was lost or settled meanwhile. Safe on nil.
-func (r *renewer) resume() {
-	if r == nil {
-		return
+// Deadline implements context.Context.
+func (w *writeCtx) Deadline() (time.Time, bool) { return w.deadline, true }
+
+// Done implements context.Context.
+func (w *writeCtx) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done == nil {
+		w.done = make(chan struct{})
+		if d := time.Until(w.deadline); d <= 0 {
+			w.expireLocked()
+		} else {
+			w.timer = time.AfterFunc(d, w.expire)
+		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ended || !r.stopped {
-		return
-	}
-	r.stopped = false
-	r.timer = r.h.e.cfg.Clock.AfterFunc(r.interval(), r.fire)
+	return w.done
 }
 
-// stop ends renewal, waiting for a renewal in flight. Safe on nil.
-func (r *renewer) stop() {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	r.stopped = true
-	if r.timer != nil {
-		r.timer.Stop()
-	}
-	r.mu.Unlock()
+func (w *writeCtx) expire() {
+	w.mu.Lock()
+	w.expireLocked()
+	w.mu.Unlock()
 }
+
+func (w *writeCtx) expireLocked() {
+	if w.err == nil {
+		w.err = context.DeadlineExceeded
+		close(w.done)
+	}
+}
+
+// Err implements context.Context.
+func (w *writeCtx) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done == nil && !time.Now().Before(w.deadline) {
+		return context.DeadlineExceeded // no channel to close yet: nobody waits on it
+	}
+	return w.err
+}
+
+// Value implements context.Context: the parent's values, but not its
+// cancellation (context.Cause must not see it).
+func (w *writeCtx) Value(key any) any {
+	w.mu.Lock()
+	if w.values == nil {
+		w.values = context.WithoutCancel(w.parent)
+	}
+	v := w.values
+	w.mu.Unlock()
+	return v.Value(key)
+}
+
+func (w *writeCtx) String() string { return "idem.writeContext" }

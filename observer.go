@@ -161,12 +161,15 @@ const (
 	StoreAttach StoreOp = "attach"
 	// StoreGet is a read of one record ([Engine.Status]).
 	StoreGet StoreOp = "get"
+	// StoreClaimBatch is one round trip claiming a batch of keys
+	// ([DoBatch] over a [store.BatchClaimer]).
+	StoreClaimBatch StoreOp = "claim_batch"
 )
 
 // StoreOps lists every store operation the engine reports, for exporters
 // that index by it.
 func StoreOps() []StoreOp {
-	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet}
+	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet, StoreClaimBatch}
 }
 
 // StoreResult classifies the result of one store call for metrics: a small

@@ -45,7 +45,7 @@ func TestStoreResultOf(t *testing.T) {
 func TestStoreOpsAndResultsAreComplete(t *testing.T) {
 	t.Parallel()
 	ops := idem.StoreOps()
-	want := []idem.StoreOp{idem.StoreClaim, idem.StoreComplete, idem.StoreFail, idem.StoreRelease, idem.StoreExtend, idem.StoreAttach, idem.StoreGet}
+	want := []idem.StoreOp{idem.StoreClaim, idem.StoreComplete, idem.StoreFail, idem.StoreRelease, idem.StoreExtend, idem.StoreAttach, idem.StoreGet, idem.StoreClaimBatch}
 	if !slices.Equal(ops, want) {
 		t.Errorf("StoreOps() = %v, want %v", ops, want)
 	}

@@ -21,9 +21,12 @@ type SQSConfig struct {
 	// producer that sent the same thing twice, select from the body, as in
 	// "powertools_json(body).order_id".
 	Config
-	// Concurrency is how many records of a batch run at once; their
-	// claims and completions go out together, so a batch costs about two
-	// store round trips of latency, not two per record. Default 10. A
+	// Concurrency is how many records of a batch run at once. The
+	// records' keys are claimed together first — in one round trip over a
+	// store with batch claims (store.BatchClaimer: Redis, memory), else
+	// concurrently — and their completions go out concurrently, so a batch
+	// costs about two store round trips of latency, not two per record.
+	// Default 10. A
 	// FIFO queue's batch (source ARN ending in ".fifo") always runs in
 	// order, one record at a time.
 	Concurrency int
@@ -78,14 +81,39 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 			}
 			return resp, nil
 		}
+		// The records' keys are claimed together (one round trip over a
+		// store with batch claims, such as Redis's pipeline); records
+		// without a key run unprotected, as single records do.
 		errs := make([]error, len(ev.Records))
+		var (
+			ids         []idem.Identity
+			at          []int // ids[j] is the key of ev.Records[at[j]]
+			unprotected []int
+		)
+		for i, m := range ev.Records {
+			id, ok, err := recordIdentity(k, m)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !ok:
+				unprotected = append(unprotected, i)
+			default:
+				ids, at = append(ids, id), append(at, i)
+			}
+		}
+		_, berrs := idem.DoBatch(ctx, eng, ids, c.Concurrency, func(ctx context.Context, j int) (struct{}, error) {
+			return struct{}{}, fn(ctx, ev.Records[at[j]])
+		})
+		for j, err := range berrs {
+			errs[at[j]] = err
+		}
 		sem := make(chan struct{}, c.Concurrency)
 		var wg sync.WaitGroup
-		for i, m := range ev.Records {
+		for _, i := range unprotected {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				errs[i] = one(ctx, m)
+				errs[i] = fn(ctx, ev.Records[i])
 			})
 		}
 		wg.Wait()
@@ -107,17 +135,23 @@ func logFailure(k *keyer, id string, err error) {
 	k.log.Info("idemlambda: record reported as a batch item failure", "scope", k.scope, "message_id", id, "reason", level, "err", err)
 }
 
-// record runs one record (of any source) under its key.
-func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run func(context.Context) error) error {
+// recordIdentity derives the identity of one record (of any source); ok is
+// false when it has no key and runs unprotected.
+func recordIdentity[M any](k *keyer, m M) (idem.Identity, bool, error) {
 	raw, err := json.Marshal(m)
 	if err != nil {
-		return fmt.Errorf("idemlambda: record cannot be encoded: %w", err)
+		return idem.Identity{}, false, fmt.Errorf("idemlambda: record cannot be encoded: %w", err)
 	}
 	event, err := decode(raw)
 	if err != nil {
-		return err
+		return idem.Identity{}, false, err
 	}
-	id, ok, err := k.identity(event)
+	return k.identity(event)
+}
+
+// record runs one record (of any source) under its key.
+func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run func(context.Context) error) error {
+	id, ok, err := recordIdentity(k, m)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemlambda"
+	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -226,5 +227,36 @@ func TestEventBridge(t *testing.T) {
 	byOrder(ctx, put) // same detail.orderId: replayed
 	if runs.Load() != 3 {
 		t.Fatalf("by detail.orderId: runs %d", runs.Load())
+	}
+}
+
+// TestSQSBatchClaimsInOneRoundTrip: over a store with batch claims, a
+// standard queue's batch is claimed by one store call, and a redelivery
+// replays it by one more.
+func TestSQSBatchClaimsInOneRoundTrip(t *testing.T) {
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer mem.Close()
+	fs := faultstore.New(mem)
+	eng, err := idem.New(fs, &idem.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h, err := idemlambda.SQS(eng, "orders", func(context.Context, events.SQSMessage) error { runs.Add(1); return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := batch(10, "arn:aws:sqs:eu-west-1:1:orders")
+	for round := 1; round <= 2; round++ {
+		r, err := h(context.Background(), ev)
+		if err != nil || len(r.BatchItemFailures) != 0 {
+			t.Fatalf("round %d: %+v %v", round, r, err)
+		}
+		if n := fs.Calls("claim_batch"); n != int64(round) {
+			t.Errorf("round %d: %d batch claims, want %d", round, n, round)
+		}
+	}
+	if fs.Calls("claim") != 0 || runs.Load() != 10 || fs.Calls("complete") != 10 {
+		t.Errorf("%d single claims, %d runs, %d completes; want 0, 10, 10", fs.Calls("claim"), runs.Load(), fs.Calls("complete"))
 	}
 }

@@ -28,7 +28,7 @@ type Store struct {
 // New wraps inner.
 func New(inner store.Store) *Store {
 	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
-	for _, m := range []string{"claim", "complete", "fail", "release", "extend", "get"} {
+	for _, m := range []string{"claim", "claim_batch", "complete", "fail", "release", "extend", "get"} {
 		s.calls[m] = new(atomic.Int64)
 	}
 	return s
@@ -105,6 +105,26 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		return store.ClaimResult{}, err
 	}
 	return s.Inner.Claim(ctx, p)
+}
+
+// ClaimBatch implements store.BatchClaimer, counted as one "claim_batch"
+// call: a fault fails every claim of the batch. Over an inner store
+// without batch claims the claims are made one by one.
+func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
+	res, errs := make([]store.ClaimResult, len(ps)), make([]error, len(ps))
+	if err := s.inject("claim_batch"); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return res, errs
+	}
+	if bc, ok := s.Inner.(store.BatchClaimer); ok {
+		return bc.ClaimBatch(ctx, ps)
+	}
+	for i, p := range ps {
+		res[i], errs[i] = s.Inner.Claim(ctx, p)
+	}
+	return res, errs
 }
 
 // Complete implements idem.Store.

@@ -51,9 +51,10 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Lister  = (*Store)(nil)
-	_ store.Deleter = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Lister       = (*Store)(nil)
+	_ store.Deleter      = (*Store)(nil)
+	_ store.BatchClaimer = (*Store)(nil)
 )
 
 // New returns an empty store and starts its sweeper.
@@ -124,6 +125,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.claimLocked(p)
+}
+
+func (s *Store) claimLocked(p store.ClaimParams) (store.ClaimResult, error) {
 	old := s.m[p.Key]
 	if old == nil && len(s.m) >= s.cfg.MaxRecords && s.sweepLocked(p.Now) == 0 {
 		return store.ClaimResult{}, ErrFull
@@ -133,6 +138,24 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		s.m[p.Key] = write
 	}
 	return res, nil
+}
+
+// ClaimBatch implements [store.BatchClaimer]: the claims are made in
+// order under one lock.
+func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
+	res, errs := make([]store.ClaimResult, len(ps)), make([]error, len(ps))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return res, errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, p := range ps {
+		res[i], errs[i] = s.claimLocked(p)
+	}
+	return res, errs
 }
 
 // held returns the record that a fenced write may change, or the error the

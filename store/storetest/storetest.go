@@ -104,6 +104,7 @@ var Cases = []struct {
 	{"Release", TestRelease},
 	{"NotFound", TestNotFound},
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
+	{"ClaimBatch", TestClaimBatch},
 	{"Fencing", TestFencing},
 	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
@@ -361,6 +362,76 @@ func TestTakeoverOnlyAfterLease(t *testing.T, _ Features, newStore NewStore) {
 	if res.Record.Fence != first.Fence+1 || res.Record.Owner != "owner-b" || res.Record.CreatedAt != first.LeaseUntil {
 		t.Fatalf("takeover record: fence %d owner %s created %d; want fence %d owner owner-b created %d",
 			res.Record.Fence, res.Record.Owner, res.Record.CreatedAt, first.Fence+1, first.LeaseUntil)
+	}
+}
+
+// TestClaimBatch: a store that claims in batches ([store.BatchClaimer])
+// answers every claim of a batch exactly as Claim would, in order: a new
+// key, a live key of another owner (conflict, with its record), an
+// expired record (fence + 1), a lease passed (takeover), the same owner's
+// retry, and a key named twice — the second claim sees the first. Skipped
+// for stores without batch claims.
+func TestClaimBatch(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	bc, ok := s.(store.BatchClaimer)
+	if !ok {
+		t.Skip("store does not claim in batches")
+	}
+	ctx := context.Background()
+	now := base()
+	fresh, live, expired, lapsed, retried, twice := newKey(t), newKey(t), newKey(t), newKey(t), newKey(t), newKey(t)
+	liveRec := claimAt(t, s, live, "owner-a", fp("a"), now).Record
+	if err := s.Complete(ctx, store.CompleteParams{Key: live, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Result: []byte("done")}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Claim(ctx, store.ClaimParams{Key: expired, Fingerprint: fp("a"), Owner: "owner-a", Now: now - 2*expiry, LeaseUntil: now - 2*expiry + lease, ExpiresAt: now - expiry})
+	if err != nil || !res.Acquired {
+		t.Fatalf("claim to expire: %+v %v", res, err)
+	}
+	lapsedRec := claimAt(t, s, lapsed, "owner-a", fp("a"), now-2*lease).Record
+	retriedRec := claimAt(t, s, retried, "owner-b", fp("a"), now).Record
+	p := func(key, owner string) store.ClaimParams {
+		return store.ClaimParams{Key: key, Fingerprint: fp("a"), Owner: owner, Now: now, LeaseUntil: now + lease, ExpiresAt: now + expiry, Local: true}
+	}
+	got, errs := bc.ClaimBatch(ctx, []store.ClaimParams{
+		p(fresh, "owner-b"), p(live, "owner-b"), p(expired, "owner-b"), p(lapsed, "owner-b"), p(retried, "owner-b"), p(twice, "owner-b"), p(twice, "owner-c"),
+	})
+	if len(got) != 7 || len(errs) != 7 {
+		t.Fatalf("ClaimBatch of 7 answered %d results and %d errors", len(got), len(errs))
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("claim %d of the batch: %v", i, err)
+		}
+	}
+	want := func(i int, what string, acquired, takeover bool, fence uint64, owner string) {
+		t.Helper()
+		r := got[i]
+		if r.Record == nil {
+			t.Fatalf("%s: no record", what)
+		}
+		if r.Acquired != acquired || r.Takeover != takeover || r.Record.Fence != fence || r.Record.Owner != owner {
+			t.Errorf("%s: Acquired=%v Takeover=%v fence %d owner %s; want %v %v %d %s",
+				what, r.Acquired, r.Takeover, r.Record.Fence, r.Record.Owner, acquired, takeover, fence, owner)
+		}
+	}
+	want(0, "new key", true, false, 1, "owner-b")
+	want(1, "completed key", false, false, liveRec.Fence, "owner-a")
+	if got[1].Record.Status != store.StatusCompleted || string(got[1].Record.Result) != "done" {
+		t.Errorf("conflict on a completed key: %+v, want the COMPLETED record with its result", got[1].Record)
+	}
+	want(2, "expired record", true, false, 2, "owner-b")
+	want(3, "lease passed", true, true, lapsedRec.Fence+1, "owner-b")
+	want(4, "same owner's retry", true, false, retriedRec.Fence, "owner-b")
+	want(5, "first of a key named twice", true, false, 1, "owner-b")
+	want(6, "second of a key named twice", false, false, 1, "owner-b")
+	for i, key := range []string{fresh, expired, lapsed, twice} {
+		if r := mustGet(t, s, key); r.Owner != "owner-b" || r.Status != store.StatusInProgress || r.LeaseUntil != now+lease {
+			t.Errorf("record %d after the batch: %+v, want IN_PROGRESS held by owner-b", i, r)
+		}
+	}
+	if got, errs := bc.ClaimBatch(ctx, nil); len(got) != 0 || len(errs) != 0 {
+		t.Errorf("empty batch: %d results, %d errors", len(got), len(errs))
 	}
 }
 

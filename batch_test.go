@@ -1,0 +1,192 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+func ids(t *testing.T, keys ...string) []idem.Identity {
+	t.Helper()
+	out := make([]idem.Identity, len(keys))
+	for i, k := range keys {
+		r := req(k)
+		id, err := r.Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = id
+	}
+	return out
+}
+
+// A batch is claimed in one store call; each new key runs once, a settled
+// key replays, a key held elsewhere is in progress, and a key named twice
+// runs once.
+func TestDoBatchClaimsInOneCall(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	other := en.another(t, idem.Config{})
+	ctx := context.Background()
+	if _, err := idem.Do(ctx, en.eng, req("done"), func(context.Context) (string, error) { return "earlier", nil }); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	release := make(chan struct{})
+	go func() {
+		_, _ = idem.Do(ctx, other, req("held"), func(context.Context) (string, error) { close(held); <-release; return "x", nil })
+	}()
+	<-held
+	defer close(release)
+	claimsBefore := en.store.Calls("claim")
+
+	var runs [6]atomic.Int32
+	batch := ids(t, "a", "b", "done", "held", "a", "c")
+	res, errs := idem.DoBatch(ctx, en.eng, batch, 0, func(ctx context.Context, i int) (string, error) {
+		runs[i].Add(1)
+		if c, ok := idem.FromContext(ctx); !ok || c.Key != batch[i].StoreKey.String() {
+			t.Errorf("record %d runs without its claim: %+v", i, c)
+		}
+		return fmt.Sprintf("v%d", i), nil
+	})
+	if n := en.store.Calls("claim_batch"); n != 1 {
+		t.Errorf("%d batch claims, want 1", n)
+	}
+	if n := en.store.Calls("claim") - claimsBefore; n != 0 {
+		t.Errorf("%d single claims besides the batch", n)
+	}
+	for _, i := range []int{0, 1, 5} {
+		if errs[i] != nil || res[i].Replayed || res[i].Value != fmt.Sprintf("v%d", i) || runs[i].Load() != 1 || res[i].Recorded != store.StatusCompleted {
+			t.Errorf("new key %d: %+v %v, ran %d times", i, res[i], errs[i], runs[i].Load())
+		}
+	}
+	if errs[2] != nil || !res[2].Replayed || res[2].Value != "earlier" || runs[2].Load() != 0 {
+		t.Errorf("settled key: %+v %v, ran %d times", res[2], errs[2], runs[2].Load())
+	}
+	if !errors.Is(errs[3], idem.ErrInProgress) || runs[3].Load() != 0 {
+		t.Errorf("held key: %+v %v, ran %d times", res[3], errs[3], runs[3].Load())
+	}
+	if runs[4].Load() != 0 || !(errors.Is(errs[4], idem.ErrInProgress) || res[4].Replayed && res[4].Value == "v0") {
+		t.Errorf("second of a key named twice: %+v %v, ran %d times", res[4], errs[4], runs[4].Load())
+	}
+	for i, r := range res {
+		if r.StoreKey != batch[i].StoreKey.String() {
+			t.Errorf("result %d: store key %q, want %q", i, r.StoreKey, batch[i].StoreKey.String())
+		}
+	}
+	// Replayed now, from the store.
+	res, errs = idem.DoBatch(ctx, en.eng, ids(t, "a", "b"), 1, func(context.Context, int) (string, error) {
+		t.Error("a settled key ran again")
+		return "", nil
+	})
+	if errs[0] != nil || errs[1] != nil || res[0].Value != "v0" || res[1].Value != "v1" || !res[0].Replayed {
+		t.Errorf("replayed batch: %+v %v", res, errs)
+	}
+}
+
+// A batch claim that fails fails every record with the claim's StoreError,
+// and runs nothing.
+func TestDoBatchClaimFailure(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	boom := errors.New("connection reset")
+	en.store.FailAlways("claim_batch", boom)
+	_, errs := idem.DoBatch(context.Background(), en.eng, ids(t, "a", "b", "c"), 0, func(context.Context, int) (int, error) {
+		t.Error("ran without a claim")
+		return 0, nil
+	})
+	for i, err := range errs {
+		var se *idem.StoreError
+		if !errors.As(err, &se) || se.Op != idem.StoreClaim || !errors.Is(err, boom) {
+			t.Errorf("record %d: %v, want the claim's StoreError", i, err)
+		}
+	}
+	if n := en.store.Calls("claim"); n != 0 {
+		t.Errorf("%d single claims after the batch failed", n)
+	}
+}
+
+// Records that fail keep DoIdentity's rules: a terminal error is stored,
+// any other error releases the key, and a panic-free batch leaves nothing
+// claimed.
+func TestDoBatchOutcomes(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	_, errs := idem.DoBatch(ctx, en.eng, ids(t, "ok", "term", "retry"), 1, func(_ context.Context, i int) (int, error) {
+		switch i {
+		case 1:
+			return 0, &idem.TerminalError{Code: "card_declined", Message: "declined"}
+		case 2:
+			return 0, errors.New("timeout")
+		}
+		return 7, nil
+	})
+	var te *idem.TerminalError
+	if errs[0] != nil || !errors.As(errs[1], &te) || errs[2] == nil {
+		t.Fatalf("outcomes: %v", errs)
+	}
+	ran := 0
+	res, errs := idem.DoBatch(ctx, en.eng, ids(t, "ok", "term", "retry"), 0, func(context.Context, int) (int, error) { ran++; return 8, nil })
+	if res[0].Value != 7 || !errors.As(errs[1], &te) || te.Code != "card_declined" || errs[2] != nil || res[2].Value != 8 || ran != 1 {
+		t.Fatalf("after: %+v %v (ran %d)", res, errs, ran)
+	}
+}
+
+// Batches racing single calls and each other over the same keys: every
+// key runs exactly once.
+func TestDoBatchRacesRunEachKeyOnce(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{Wait: 0})
+	other := en.another(t, idem.Config{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	run := func(k string) {
+		mu.Lock()
+		runs[k]++
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			batch := make([]string, 0, len(keys))
+			for i := range keys {
+				batch = append(batch, keys[(i+g)%len(keys)])
+			}
+			e := en.eng
+			if g%2 == 1 {
+				e = other
+			}
+			_, _ = idem.DoBatch(ctx, e, ids(t, batch...), 3, func(_ context.Context, i int) (int, error) { run(batch[i]); return i, nil })
+		})
+		wg.Go(func() {
+			_, _ = idem.Do(ctx, en.eng, req(keys[g]), func(context.Context) (int, error) { run(keys[g]); return 0, nil })
+		})
+	}
+	wg.Wait()
+	for _, k := range keys {
+		if runs[k] > 1 {
+			t.Errorf("key %s ran %d times", k, runs[k])
+		}
+	}
+	// Every key is settled: a last batch replays all of them.
+	_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), 0, func(_ context.Context, i int) (int, error) { run(keys[i]); return 0, nil })
+	for _, k := range keys {
+		if runs[k] != 1 {
+			t.Errorf("key %s ran %d times in all", k, runs[k])
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("final batch, key %s: %v", keys[i], err)
+		}
+	}
+}

@@ -1,0 +1,18 @@
+//go:build unix
+
+package idem_test
+
+import (
+	"syscall"
+	"time"
+)
+
+// cpuNow is the CPU time this process has used, every goroutine and the
+// garbage collector included.
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,239 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// renewals renews the leases of the engine's running calls: one queue
+// ordered by when each renewal is due, and one timer (the clock's
+// AfterFunc) for the earliest, instead of a timer per call. A renewal
+// runs on a goroutine of its own, so a slow store delays no other.
+//
+// A holder is in the queue while its renewal is wanted and not in flight;
+// stop waits for a renewal in flight, so none lands after the outcome
+// write (or a hand-off) that follows it.
+type renewals struct {
+	e     *Engine
+	mu    sync.Mutex
+	ended sync.Cond // signalled when a renewal in flight ends
+	queue []*holder // a min-heap by next; holder.qi is its index + 1
+	timer Timer     // fires at armed, for queue[0]
+	armed int64     // when timer fires (UnixNano); 0 when none
+	fire  func()    // r.due, made once
+}
+
+func (r *renewals) init(e *Engine) {
+	r.e = e
+	r.ended.L = &r.mu
+	r.fire = r.due
+}
+
+// interval is how often h's lease is renewed: a third of the lease, at
+// most Config.RenewInterval.
+func (h *holder) interval() time.Duration {
+	return min(h.e.cfg.RenewInterval, max(h.lease/3, time.Millisecond))
+}
+
+// start renews h's lease an interval after now, and every interval after.
+func (r *renewals) start(h *holder, now time.Time) {
+	r.mu.Lock()
+	h.renewOn = true
+	h.next = now.Add(h.interval()).UnixNano()
+	r.push(h)
+	r.arm()
+	r.mu.Unlock()
+}
+
+// stopRenewal ends h's renewal, waiting for a renewal in flight. It is
+// safe on a holder whose lease is not renewed.
+func (h *holder) stopRenewal() {
+	if h.cancel == nil {
+		return
+	}
+	r := &h.e.renewals
+	r.mu.Lock()
+	h.renewOn = false
+	if h.qi > 0 {
+		r.remove(h)
+	}
+	for h.renewing {
+		r.ended.Wait()
+	}
+	r.mu.Unlock()
+}
+
+// resumeRenewal restarts renewal after stopRenewal (a Detach whose write
+// failed), unless the claim was lost or settled meanwhile.
+func (h *holder) resumeRenewal() {
+	if h.cancel == nil {
+		return
+	}
+	r := &h.e.renewals
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.ended || h.renewOn {
+		return
+	}
+	h.renewOn = true
+	h.next = h.e.cfg.Clock.Now().Add(h.interval()).UnixNano()
+	r.push(h)
+	r.arm()
+}
+
+// due runs when the timer fires: every renewal due starts.
+func (r *renewals) due() {
+	r.mu.Lock()
+	r.armed, r.timer = 0, nil
+	now := r.e.cfg.Clock.Now().UnixNano()
+	var run []*holder
+	for len(r.queue) > 0 && r.queue[0].next <= now {
+		h := r.queue[0]
+		r.remove(h)
+		h.renewing = true
+		run = append(run, h)
+	}
+	r.arm()
+	r.mu.Unlock()
+	for i, h := range run {
+		if i == len(run)-1 {
+			h.renewOnce() // the timer's own goroutine takes the last
+		} else {
+			go h.renewOnce()
+		}
+	}
+}
+
+// arm sets the timer for the earliest renewal, unless it is set for an
+// earlier time already (it then re-arms when it fires). Under r.mu.
+func (r *renewals) arm() {
+	if len(r.queue) == 0 {
+		if r.timer != nil {
+			r.timer.Stop()
+			r.timer, r.armed = nil, 0
+		}
+		return
+	}
+	next := r.queue[0].next
+	if r.timer != nil && r.armed <= next {
+		return
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	d := time.Duration(next - r.e.cfg.Clock.Now().UnixNano())
+	r.timer, r.armed = r.e.cfg.Clock.AfterFunc(max(d, 0), r.fire), next
+}
+
+// renewOnce makes one renewal of h's lease and queues the next.
+func (h *holder) renewOnce() {
+	e := h.e
+	r := &e.renewals
+	now := store.Millis(e.cfg.Clock.Now())
+	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
+	// One renewal may take at most half an interval, and a failed one is
+	// tried again after a quarter: a reply that never comes, or a short
+	// outage, must not let the lease lapse while the work runs (with the
+	// default interval of a third of the lease, three attempts fit in it).
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond)))
+	err := e.timed(StoreExtend, func() error {
+		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
+	})
+	cancel()
+	next := h.interval()
+	lost := false
+	switch fe, fenced := asFenced(err); {
+	case err == nil:
+		h.flight.leaseUntil.Store(until)
+	case fenced && fe.Own():
+		// The outcome write landed before its reply came back: nothing
+		// is left to renew.
+		next = -1
+	case fenced || errors.Is(err, store.ErrNotFound):
+		e.cfg.Observer.Observe(h.name, OutcomeFenced)
+		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
+			"key", h.key, "fence", h.fence, "err", err)
+		next, lost = -1, true
+	default:
+		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
+		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
+		next = max(h.interval()/4, time.Millisecond)
+	}
+	r.mu.Lock()
+	h.renewing = false
+	switch {
+	case next < 0:
+		h.renewOn, h.ended = false, true
+	case h.renewOn && until < h.expiresAt: // the claim cannot outlive its expiry
+		h.next = e.cfg.Clock.Now().Add(next).UnixNano()
+		r.push(h)
+		r.arm()
+	}
+	r.ended.Broadcast()
+	r.mu.Unlock()
+	if lost {
+		h.cancel(ErrLeaseLost)
+	}
+}
+
+// push adds h to the queue. Under r.mu.
+func (r *renewals) push(h *holder) {
+	r.queue = append(r.queue, h)
+	h.qi = len(r.queue)
+	r.up(len(r.queue) - 1)
+}
+
+// remove takes h out of the queue. Under r.mu.
+func (r *renewals) remove(h *holder) {
+	i, last := h.qi-1, len(r.queue)-1
+	if i != last {
+		r.swap(i, last)
+	}
+	r.queue[last] = nil
+	r.queue = r.queue[:last]
+	h.qi = 0
+	if i != last {
+		r.down(i)
+		r.up(i)
+	}
+}
+
+func (r *renewals) swap(i, j int) {
+	q := r.queue
+	q[i], q[j] = q[j], q[i]
+	q[i].qi, q[j].qi = i+1, j+1
+}
+
+func (r *renewals) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if r.queue[p].next <= r.queue[i].next {
+			return
+		}
+		r.swap(i, p)
+		i = p
+	}
+}
+
+func (r *renewals) down(i int) {
+	n := len(r.queue)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if rt := l + 1; rt < n && r.queue[rt].next < r.queue[l].next {
+			m = rt
+		}
+		if r.queue[i].next <= r.queue[m].next {
+			return
+		}
+		r.swap(i, m)
+		i = m
+	}
+}
