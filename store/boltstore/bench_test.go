@@ -157,3 +157,49 @@ func rawDB(b *testing.B, o *bolt.Options) *bolt.DB {
 	}
 	return db
 }
+
+// BenchmarkCommit is the cost model of one bbolt commit of n random-key
+// puts into a file of 40,000 records, with bbolt's defaults and with the
+// store's options (NoFreelistSync, map freelist): ns/op is one commit.
+func BenchmarkCommit(b *testing.B) {
+	key := func(i int) []byte {
+		k, _ := idem.NewStoreKey("charge", "", []byte(strconv.Itoa(i)))
+		return []byte(k.String())
+	}
+	rec := store.MarshalRecord(&store.Record{Key: string(key(0)), Status: store.StatusCompleted, Fence: 1, Owner: "host/12345/0a1b2c3d/123456",
+		Result: []byte(`{"id":"r-1","amount":1000}`), LeaseUntil: 1 << 41, ExpiresAt: 1 << 41, CreatedAt: 1 << 41, CompletedAt: 1 << 41, Version: 1})
+	for _, o := range []struct {
+		name string
+		opts *bolt.Options
+	}{{"defaults", nil}, {"store", &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType}}} {
+		for _, n := range []int{1, 32, 64, 128} {
+			b.Run(fmt.Sprintf("%s/puts=%d", o.name, n), func(b *testing.B) {
+				db := rawDB(b, o.opts)
+				next := 0
+				put := func(n int) {
+					if err := db.Update(func(tx *bolt.Tx) error {
+						for range n {
+							if err := tx.Bucket([]byte("idem")).Put(key(next), rec); err != nil {
+								return err
+							}
+							next++
+						}
+						return nil
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for range 40 {
+					put(1000)
+				}
+				b.ResetTimer()
+				measured(b, func() {
+					for range b.N {
+						put(n)
+					}
+				})
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/put")
+			})
+		}
+	}
+}

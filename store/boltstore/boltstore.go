@@ -17,9 +17,11 @@
 // [store.ClaimParams.Local] set: its holder is this process). It is kept in
 // memory, not written to the file, and so costs no commit: a new call
 // writes the file once, when its outcome is stored. Every later write of
-// that claim — its Complete, Fail or Release, and an Extend (a lease
-// renewal, a hand-off) — goes to the file with fdatasync, and from then on
-// the claim is as durable as any other record. Claims made through Begin
+// that claim — its Complete or Fail, an Extend (a lease renewal, a
+// hand-off), a Release that must delete an older record the claim
+// replaced — goes to the file with fdatasync before it returns, and from
+// then on the claim is as durable as any other record (a Release of a
+// claim over nothing has nothing to write). Claims made through Begin
 // (tokens handed to work elsewhere) are written and synced at once.
 //
 // # Power loss and crashes
@@ -67,8 +69,9 @@
 //     Close; until then they still take space (not correctness: expiry is
 //     decided from timestamps on every read).
 //   - The file does not shrink after deletions; bbolt reuses its free pages.
-//     Open scans the file to rebuild the list of free pages (the price of
-//     not writing it on every commit): milliseconds per 100 MB.
+//     Open scans the file to rebuild the list of free pages, the price of
+//     not writing it on every commit (about 0.2 s for a 210 MB file of
+//     400,000 records, warm cache).
 package boltstore
 
 import (
