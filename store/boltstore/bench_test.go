@@ -22,9 +22,14 @@ import (
 // the machine's disk. cpu-µs/op is the process's CPU time (user + system)
 // per call, which does not depend on other load the way ops/s does.
 
-func benchStore(b *testing.B) (*boltstore.Store, *idem.Engine) {
+func benchStore(b *testing.B, cfg *boltstore.Config) (*boltstore.Store, *idem.Engine) {
 	b.Helper()
-	s, err := boltstore.Open(filepath.Join(b.TempDir(), "idem.db"), &boltstore.Config{SweepInterval: -1})
+	c := boltstore.Config{SweepInterval: -1}
+	if cfg != nil {
+		c = *cfg
+		c.SweepInterval = -1
+	}
+	s, err := boltstore.Open(filepath.Join(b.TempDir(), "idem.db"), &c)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,21 +56,25 @@ func measured(b *testing.B, fn func()) {
 	b.ReportMetric((cpuTime()-t0)/float64(b.N), "cpu-µs/op")
 }
 
+// BenchmarkNewCall: "default" writes every claim; "held" is
+// Config.HoldLocalClaims (a Do's claim kept in memory).
 func BenchmarkNewCall(b *testing.B) {
-	for _, c := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			s, e := benchStore(b)
-			measured(b, func() { benchkit.NewCalls(b, e, c) })
-			commits, writes := s.CommitStats()
-			b.ReportMetric(float64(writes)/float64(commits), "writes/commit")
-		})
+	for _, mode := range []string{"default", "held"} {
+		for _, c := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/c=%d", mode, c), func(b *testing.B) {
+				s, e := benchStore(b, &boltstore.Config{HoldLocalClaims: mode == "held"})
+				measured(b, func() { benchkit.NewCalls(b, e, c) })
+				commits, writes := s.CommitStats()
+				b.ReportMetric(float64(writes)/float64(commits), "writes/commit")
+			})
+		}
 	}
 }
 
 func BenchmarkDuplicateCall(b *testing.B) {
 	for _, c := range []int{1, 16} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			_, e := benchStore(b)
+			_, e := benchStore(b, nil)
 			measured(b, func() { benchkit.DuplicateCalls(b, e, c, 1000) })
 		})
 	}

@@ -13,22 +13,25 @@
 // a damaged one fails closed with idem.ErrCorrupt, never a replay of
 // garbage.
 //
-// The one exception is a claim made by Do (a claim with
-// [store.ClaimParams.Local] set: its holder is this process). It is kept in
-// memory, not written to the file, and so costs no commit: a new call
-// writes the file once, when its outcome is stored. Every later write of
-// that claim — its Complete or Fail, an Extend (a lease renewal, a
-// hand-off), a Release that must delete an older record the claim
-// replaced — goes to the file with fdatasync before it returns, and from
-// then on the claim is as durable as any other record (a Release of a
-// claim over nothing has nothing to write). Claims made through Begin
-// (tokens handed to work elsewhere) are written and synced at once.
+// One exception is optional: with Config.HoldLocalClaims, a claim made by
+// Do (a claim with [store.ClaimParams.Local] set: its holder is this
+// process) is kept in memory, not written to the file, and so costs no
+// commit: a new call writes the file once, when its outcome is stored.
+// Every later write of that claim — its Complete or Fail, an Extend (a
+// lease renewal, a hand-off), a Release that must delete an older record
+// the claim replaced — goes to the file with fdatasync before it returns,
+// and from then on the claim is as durable as any other record (a Release
+// of a claim over nothing has nothing to write). Claims made through Begin
+// (tokens handed to work elsewhere) are written and synced at once. It is
+// off by default because of what it gives up after a crash, below.
 //
 // # Power loss and crashes
 //
-// What a crash of the process or of the machine (power loss, kernel panic)
-// can take away is exactly the Local claims whose calls were still running:
-// nothing that any call was told had been stored.
+// By default a crash of the process or of the machine (power loss, kernel
+// panic) takes away nothing: the file holds only fsynced bbolt commits
+// (first point below). With HoldLocalClaims, what it can take away is
+// exactly the Local claims whose calls were still running: nothing that
+// any call was told had been stored.
 //
 //   - The file holds only fsynced bbolt commits. bbolt writes a commit's
 //     pages, fdatasyncs, then writes the checksummed meta page and
@@ -55,9 +58,11 @@
 //     process that opens the file again sees them IN_PROGRESS until their
 //     lease ends.
 //
-// So after a crash, unlike after a clean shutdown, a call that was in
-// flight leaves no IN_PROGRESS record behind to hold its duplicates off or
-// to be listed as stuck.
+// So with HoldLocalClaims, after a crash (unlike after a clean shutdown) a
+// call that was in flight leaves no IN_PROGRESS record behind to hold its
+// duplicates off or to be listed as stuck. Keeping that record across a
+// process crash without an fsync would take a claim journal beside the
+// file (appended without sync, replayed on open); see docs/benchmarks.md.
 //
 // # Caveats
 //
@@ -124,6 +129,16 @@ type Config struct {
 	MaxBatchDelay time.Duration
 	// Clock drives the sweeper. Default idem.SystemClock.
 	Clock idem.Clock
+	// HoldLocalClaims keeps the claims that Do makes
+	// ([store.ClaimParams.Local]) in memory instead of writing and syncing
+	// them, so that a new call writes the file once (about twice the new
+	// calls per second under load; see the package doc). The price: a
+	// call in flight when the process crashes leaves no IN_PROGRESS record
+	// behind, so its key is free at once and no stuck record is there to
+	// list (`idemctl list --stuck`, the monitor). Default false: every
+	// claim is written and synced, and a crashed call's key stays held
+	// until its lease ends, as on every other store.
+	HoldLocalClaims bool
 }
 
 // Store is an [idem.Store] in one bbolt file. It also implements
@@ -397,7 +412,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if w == nil {
 		return res, nil
 	}
-	if p.Local {
+	if p.Local && s.cfg.HoldLocalClaims {
 		if s.commits.isClosed() {
 			return store.ClaimResult{}, errClosed
 		}

@@ -68,7 +68,7 @@ func (s localClaims) Claim(ctx context.Context, p store.ClaimParams) (store.Clai
 
 func TestConformanceLocalClaims(t *testing.T) {
 	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
-		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit})}
+		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit, HoldLocalClaims: true})}
 	})
 }
 
@@ -95,7 +95,7 @@ func copyFile(t *testing.T, from string) string {
 // has, and the file has only synced commits.
 func TestLocalClaimsNeverReachTheFile(t *testing.T) {
 	t.Parallel()
-	s := open(t, &boltstore.Config{SweepInterval: -1})
+	s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	claim := func(key string, local bool) store.ClaimResult {
@@ -136,6 +136,25 @@ func TestLocalClaimsNeverReachTheFile(t *testing.T) {
 	}
 }
 
+// TestLocalClaimsAreWrittenByDefault: without HoldLocalClaims a Do's
+// claim is in the file when Claim returns, as every other claim.
+func TestLocalClaimsAreWrittenByDefault(t *testing.T) {
+	t.Parallel()
+	s := open(t, &boltstore.Config{SweepInterval: -1})
+	now := time.Now().UnixMilli()
+	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "k", Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000, Local: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := boltstore.Open(copyFile(t, s.Path()), &boltstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if r, err := c.Get(context.Background(), "k"); err != nil || r.Status != store.StatusInProgress {
+		t.Fatalf("the claim in the file: %v %+v", err, r)
+	}
+}
+
 // TestHeldClaims: what happens to a Local claim held in memory when it is
 // extended, released, or the store is closed.
 func TestHeldClaims(t *testing.T) {
@@ -164,7 +183,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("an extend writes it to the file", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1})
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
 		res, err := s.Claim(ctx, p("k"))
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +199,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("a release of a claim over nothing costs no commit", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1})
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
 		if _, err := s.Claim(ctx, p("k")); err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +216,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("a release deletes the record the claim replaced", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1})
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
 		old := p("k")
 		old.Local, old.Owner, old.ExpiresAt = false, "old", now+10
 		if _, err := s.Claim(ctx, old); err != nil {
@@ -223,7 +242,7 @@ func TestHeldClaims(t *testing.T) {
 	t.Run("close writes it to the file", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "idem.db")
-		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1})
+		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +272,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("the sweeper forgets an expired one", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1})
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
 		c := p("k")
 		c.ExpiresAt = now + 10
 		if _, err := s.Claim(ctx, c); err != nil {
@@ -376,11 +395,12 @@ func TestSweeperDeletesExpiredAndStopsOnClose(t *testing.T) {
 // crashChild claims and completes keys as fast as it can, printing "ack N"
 // after each Complete returned, until it is killed. Even keys are claimed
 // as Do claims them (Local: held in memory, never synced), odd keys as
-// Begin does (written and synced).
+// Begin does (written and synced); with IDEM_CRASH_HOLD the store holds
+// Local claims in memory.
 func crashChild() {
 	path := os.Getenv("IDEM_CRASH_CHILD")
 	start, _ := strconv.Atoi(os.Getenv("IDEM_CRASH_START"))
-	s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, LockTimeout: 10 * time.Second})
+	s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, LockTimeout: 10 * time.Second, HoldLocalClaims: os.Getenv("IDEM_CRASH_HOLD") != ""})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(3)
@@ -414,6 +434,11 @@ func crashResult(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 1
 // holder) and at most its synced IN_PROGRESS record when it was not.
 func TestCrashConsistency(t *testing.T) {
 	t.Parallel()
+	t.Run("claims written", func(t *testing.T) { t.Parallel(); crashConsistency(t, false) })
+	t.Run("Local claims held", func(t *testing.T) { t.Parallel(); crashConsistency(t, true) })
+}
+
+func crashConsistency(t *testing.T, hold bool) {
 	const kills = 200
 	path := filepath.Join(t.TempDir(), "crash.db")
 	var ackedKeys []int // every key any child acknowledged
@@ -422,6 +447,9 @@ func TestCrashConsistency(t *testing.T) {
 	for round := range kills {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "IDEM_CRASH_CHILD="+path, "IDEM_CRASH_START="+strconv.Itoa(next))
+		if hold {
+			cmd.Env = append(cmd.Env, "IDEM_CRASH_HOLD=1")
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -472,7 +500,7 @@ func TestCrashConsistency(t *testing.T) {
 			case err != nil:
 				t.Fatalf("round %d: unacknowledged key %d: %v", round, i, err)
 			case r.Status == store.StatusCompleted && string(r.Result) == string(crashResult(i)):
-			case r.Status == store.StatusInProgress && i%2 == 1:
+			case r.Status == store.StatusInProgress && (i%2 == 1 || !hold):
 			default:
 				t.Fatalf("round %d: unacknowledged key %d (Local %v) left %v with result %q", round, i, i%2 == 0, r.Status, r.Result)
 			}
