@@ -7,7 +7,7 @@ PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: help demo demo-reset test test-modules race bench bench-modules fuzz lint tools modcheck tidy ops-check
+.PHONY: help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,11 +26,36 @@ test-modules: ## run the tests against services already running (IDEM_DYNAMODB_E
 
 race: test ## alias of test: tests always run with -race
 
-bench: ## run the benchmarks of every module (-benchmem); starts DynamoDB Local, stepfunctions-local and s3rver
-	@scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run $(MAKE) --no-print-directory bench-modules
+# Measurements on a shared machine take this lock (flock(1), where there is
+# one), so that they never overlap; bench/peers takes it itself.
+BENCH_LOCK ?= /tmp/idem-bench.lock
+LOCKED := $(shell command -v flock >/dev/null && echo flock $(BENCH_LOCK))
+# The commit before issue 17's engine work: engine.png's "before".
+ENGINE_BEFORE ?= f03a8e3
+PEERS_ARGS ?=
 
-bench-modules:
-	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
+bench: ## every benchmark and figure of docs/benchmarks.md: the modules' benchmarks, the side-by-side with Powertools, the engine before/after, the plots (docs/img); starts DynamoDB Local, stepfunctions-local and s3rver
+	@scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run $(MAKE) --no-print-directory bench-modules bench-peers
+	@$(MAKE) --no-print-directory bench-engine-before bench-engine bench-plots
+
+bench-modules: ## the benchmarks of every module (-benchmem), against services already running
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(LOCKED) $(GO) test -run '^$$' -bench . -benchmem ./...); done
+
+bench-peers: ## idem and AWS Powertools (TypeScript) side by side (bench/peers; needs node, npm, java, redis-server) → bench/results/peers.{json,csv}; PEERS_ARGS=-quick for a short run
+	@scripts/dynamodb-local run sh -c 'cd bench && $(GO) run ./peers $(PEERS_ARGS)'
+
+bench-engine: ## the core engine benchmarks on this tree → bench/results/engine-after.txt
+	$(LOCKED) $(GO) test -run '^$$' -bench . -benchmem -count 5 . >bench/results/engine-after.txt.tmp
+	@mv bench/results/engine-after.txt.tmp bench/results/engine-after.txt && cat bench/results/engine-after.txt
+
+bench-engine-before: ## the same at ENGINE_BEFORE (f03a8e3, before issue 17), in a throwaway worktree → bench/results/engine-before.txt
+	@set -e; d="$$(mktemp -d)"; trap 'git worktree remove --force "$$d"' EXIT; \
+		git worktree add --detach "$$d" $(ENGINE_BEFORE) >/dev/null; \
+		(cd "$$d" && $(LOCKED) $(GO) test -run '^$$' -bench . -benchmem -count 5 .) >bench/results/engine-before.txt.tmp; \
+		mv bench/results/engine-before.txt.tmp bench/results/engine-before.txt; cat bench/results/engine-before.txt
+
+bench-plots: ## draw docs/img/*.png from bench/results (bench/plot, gonum/plot)
+	cd bench && $(GO) run ./plot
 
 FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey .:FuzzParseToken store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor idemsfn:FuzzExecutionName
 

@@ -57,6 +57,236 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// localClaims makes every claim Local, as Do's are: the whole contract
+// must hold for claims kept in memory too.
+type localClaims struct{ *boltstore.Store }
+
+func (s localClaims) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	p.Local = true
+	return s.Store.Claim(ctx, p)
+}
+
+func TestConformanceLocalClaims(t *testing.T) {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
+		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit, HoldLocalClaims: true})}
+	})
+}
+
+// copyFile copies the store's file as it stands: everything written to it
+// so far, synced or not.
+func copyFile(t *testing.T, from string) string {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(t.TempDir(), "copy.db")
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// TestLocalClaimsNeverReachTheFile: the file holds only what a crash must
+// keep. A Local claim is held in memory; a copy of the file (all it was
+// ever written, synced or not) opened while the claim is held does not
+// have it, but has a Begin-style claim and a completed Local claim. This
+// is the power-loss argument: what a crash loses is nothing the file
+// has, and the file has only synced commits.
+func TestLocalClaimsNeverReachTheFile(t *testing.T) {
+	t.Parallel()
+	s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	claim := func(key string, local bool) store.ClaimResult {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "o-" + key, Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000, Local: local})
+		if err != nil || !res.Acquired {
+			t.Fatalf("claim %s: %v %+v", key, err, res)
+		}
+		return res
+	}
+	claim("held", true)
+	claim("begun", false)
+	done := claim("done", true)
+	commits, _ := s.CommitStats()
+	if err := s.Complete(ctx, store.CompleteParams{Key: "done", Fence: done.Record.Fence, Owner: done.Record.Owner, Now: now, ExpiresAt: now + 3_600_000, Result: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := s.CommitStats(); after != commits+1 {
+		t.Fatalf("Complete of a held claim made %d commits, want 1", after-commits)
+	}
+	if r, err := s.Get(ctx, "held"); err != nil || r.Status != store.StatusInProgress {
+		t.Fatalf("held claim through the store: %v %+v", err, r)
+	}
+
+	c, err := boltstore.Open(copyFile(t, s.Path()), &boltstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Get(ctx, "held"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the held Local claim reached the file: %v", err)
+	}
+	if r, err := c.Get(ctx, "begun"); err != nil || r.Status != store.StatusInProgress || r.Owner != "o-begun" {
+		t.Errorf("the Begin-style claim is not in the file: %v %+v", err, r)
+	}
+	if r, err := c.Get(ctx, "done"); err != nil || r.Status != store.StatusCompleted || string(r.Result) != "ok" {
+		t.Errorf("the completed Local claim is not in the file: %v %+v", err, r)
+	}
+}
+
+// TestLocalClaimsAreWrittenByDefault: without HoldLocalClaims a Do's
+// claim is in the file when Claim returns, as every other claim.
+func TestLocalClaimsAreWrittenByDefault(t *testing.T) {
+	t.Parallel()
+	s := open(t, &boltstore.Config{SweepInterval: -1})
+	now := time.Now().UnixMilli()
+	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "k", Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000, Local: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := boltstore.Open(copyFile(t, s.Path()), &boltstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if r, err := c.Get(context.Background(), "k"); err != nil || r.Status != store.StatusInProgress {
+		t.Fatalf("the claim in the file: %v %+v", err, r)
+	}
+}
+
+// TestHeldClaims: what happens to a Local claim held in memory when it is
+// extended, released, or the store is closed.
+func TestHeldClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	p := func(key string) store.ClaimParams {
+		return store.ClaimParams{Key: key, Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000, Local: true}
+	}
+	inFile := func(t *testing.T, s *boltstore.Store, key string) *store.Record {
+		t.Helper()
+		c, err := boltstore.Open(copyFile(t, s.Path()), &boltstore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		r, err := c.Get(ctx, key)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	t.Run("an extend writes it to the file", func(t *testing.T) {
+		t.Parallel()
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		res, err := s.Claim(ctx, p("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Extend(ctx, store.ExtendParams{Key: "k", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+			t.Fatal(err)
+		}
+		r := inFile(t, s, "k")
+		if r == nil || r.Status != store.StatusInProgress || r.Ref != "exec-1" || r.Fence != res.Record.Fence || r.Owner != "o" {
+			t.Fatalf("extended claim in the file: %+v", r)
+		}
+	})
+
+	t.Run("a release of a claim over nothing costs no commit", func(t *testing.T) {
+		t.Parallel()
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		if _, err := s.Claim(ctx, p("k")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, store.ReleaseParams{Key: "k", Fence: 1, Owner: "o", Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if commits, _ := s.CommitStats(); commits != 0 {
+			t.Fatalf("%d commits", commits)
+		}
+		if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Get after release: %v", err)
+		}
+	})
+
+	t.Run("a release deletes the record the claim replaced", func(t *testing.T) {
+		t.Parallel()
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		old := p("k")
+		old.Local, old.Owner, old.ExpiresAt = false, "old", now+10
+		if _, err := s.Claim(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		later := p("k")
+		later.Now = now + 20 // the old record has expired
+		res, err := s.Claim(ctx, later)
+		if err != nil || !res.Acquired || res.Record.Fence != 2 {
+			t.Fatalf("claim over the expired record: %v %+v", err, res)
+		}
+		if err := s.Release(ctx, store.ReleaseParams{Key: "k", Fence: 2, Owner: "o", Now: later.Now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Get after release: %v, want the old record gone too", err)
+		}
+		if r := inFile(t, s, "k"); r != nil {
+			t.Fatalf("the file still has %+v", r)
+		}
+	})
+
+	t.Run("close writes it to the file", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "idem.db")
+		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Claim(ctx, p("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Claim(ctx, p("k2")); !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("Local claim after Close: %v, want ErrUnavailable", err)
+		}
+		s, err = boltstore.Open(path, &boltstore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		r, err := s.Get(ctx, "k")
+		if err != nil || r.Status != store.StatusInProgress || r.Fence != res.Record.Fence || r.Owner != "o" {
+			t.Fatalf("held claim after close and reopen: %v %+v", err, r)
+		}
+		if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: r.Fence, Owner: "o", Now: now, ExpiresAt: now + 3_600_000}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("the sweeper forgets an expired one", func(t *testing.T) {
+		t.Parallel()
+		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		c := p("k")
+		c.ExpiresAt = now + 10
+		if _, err := s.Claim(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Sweep(now + 10); err != nil || n != 1 {
+			t.Fatalf("Sweep: %d %v", n, err)
+		}
+		if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Get after sweep: %v", err)
+		}
+	})
+}
+
 func TestSecondProcessFailsFastWhenLocked(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "idem.db")
@@ -163,11 +393,14 @@ func TestSweeperDeletesExpiredAndStopsOnClose(t *testing.T) {
 }
 
 // crashChild claims and completes keys as fast as it can, printing "ack N"
-// after each Complete returned, until it is killed.
+// after each Complete returned, until it is killed. Even keys are claimed
+// as Do claims them (Local: held in memory, never synced), odd keys as
+// Begin does (written and synced); with IDEM_CRASH_HOLD the store holds
+// Local claims in memory.
 func crashChild() {
 	path := os.Getenv("IDEM_CRASH_CHILD")
 	start, _ := strconv.Atoi(os.Getenv("IDEM_CRASH_START"))
-	s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, LockTimeout: 10 * time.Second})
+	s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, LockTimeout: 10 * time.Second, HoldLocalClaims: os.Getenv("IDEM_CRASH_HOLD") != ""})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(3)
@@ -177,7 +410,7 @@ func crashChild() {
 	w := bufio.NewWriter(os.Stdout)
 	for i := start; ; i++ {
 		key := crashKey(i)
-		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "child", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 86_400_000})
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: "child", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 86_400_000, Local: i%2 == 0})
 		if err != nil || !res.Acquired {
 			fmt.Println("claim:", key, err, res.Acquired)
 			os.Exit(4)
@@ -195,10 +428,17 @@ func crashKey(i int) string    { return fmt.Sprintf("crash#%08d", i) }
 func crashResult(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 1+i%50)) }
 
 // TestCrashConsistency kills a writer with SIGKILL at random points, 200
-// times, and checks after each kill that the file opens and every
-// acknowledged COMPLETED record is there, intact.
+// times, and checks after each kill that the file opens, every
+// acknowledged COMPLETED record is there, intact, and the claim in flight
+// left nothing behind when it was Local (kept in memory, lost with its
+// holder) and at most its synced IN_PROGRESS record when it was not.
 func TestCrashConsistency(t *testing.T) {
 	t.Parallel()
+	t.Run("claims written", func(t *testing.T) { t.Parallel(); crashConsistency(t, false) })
+	t.Run("Local claims held", func(t *testing.T) { t.Parallel(); crashConsistency(t, true) })
+}
+
+func crashConsistency(t *testing.T, hold bool) {
 	const kills = 200
 	path := filepath.Join(t.TempDir(), "crash.db")
 	var ackedKeys []int // every key any child acknowledged
@@ -207,6 +447,9 @@ func TestCrashConsistency(t *testing.T) {
 	for round := range kills {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "IDEM_CRASH_CHILD="+path, "IDEM_CRASH_START="+strconv.Itoa(next))
+		if hold {
+			cmd.Env = append(cmd.Env, "IDEM_CRASH_HOLD=1")
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -249,6 +492,18 @@ func TestCrashConsistency(t *testing.T) {
 		ctx := context.Background()
 		for i := start; i <= last; i++ {
 			checkAcked(t, s, ctx, i)
+		}
+		for i := last + 1; i < next; i++ {
+			r, err := s.Get(ctx, crashKey(i))
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				t.Fatalf("round %d: unacknowledged key %d: %v", round, i, err)
+			case r.Status == store.StatusCompleted && string(r.Result) == string(crashResult(i)):
+			case r.Status == store.StatusInProgress && (i%2 == 1 || !hold):
+			default:
+				t.Fatalf("round %d: unacknowledged key %d (Local %v) left %v with result %q", round, i, i%2 == 0, r.Status, r.Result)
+			}
 		}
 		if round == kills-1 || round%50 == 0 {
 			// A full check now and then: every acknowledged key so far.

@@ -8,10 +8,12 @@
 // one past its lease is a second statement, INSERT … ON CONFLICT DO
 // UPDATE, which decides on the row's newest version under its lock; a
 // claim that raced another's insert reads once more first. A claim is at
-// most three statements, whatever the contention. Complete, Fail, Release and
-// Extend are one fenced UPDATE or DELETE each, whose statement also reads
-// the row, so a refused write is explained (not found / fenced) without a
-// second round trip.
+// most three statements, whatever the contention. A new claim is not
+// decoded: the store builds the record it just inserted. Complete, Fail,
+// Release and Extend are one plain fenced UPDATE or DELETE each, the same
+// statement a hand-written check would send; only a refused write costs
+// a second statement, a read of the row that explains the refusal (not
+// found / fenced).
 //
 // # Completing inside your transaction
 //
@@ -207,19 +209,18 @@ func (s *Store) translate(op, key string, err error) error {
 const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover"
 
 type statements struct {
-	claim, upsert, complete, fail, release, extend, get, del, reap string
+	claim, upsert, complete, fail, release, extend, explain, get, del, reap string
 }
 
 func newStatements(t string) statements {
 	// fenced builds a fenced write on a row in status $5 (the write's
-	// From) that also reads the row as it was before the statement, to
-	// explain a refusal in the same round trip. Complete and Fail clear
-	// the other outcome, which a settled row corrected by its claim still
+	// From): a plain statement, whose refusal is explained by a second
+	// one (explain) only when it happens. Complete and Fail clear the
+	// other outcome, which a settled row corrected by its claim still
 	// holds; Extend keeps the lease when $6 is 0 and the ref when $7 is
 	// empty.
 	fenced := func(write string) string {
-		return "WITH w AS (" + write + " WHERE key = $1 AND fence = $2 AND owner = $3 AND status = $5 AND expires_at > $4 RETURNING 1) " +
-			"SELECT (SELECT count(*) FROM w), r.fence, r.owner, r.status, r.expires_at FROM (SELECT 1) one LEFT JOIN " + t + " r ON r.key = $1"
+		return write + " WHERE key = $1 AND fence = $2 AND owner = $3 AND status = $5 AND expires_at > $4"
 	}
 	return statements{
 		// A conflict takes no row lock, so a duplicate writes nothing and
@@ -234,6 +235,7 @@ func newStatements(t string) statements {
 		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $7, err_message = $8, err_body = $9, result = NULL, expires_at = $6, completed_at = $4"),
 		release:  fenced("DELETE FROM " + t),
 		extend:   fenced("UPDATE " + t + " SET lease_until = COALESCE(NULLIF($6::bigint, 0), lease_until), ref = COALESCE(NULLIF($7::text, ''), ref)"),
+		explain:  "SELECT fence, owner, status, expires_at FROM " + t + " WHERE key = $1",
 		get:      "SELECT " + columns + " FROM " + t + " WHERE key = $1",
 		del:      "DELETE FROM " + t + " WHERE key = $1",
 		reap:     "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t + " WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
@@ -304,12 +306,14 @@ func claimUpsert(t string) string {
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, store.RecordVersion}
 	for range 2 {
-		rec, acquired, takeover, err := s.claimRow(ctx, s.sql.claim, args)
+		rec, inserted, err := s.claimInsert(ctx, args)
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
-		if acquired {
-			return store.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
+		if inserted {
+			// The row is the new claim as sent: built here, not decoded.
+			res, _ := store.ApplyClaim(nil, p)
+			return res, nil
 		}
 		if rec != nil {
 			if res, write := store.ApplyClaim(rec, p); write == nil {
@@ -318,7 +322,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			break
 		}
 	}
-	rec, acquired, takeover, err := s.claimRow(ctx, s.sql.upsert, args)
+	rec, acquired, takeover, err := s.claimRow(ctx, args)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -333,9 +337,39 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	return store.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
 }
 
-// claimRow runs a claim or upsert statement: nil when it returned no row.
-func (s *Store) claimRow(ctx context.Context, sql string, args []any) (rec *store.Record, acquired, takeover bool, err error) {
-	rows, err := s.db.Query(ctx, sql, args...)
+// claimInsert runs the claim's first statement: inserted, or the row it
+// met (nil when it returned none).
+func (s *Store) claimInsert(ctx context.Context, args []any) (rec *store.Record, inserted bool, err error) {
+	rows, err := s.db.Query(ctx, s.sql.claim, args...)
+	if err != nil {
+		return nil, false, s.translate("claim", args[0].(string), err)
+	}
+	if rows.Next() {
+		// The first column says which branch answered; an inserted row
+		// is not decoded (nil skips a column).
+		skip := make([]any, 17)
+		skip[0] = &inserted
+		if err = rows.Scan(skip...); err == nil && !inserted {
+			rec, _, err = scanRecord(rows, &inserted)
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	var ce *store.CorruptError
+	if errors.As(err, &ce) {
+		return nil, false, err
+	}
+	if err != nil {
+		return nil, false, s.translate("claim", args[0].(string), err)
+	}
+	return rec, inserted, nil
+}
+
+// claimRow runs the upsert statement: nil when it returned no row.
+func (s *Store) claimRow(ctx context.Context, args []any) (rec *store.Record, acquired, takeover bool, err error) {
+	rows, err := s.db.Query(ctx, s.sql.upsert, args...)
 	if err != nil {
 		return nil, false, false, s.translate("claim", args[0].(string), err)
 	}
@@ -412,34 +446,43 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 // fenced runs a fenced statement on a row in status from (IN_PROGRESS
 // when zero) and explains a refusal.
 func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, owner string, from store.Status, now int64, args ...any) error {
-	// The explanation is read from the statement's snapshot, while the
-	// write waits for the row's lock and re-checks the newest version. A
-	// refusal whose explanation shows a row the write matches is out of
-	// date: the claim changed (released, deleted, settled) between the
-	// snapshot and the lock, and nothing was written. The statement runs
-	// again on a new snapshot that has the change. A claim's (fence, owner)
-	// never matches again once it stopped matching (owners are unique per
-	// claim), and only the claim's own writes change its row's status, so
-	// one more round decides; the bound is a guard against those writes
-	// moving the row back to from in between.
+	// The write is one plain statement, the common case; only a refusal
+	// costs a second one, which reads the row to explain it. The write
+	// waits for the row's lock and re-checks its newest version, but it
+	// cannot see a row inserted after its snapshot, and the read comes
+	// later still: an explanation that shows a row the write matches is
+	// out of date (the claim changed between the write and the read) and
+	// the write runs again. A claim's (fence, owner) never matches again
+	// once it stopped matching (owners are unique per claim), and only the
+	// claim's own writes change its row's status, so one more round
+	// decides; the bound is a guard against those writes moving the row
+	// back to from in between.
 	from = from.OrInProgress()
+	args = append([]any{key, int64(fence), owner, now, int16(from)}, args...)
 	for round := 0; ; round++ {
-		var n int64
-		var curFence *int64
-		var curOwner *string
-		var status *int16
-		var expires *int64
-		err := db.QueryRow(ctx, sql, append([]any{key, int64(fence), owner, now, int16(from)}, args...)...).Scan(&n, &curFence, &curOwner, &status, &expires)
+		tag, err := db.Exec(ctx, sql, args...)
 		if err != nil {
 			return s.translate(op, key, err)
 		}
-		if n == 1 {
+		if tag.RowsAffected() == 1 {
 			return nil
 		}
-		if curFence == nil || *expires <= now {
+		var (
+			curFence, expires int64
+			curOwner          string
+			status            int16
+		)
+		err = db.QueryRow(ctx, s.sql.explain, key).Scan(&curFence, &curOwner, &status, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrNotFound
 		}
-		fe := &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(*curFence), CurrentOwner: *curOwner, Status: store.Status(*status)}
+		if err != nil {
+			return s.translate(op, key, err)
+		}
+		if expires <= now {
+			return store.ErrNotFound
+		}
+		fe := &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(curFence), CurrentOwner: curOwner, Status: store.Status(status)}
 		if !fe.Own() || fe.Status != from || round == 2 {
 			return fe
 		}

@@ -247,6 +247,21 @@ func TestOneStatementPerOperation(t *testing.T) {
 			t.Errorf("call %d sent %d statements, want %d", i, n, want)
 		}
 	}
+	// A refused write reads the row to explain the refusal: 2 statements.
+	now := time.Now().UnixMilli()
+	res, err := s.Claim(context.Background(), store.ClaimParams{Key: "held", Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000})
+	if err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	before := cnt.n.Load()
+	err = s.Complete(context.Background(), store.CompleteParams{Key: "held", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 3_600_000, Result: []byte("r")})
+	var fe *store.FencedError
+	if !errors.As(err, &fe) || fe.CurrentOwner != "o" {
+		t.Fatalf("complete by another owner: %v, want a *FencedError naming o", err)
+	}
+	if n := cnt.n.Load() - before; n != 2 {
+		t.Errorf("refused complete sent %d statements, want 2", n)
+	}
 }
 
 func TestStuckListingUsesTheIndex(t *testing.T) {

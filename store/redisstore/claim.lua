@@ -1,11 +1,17 @@
--- idem claim. KEYS[1] = record hash.
--- ARGV: now, lease_until, expires_at, owner, fingerprint, version (times in ms).
--- Replies: {1, fence, takeover} when written; {0, HGETALL} on conflict;
--- {-1, reason} when the stored record is damaged.
+-- idem claim, the path a SET NX GET could not settle: a record present
+-- that may have to be taken over (expired, or lease passed), or one in the
+-- previous layout (a hash). KEYS[1] = the record.
+-- ARGV: now, the new record after its fence digits (see layout.go),
+-- expires_at (ms).
+-- Replies: {1, fence, takeover} when written; {0, record} on conflict (the
+-- value, or HGETALL of a previous-layout hash); {-1, reason} when the
+-- stored record is damaged.
 local k = KEYS[1]
 local now = tonumber(ARGV[1])
 local fence, takeover = 1, 0
-if redis.call('EXISTS', k) == 1 then
+local v = redis.pcall('GET', k)
+if type(v) == 'table' then
+  -- Not a string: the previous layout (a hash), or not ours (HMGET fails).
   local cur = redis.call('HMGET', k, 'st', 'f', 'l', 'e')
   local st, f, l, e = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3]), tonumber(cur[4])
   if not (st and f and l and e) then
@@ -16,9 +22,25 @@ if redis.call('EXISTS', k) == 1 then
   end
   fence = f + 1
   if now < e then takeover = 1 end
-  redis.call('DEL', k)
+elseif v then
+  -- 'R' fence ':' len(owner) ':' owner status expires ';' len(keep) ':' lease ';' ...
+  local a = string.find(v, ':', 2, true)
+  local b = a and string.find(v, ':', a + 1, true)
+  local ol = b and tonumber(string.sub(v, a + 1, b - 1))
+  local p = ol and b + ol + 1
+  local q = p and string.find(v, ';', p + 1, true)
+  local r = q and string.find(v, ':', q + 1, true)
+  local s = r and string.find(v, ';', r + 1, true)
+  if not (s and string.byte(v, 1) == 82) then return {-1, 'record layout not recognised'} end
+  local f, st = tonumber(string.sub(v, 2, a - 1)), string.byte(v, p) - 48
+  local e, l = tonumber(string.sub(v, p + 1, q - 1)), tonumber(string.sub(v, r + 1, s - 1))
+  if not (f and e and l) then return {-1, 'record fence, expiry or lease not a number'} end
+  if now < e and not (st == 1 and now >= l) then
+    return {0, v}
+  end
+  fence = f + 1
+  if now < e then takeover = 1 end
 end
-redis.call('HSET', k, 'st', 1, 'f', string.format('%d', fence), 'o', ARGV[4], 'l', ARGV[2],
-  'e', ARGV[3], 'fp', ARGV[5], 'c', ARGV[1], 'v', ARGV[6])
-redis.call('PEXPIREAT', k, ARGV[3])
+fence = string.format('%d', fence)
+redis.call('SET', k, 'R' .. fence .. ARGV[2], 'PXAT', ARGV[3])
 return {1, fence, takeover}

@@ -1,39 +1,52 @@
--- idem fenced write. KEYS[1] = record hash.
--- ARGV: op, fence, owner, now, from (the status the record must be in),
--- then per op:
---   complete: expires_at, result
---   fail:     expires_at, code, message, body
---   release:  (nothing)
---   extend:   lease_until (0: keep the lease), ref ("": keep the ref)
--- Complete removes a stored error and Fail a stored result, for a settled
--- record that its claim corrects.
--- Replies: {0} done; {1} absent or expired; {2, fence, status, owner} when
--- the record holds another claim or is in another status;
--- {-1, reason} when the stored record is damaged.
-local k = KEYS[1]
-local op, now = ARGV[1], tonumber(ARGV[4])
-if redis.call('EXISTS', k) == 0 then return {1} end
-local cur = redis.call('HMGET', k, 'st', 'f', 'e', 'o')
-local st, f, e, o = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3]), cur[4]
-if not (st and f and e and o) then
-  return {-1, 'hash fields st, f, e, o missing or not numbers'}
-end
-if now >= e then return {1} end
-if f ~= tonumber(ARGV[2]) or o ~= ARGV[3] or st ~= tonumber(ARGV[5]) then return {2, f, st, o} end
-if op == 'complete' then
-  redis.call('HDEL', k, 'ec', 'em', 'eb')
-  redis.call('HSET', k, 'st', 2, 'r', ARGV[7], 'e', ARGV[6], 'd', ARGV[4])
-  redis.call('PEXPIREAT', k, ARGV[6])
-elseif op == 'fail' then
-  redis.call('HDEL', k, 'r')
-  redis.call('HSET', k, 'st', 3, 'ec', ARGV[7], 'em', ARGV[8], 'eb', ARGV[9], 'e', ARGV[6], 'd', ARGV[4])
-  redis.call('PEXPIREAT', k, ARGV[6])
+-- idem fenced write. KEYS[1] = the record (see layout.go).
+-- ARGV: op, tag ('R' fence ':' len(owner) ':' owner, the claim the write
+-- holds), now, from (the status digit the record must be in), then per op:
+--   settle:  status digit, expires_at, tail (completed_at ';' payload)
+--   release: (nothing)
+--   extend:  lease_until (0: keep the lease), ref ("": keep the ref)
+-- Replies: 0 done; 1 absent or expired; the record (a string) when it
+-- holds another claim or is in another status (the client decodes it, and
+-- also answers expired from it); 3 when the record is in the previous
+-- layout (a hash): the client sends fenced_hash.lua instead; an error
+-- 'idem: ...' when the stored record is damaged.
+local k, t = KEYS[1], ARGV[2]
+local v = redis.pcall('GET', k)
+if not v then return 1 end
+if type(v) == 'table' then return 3 end
+if string.sub(v, 1, #t) ~= t then return v end
+local p = #t + 1
+local st = string.byte(v, p) - 48
+local q = string.find(v, ';', p + 1, true)
+local e = q and tonumber(string.sub(v, p + 1, q - 1))
+if not e then return redis.error_reply('idem: record expiry not a number') end
+if tonumber(ARGV[3]) >= e then return 1 end
+if st ~= tonumber(ARGV[4]) then return v end
+local op = ARGV[1]
+local r = string.find(v, ':', q + 1, true)
+local n = r and tonumber(string.sub(v, q + 1, r - 1))
+if not n then return redis.error_reply('idem: record layout not recognised') end
+if op == 'settle' then
+  -- Keep the claim's fields (lease, created, fingerprint, ref); replace
+  -- status, expiry, completion time and payload.
+  redis.call('SET', k, t .. ARGV[5] .. ARGV[6] .. ';' .. string.sub(v, q + 1, r + n) .. ARGV[7], 'PXAT', ARGV[6])
 elseif op == 'release' then
   redis.call('DEL', k)
 elseif op == 'extend' then
-  if tonumber(ARGV[6]) ~= 0 then redis.call('HSET', k, 'l', ARGV[6]) end
-  if ARGV[7] ~= '' then redis.call('HSET', k, 'ref', ARGV[7]) end
+  local keep = string.sub(v, r + 1, r + n)
+  local a = string.find(keep, ';', 1, true)
+  local lease = string.sub(keep, 1, a - 1)
+  if ARGV[5] ~= '0' then lease = ARGV[5] end
+  local rest = string.sub(keep, a)
+  if ARGV[6] ~= '' then
+    -- keep = lease ';' created ';' version ';' len(fp) ':' fp ref
+    local b = string.find(keep, ';', a + 1, true)
+    local c = string.find(keep, ';', b + 1, true)
+    local d = string.find(keep, ':', c + 1, true)
+    rest = string.sub(keep, a, d + tonumber(string.sub(keep, c + 1, d - 1))) .. ARGV[6]
+  end
+  keep = lease .. rest
+  redis.call('SET', k, string.sub(v, 1, q) .. #keep .. ':' .. keep .. string.sub(v, r + n + 1), 'KEEPTTL')
 else
   return redis.error_reply('idem: unknown op ' .. op)
 end
-return {0}
+return 0

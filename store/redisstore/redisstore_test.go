@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
@@ -108,15 +110,26 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// counter counts commands and pipelines sent by a client.
+// counter counts commands and pipelines sent by a client (not what sets
+// up a new connection: HELLO, CLIENT SETINFO).
 type counter struct{ cmds, pipes atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.cmds.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n != "hello" && n != "client" {
+			c.cmds.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.pipes.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if n := cmds[0].Name(); n != "hello" && n != "client" {
+			c.pipes.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func TestOneRoundTripPerOperation(t *testing.T) {
@@ -136,9 +149,9 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		}
 		return res
 	}
-	call("k0") // EVALSHA misses, EVAL loads: claim 2 + complete 2
-	if n := cnt.cmds.Load(); n != 4 {
-		t.Errorf("first call after SCRIPT FLUSH sent %d commands, want 4 (EVALSHA+EVAL twice)", n)
+	call("k0") // claim: SET NX GET; complete: EVALSHA misses, EVAL loads
+	if n := cnt.cmds.Load(); n != 3 {
+		t.Errorf("first call after SCRIPT FLUSH sent %d commands, want 3 (SET, EVALSHA+EVAL)", n)
 	}
 	for _, want := range []struct {
 		key  string
@@ -266,40 +279,56 @@ func TestOpenURLAndConfig(t *testing.T) {
 	}
 }
 
+// WAIT counts the replicas holding its own connection's writes, so every
+// write goes in one pipeline with its WAIT (one connection); without
+// replicas, the write fails closed.
 func TestWaitReplicasWithoutReplicasFailsClosed(t *testing.T) {
-	s, _ := newStore(t, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50})
+	s, c := newStore(t, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50})
+	var cnt counter
+	c.AddHook(&cnt)
 	now := time.Now().UnixMilli()
-	_, err := s.Claim(context.Background(), store.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
+	ctx := context.Background()
+	_, err := s.Claim(ctx, store.ClaimParams{Key: "w#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("claim waiting for a replica that does not exist: %v, want ErrUnavailable", err)
 	}
+	if cnt.pipes.Load() != 1 || cnt.cmds.Load() != 0 {
+		t.Errorf("claim sent %d pipelines and %d lone commands, want the write and its WAIT in one pipeline", cnt.pipes.Load(), cnt.cmds.Load())
+	}
+	err = s.Complete(ctx, store.CompleteParams{Key: "w#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 5000, Result: []byte("r")})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("complete waiting for a replica that does not exist: %v, want ErrUnavailable", err)
+	}
+	_, errs := s.ClaimBatch(ctx, []store.ClaimParams{{Key: "w#2", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000}})
+	if !errors.Is(errs[0], store.ErrUnavailable) {
+		t.Fatalf("batch claim waiting for a replica that does not exist: %v, want ErrUnavailable", errs[0])
+	}
 }
 
-// A settled record corrected by its claim (From) keeps no field of its
-// former status: decode reads the result only of a COMPLETED record and
-// the error only of a FAILED one, so the conformance suite cannot see a
-// field left behind.
+// A settled record corrected by its claim (From) keeps nothing of its
+// former status: the payload (result or error) is replaced whole, and the
+// claim's own fields (lease, reference) are kept.
 func TestResettleRemovesOldFields(t *testing.T) {
 	s, c := newStore(t, redisstore.Config{})
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	k := s.Prefix() + "rs#1"
-	fields := func() map[string]string {
+	get := func() *store.Record {
 		t.Helper()
-		m, err := c.HGetAll(ctx, k).Result()
+		r, err := s.Get(ctx, "rs#1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m
+		return r
 	}
-	if _, err := s.Claim(ctx, store.ClaimParams{Key: "rs#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
+	if _, err := s.Claim(ctx, store.ClaimParams{Key: "rs#1", Owner: "o", Fingerprint: "fp", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Extend(ctx, store.ExtendParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if m := fields(); m["ref"] != "exec-1" || m["l"] != strconv.FormatInt(now+1000, 10) {
-		t.Fatalf("after attaching: ref %q, lease %q; want exec-1 and the lease unchanged", m["ref"], m["l"])
+	if r := get(); r.Ref != "exec-1" || r.LeaseUntil != now+1000 || r.Fingerprint != "fp" || r.CreatedAt != now {
+		t.Fatalf("after attaching: %+v; want ref exec-1 and lease, fingerprint, created unchanged", r)
 	}
 	if err := s.Fail(ctx, store.FailParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
 		t.Fatal(err)
@@ -307,20 +336,21 @@ func TestResettleRemovesOldFields(t *testing.T) {
 	if err := s.Complete(ctx, store.CompleteParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 70_000, Result: []byte("r"), From: store.StatusFailed}); err != nil {
 		t.Fatal(err)
 	}
-	m := fields()
-	for _, f := range []string{"ec", "em", "eb"} {
-		if _, ok := m[f]; ok {
-			t.Errorf("COMPLETED from FAILED still has error field %s", f)
-		}
+	raw, err := c.Get(ctx, k).Result()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if m["r"] != "r" || m["ref"] != "exec-1" {
-		t.Errorf("COMPLETED from FAILED: result %q, ref %q", m["r"], m["ref"])
+	if !strings.HasSuffix(raw, strconv.FormatInt(now+1, 10)+";r") {
+		t.Errorf("COMPLETED from FAILED: value %q, want the result alone after the completion time", raw)
+	}
+	if r := get(); r.Err != nil || string(r.Result) != "r" || r.Ref != "exec-1" || r.Fingerprint != "fp" || r.CompletedAt != now+1 {
+		t.Errorf("COMPLETED from FAILED: %+v", r)
 	}
 	if err := s.Fail(ctx, store.FailParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 80_000, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := fields()["r"]; ok {
-		t.Error("FAILED from COMPLETED still has the result field r")
+	if r := get(); r.Result != nil || r.Err == nil || r.Err.Code != "c" || r.Err.Message != "" || r.Err.Body != nil {
+		t.Errorf("FAILED from COMPLETED: %+v", r)
 	}
 	at, err := c.PExpireTime(ctx, k).Result()
 	if err != nil {
@@ -328,5 +358,157 @@ func TestResettleRemovesOldFields(t *testing.T) {
 	}
 	if got := at.Milliseconds(); got != now+80_000 {
 		t.Errorf("key expires at %d, want the corrected record's expiry %d", got, now+80_000)
+	}
+}
+
+// ClaimBatch answers each key exactly as Claim would, in order: the same
+// batch sent to memstore one Claim at a time is the reference. The batch
+// names keys twice (the second sees the first: a conflict, or the same
+// owner's retry) and mixes absent, live, completed, expired and
+// lease-passed keys.
+func TestClaimBatchMatchesClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs, _ := newStore(t, redisstore.Config{})
+	ms := memstore.New(nil)
+	t.Cleanup(func() { ms.Close() })
+	now := time.Now().Add(time.Hour).UnixMilli()
+	claim := func(key, owner string, at int64) store.ClaimParams {
+		return store.ClaimParams{Key: key, Owner: owner, Fingerprint: "fp", Now: at, LeaseUntil: at + 1000, ExpiresAt: at + 10_000}
+	}
+	// The same history in both stores, written an hour of test time ago.
+	for _, s := range []store.Store{rs, ms} {
+		for _, k := range []string{"live", "done", "lapsed", "gone"} {
+			if _, err := s.Claim(ctx, claim(k, "before", now-5000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// "live": renewed past now; "lapsed": lease passed at now-4000;
+		// "done": completed; "gone": completed and expired at now.
+		if err := s.Extend(ctx, store.ExtendParams{Key: "live", Fence: 1, Owner: "before", Now: now - 5000, LeaseUntil: now + 3000}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, store.CompleteParams{Key: "done", Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now + 9000, Result: []byte("r")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, store.CompleteParams{Key: "gone", Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now, Result: []byte("r")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps := []store.ClaimParams{
+		claim("new", "a", now), claim("new", "b", now), claim("new", "a", now), // conflict, then a's retry
+		claim("live", "a", now), claim("done", "a", now),
+		claim("lapsed", "a", now), claim("lapsed", "b", now), // takeover, then a conflict with it
+		claim("gone", "a", now), claim("gone", "a", now), // re-claim after expiry, then a's retry
+		claim("other", "a", now),
+	}
+	res, errs := rs.ClaimBatch(ctx, ps)
+	for i, p := range ps {
+		want, err := ms.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs[i] != nil {
+			t.Errorf("%d %s by %s: %v", i, p.Key, p.Owner, errs[i])
+			continue
+		}
+		got := res[i]
+		if got.Acquired != want.Acquired || got.Takeover != want.Takeover || got.Record.Fence != want.Record.Fence ||
+			got.Record.Owner != want.Record.Owner || got.Record.Status != want.Record.Status || string(got.Record.Result) != string(want.Record.Result) {
+			t.Errorf("%d %s by %s: acquired %v takeover %v fence %d owner %s status %v; want %v %v %d %s %v", i, p.Key, p.Owner,
+				got.Acquired, got.Takeover, got.Record.Fence, got.Record.Owner, got.Record.Status,
+				want.Acquired, want.Takeover, want.Record.Fence, want.Record.Owner, want.Record.Status)
+		}
+	}
+	// What the batch wrote is what Claim would have written.
+	for _, k := range []string{"new", "lapsed", "gone", "other"} {
+		got, err := rs.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := ms.Get(ctx, k)
+		if !sameRecord(got, want) {
+			t.Errorf("%s: stored %+v, want %+v", k, got, want)
+		}
+	}
+}
+
+// A Redis that cannot be reached fails every key of a batch with
+// ErrUnavailable.
+func TestClaimBatchUnavailable(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, "127.0.0.1:1")
+	s, err := redisstore.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	ps := []store.ClaimParams{{Key: "a", Owner: "o", Now: now, LeaseUntil: now + 1, ExpiresAt: now + 2}, {Key: "b", Owner: "o", Now: now, LeaseUntil: now + 1, ExpiresAt: now + 2}, {Key: "a", Owner: "p", Now: now, LeaseUntil: now + 1, ExpiresAt: now + 2}}
+	res, errs := s.ClaimBatch(context.Background(), ps)
+	for i := range ps {
+		if !errors.Is(errs[i], store.ErrUnavailable) || res[i].Acquired || res[i].Record != nil {
+			t.Errorf("claim %d: %+v, %v; want ErrUnavailable and no record", i, res[i], errs[i])
+		}
+	}
+}
+
+// Owners and fingerprints are stored with their lengths: separators in
+// them do not confuse the layout or the scripts' comparison of claims.
+func TestOddOwnersAndFingerprints(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, redisstore.Config{})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	owners := []string{"", "R1:2:", "a;b:c", "1", "11", "ü:;R\n", strings.Repeat("x", 300)}
+	for i, o := range owners {
+		key := "odd#" + strconv.Itoa(i)
+		fp := o + ";fp:"
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: o, Fingerprint: fp, Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000})
+		if err != nil || !res.Acquired {
+			t.Fatalf("%q: %+v, %v", o, res, err)
+		}
+		// Another owner that is a prefix or an extension of this one is
+		// fenced out.
+		for _, other := range []string{o + "x", o + ":", "x" + o} {
+			var fe *store.FencedError
+			if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: other, Now: now, ExpiresAt: now + 60_000, Result: []byte("no")}); !errors.As(err, &fe) || fe.CurrentOwner != o {
+				t.Fatalf("%q completed by %q: %v, want FencedError naming %q", o, other, err, o)
+			}
+		}
+		if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: 1, Owner: o, Now: now, LeaseUntil: now + 2000, Ref: o + "ref"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: o, Now: now, ExpiresAt: now + 60_000, Result: []byte(o)}); err != nil {
+			t.Fatalf("%q: %v", o, err)
+		}
+		r, err := s.Get(ctx, key)
+		if err != nil || r.Owner != o || r.Fingerprint != fp || string(r.Result) != o || r.Ref != o+"ref" || r.LeaseUntil != now+2000 {
+			t.Fatalf("%q: %+v, %v", o, r, err)
+		}
+	}
+}
+
+// A record whose claim prefix is intact but whose other fields are damaged
+// fails every fenced write closed.
+func TestDamagedValueFailsFencedWrites(t *testing.T) {
+	t.Parallel()
+	s, c := newStore(t, redisstore.Config{})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for name, v := range map[string]string{
+		"expiry not a number": "R1:1:o1soon;5:1;2;1;0;",
+		"no keep length":      "R1:1:o1" + strconv.FormatInt(now+60_000, 10) + ";",
+		"unknown status":      "R1:1:o9" + strconv.FormatInt(now+60_000, 10) + ";9:1;2;1;0:0;",
+	} {
+		if err := c.Set(ctx, s.Prefix()+name, v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Complete(ctx, store.CompleteParams{Key: name, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("r")})
+		if !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("%s: complete %v, want ErrCorrupt", name, err)
+		}
+		if _, err := s.Get(ctx, name); !errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("%s: get %v, want ErrCorrupt", name, err)
+		}
 	}
 }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+const benchOutput = `goos: linux
+goarch: amd64
+pkg: github.com/seed-a1b882c0/idem
+cpu: AMD EPYC
+BenchmarkBare-2            	1000000000	         0.5027 ns/op	       0 B/op	       0 allocs/op
+BenchmarkNewCall-2         	  200000	      5307 ns/op	         1.000 storecalls/op	    1816 B/op	      37 allocs/op
+BenchmarkNewCall-2         	  200000	      6045 ns/op	         1.000 storecalls/op	    1816 B/op	      37 allocs/op
+BenchmarkNewCall-2         	  200000	      5728 ns/op	         1.000 storecalls/op	    1816 B/op	      36 allocs/op
+BenchmarkCacheHit-2        	 1794435	       703.1 ns/op	         0 storecalls/op	     297 B/op	       6 allocs/op
+PASS
+ok  	github.com/seed-a1b882c0/idem	12.3s
+`
+
+func TestReadBench(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "bench.txt")
+	if err := os.WriteFile(f, []byte(benchOutput), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readBench(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bench{"Bare": {0.5027, 0}, "NewCall": {5728, 37}, "CacheHit": {703.1, 6}}
+	if len(got) != len(want) {
+		t.Fatalf("readBench = %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %+v, want %+v (medians, name without -GOMAXPROCS)", k, got[k], w)
+		}
+	}
+}
+
+// The figures are drawn from whatever the files hold, and a missing
+// input skips only its own figure.
+func TestFigures(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, f := range []string{"engine-before.txt", "engine-after.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(benchOutput), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := engineFigure(dir, filepath.Join(dir, "engine.png")); err != nil {
+		t.Fatal(err)
+	}
+	if err := peersFigure(dir, filepath.Join(dir, "peers.png")); !os.IsNotExist(err) {
+		t.Fatalf("peersFigure without peers.json: %v, want not exist", err)
+	}
+	peers := `{"meta":{"cpu":"x","cores":2,"powertools_idempotency":"2.35.0","reps":1,"calls":10},
+		"rows":[{"scenario":"redis/new/c=1","side":"idem","ops_per_s":100},{"scenario":"redis/new/c=1","side":"powertools","ops_per_s":50}]}`
+	if err := os.WriteFile(filepath.Join(dir, "peers.json"), []byte(peers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := peersFigure(dir, filepath.Join(dir, "peers.png")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"engine.png", "peers.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
