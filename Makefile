@@ -57,7 +57,7 @@ bench-engine-before: ## the same at ENGINE_BEFORE (f03a8e3, before issue 17), in
 bench-plots: ## draw docs/img/*.png from bench/results (bench/plot, gonum/plot)
 	cd bench && $(GO) run ./plot
 
-FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey .:FuzzParseToken store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor idemsfn:FuzzExecutionName
+FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey .:FuzzParseToken store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemhttp:FuzzResponseCodec idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor idemsfn:FuzzExecutionName
 
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@set -e; for t in $(FUZZ_TARGETS); do d=$${t%%:*}; f=$${t##*:}; echo "== $$d $$f"; \
