@@ -16,6 +16,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/bench/internal/stats"
 )
 
 // meta says where and with what a run was made.
@@ -113,17 +115,7 @@ type row struct {
 	OpsPerSRange [2]float64 `json:"ops_per_s_range"`
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func median(xs []float64) float64 { return stats.Median(xs) }
 
 func summarize(scenarios []scenario, samples []sample) []row {
 	type k struct{ sc, side string }

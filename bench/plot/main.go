@@ -24,7 +24,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -33,6 +32,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/seed-a1b882c0/idem/bench/internal/stats"
 )
 
 func main() {
@@ -316,17 +317,7 @@ func readBench(file string) (map[string]bench, error) {
 	return out, nil
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func median(xs []float64) float64 { return stats.Median(xs) }
 
 // engineFigure: ns/op and allocs/op of the core benchmarks, before and
 // after issue 17.
