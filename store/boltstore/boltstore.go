@@ -129,16 +129,19 @@ type Config struct {
 	MaxBatchDelay time.Duration
 	// Clock drives the sweeper. Default idem.SystemClock.
 	Clock idem.Clock
-	// HoldLocalClaims keeps the claims that Do makes
-	// ([store.ClaimParams.Local]) in memory instead of writing and syncing
-	// them, so that a new call writes the file once (about twice the new
-	// calls per second under load; see the package doc). The price: a
-	// call in flight when the process crashes leaves no IN_PROGRESS record
-	// behind, so its key is free at once and no stuck record is there to
-	// list (`idemctl list --stuck`, the monitor). Default false: every
-	// claim is written and synced, and a crashed call's key stays held
-	// until its lease ends, as on every other store.
-	HoldLocalClaims bool
+	// SyncEveryClaim writes every claim to the file with fdatasync before
+	// Claim returns, a Do's claims ([store.ClaimParams.Local]) included: two
+	// synced commits per new call, and no claim journal. Default false: a
+	// Do's claim is held in memory and appended, unsynced, to the claim
+	// journal beside the file, so a new call writes the file once (about
+	// twice the new calls per second under load) and the claim still
+	// outlives a crash of the process; only power loss or an OS crash can
+	// take it, with its holder (see the package doc).
+	SyncEveryClaim bool
+	// ClaimJournalMaxBytes is the size past which the committer writes the
+	// held claims into the file (one synced commit) and empties the claim
+	// journal. Default 64 MiB.
+	ClaimJournalMaxBytes int64
 }
 
 // Store is an [idem.Store] in one bbolt file. It also implements
@@ -201,6 +204,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 	if c.Clock == nil {
 		c.Clock = idem.SystemClock{}
 	}
+	if c.ClaimJournalMaxBytes <= 0 {
+		c.ClaimJournalMaxBytes = 64 << 20
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
@@ -226,6 +232,22 @@ func Open(path string, cfg *Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", c.Bucket, err)
 	}
+	// Claims a crashed process held come back from the journal (whatever
+	// the mode now: the last run may have held claims).
+	jpath := journalPath(path)
+	if _, err := s.restore(jpath); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if !c.SyncEveryClaim {
+		f, err := os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("boltstore: open claim journal: %w", err)
+		}
+		s.commits.j = &journal{f: f, max: c.ClaimJournalMaxBytes}
+		s.commits.check = s.checkpoint
+	}
 	s.commits.start(db, c.MaxBatchDelay)
 	if c.SweepInterval > 0 {
 		go store.Every(s.stop, s.done, s.cfg.Clock.After, s.cfg.SweepInterval, func() {
@@ -240,9 +262,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 // Path returns the file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
-// Close stops the sweeper, writes the Local claims still held in memory to
-// the file (one synced commit, so that a clean shutdown keeps them), stops
-// the committer and closes the file. Calls still running when Close is
+// Close stops the sweeper, stops the committer, writes the Local claims
+// still held in memory to the file (one synced commit, so that a clean
+// shutdown keeps them), empties the claim journal and closes the file. Calls still running when Close is
 // called fail with idem.ErrUnavailable.
 func (s *Store) Close() error {
 	first := false
@@ -273,6 +295,15 @@ func (s *Store) Close() error {
 		if err != nil {
 			err = fmt.Errorf("boltstore: writing %d held claims on close: %w", len(held), err)
 		}
+	}
+	if j := s.commits.j; j != nil {
+		if err == nil {
+			// The file has every held claim: the journal holds nothing more.
+			if terr := j.truncate(); terr != nil {
+				err = fmt.Errorf("boltstore: truncate claim journal: %w", terr)
+			}
+		}
+		err = errors.Join(err, j.f.Close())
 	}
 	return errors.Join(err, s.db.Close())
 }
@@ -412,17 +443,25 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if w == nil {
 		return res, nil
 	}
-	if p.Local && s.cfg.HoldLocalClaims {
-		if s.commits.isClosed() {
-			return store.ClaimResult{}, errClosed
+	if p.Local && !s.cfg.SyncEveryClaim {
+		// Held before its journal entry is written: a checkpoint between
+		// the two writes it to the file, never misses it.
+		prev := sl.held.Swap(w)
+		if err := s.commits.send(&request{pre: claimEntry(w)}); err != nil {
+			sl.held.Store(prev)
+			return store.ClaimResult{}, translate(err)
 		}
-		sl.held.Store(w)
 		return res, nil
 	}
-	if err := s.commit(ctx, p.Key, w); err != nil {
-		return store.ClaimResult{}, err
+	v := store.MarshalRecord(w)
+	r := &request{fn: func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Put([]byte(p.Key), v) }}
+	if h := sl.held.Load(); h != nil {
+		// The file's record replaces a held claim it took over.
+		r.post, r.drop, r.dropping = dropEntry(p.Key), sl, h
 	}
-	sl.held.Store(nil) // the file's record replaces a held claim it took over
+	if err := s.commits.send(r); err != nil {
+		return store.ClaimResult{}, translate(err)
+	}
 	return res, nil
 }
 
@@ -442,25 +481,40 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner stri
 	if err := store.CheckFence(r, key, fence, owner, from, now); err != nil {
 		return err
 	}
-	if change(r) {
-		r = nil
-		if sl.held.Load() != nil {
-			// A held claim may stand in front of an older record in the
-			// file (the expired or abandoned one it replaced): delete that
-			// too, or the release would bring it back.
-			if below, err := s.inFile(key); err != nil || !below {
-				if err == nil {
-					sl.held.Store(nil) // nothing in the file: nothing to sync
-				}
-				return err
-			}
+	del := change(r)
+	h := sl.held.Load()
+	if h == nil {
+		if del {
+			r = nil
+		}
+		return s.commit(ctx, key, r)
+	}
+	// Settling a held claim: the write, then its drop in the journal.
+	req := &request{post: dropEntry(key), drop: sl, dropping: h}
+	if !del {
+		v := store.MarshalRecord(r)
+		req.fn = func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Put([]byte(key), v) }
+	} else {
+		// A held claim may stand in front of an older record in the file
+		// (the expired or abandoned one it replaced): delete that too, or
+		// the release would bring it back. Over nothing, there is nothing
+		// to commit, unless a checkpoint wrote the claim meanwhile.
+		req.checkpoints = s.commits.rotations.Load()
+		below, err := s.inFile(key)
+		if err != nil {
+			return err
+		}
+		rm := func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Delete([]byte(key)) }
+		if below {
+			req.fn = rm
+		} else {
+			req.ifCheckpointed = rm
 		}
 	}
-	if err := s.commit(ctx, key, r); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sl.held.Store(nil)
-	return nil
+	return translate(s.commits.send(req))
 }
 
 // inFile reports whether the file has a record under key.
@@ -602,21 +656,26 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	sl := s.lock(key)
 	defer s.unlock(key, sl)
-	held := sl.held.Load() != nil
+	h := sl.held.Load()
+	checkpoints := s.commits.rotations.Load()
 	found, err := s.inFile(key)
 	if err != nil {
 		return err
 	}
-	if found {
-		if err := s.commit(ctx, key, nil); err != nil {
-			return err
+	if h == nil {
+		if !found {
+			return store.ErrNotFound
 		}
+		return s.commit(ctx, key, nil)
 	}
-	sl.held.Store(nil)
-	if !found && !held {
-		return store.ErrNotFound
+	rm := func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Delete([]byte(key)) }
+	req := &request{post: dropEntry(key), drop: sl, dropping: h, checkpoints: checkpoints}
+	if found {
+		req.fn = rm
+	} else {
+		req.ifCheckpointed = rm
 	}
-	return nil
+	return translate(s.commits.send(req))
 }
 
 // Sweep deletes records expired at now (ms), SweepBatch per transaction,
@@ -675,7 +734,11 @@ func (s *Store) sweepHeld(now int64) int {
 	for _, k := range keys {
 		sl := s.lock(k)
 		if r := sl.held.Load(); r != nil && r.Expired(now) {
-			sl.held.Store(nil)
+			// Its drop in the journal, so that a crash does not bring it back
+			// (expired, but over the record it had replaced).
+			if s.commits.send(&request{post: dropEntry(k), drop: sl, dropping: r}) != nil {
+				sl.held.Store(nil) // closed: the journal is no more
+			}
 			n++
 		}
 		s.unlock(k, sl)
@@ -685,10 +748,14 @@ func (s *Store) sweepHeld(now int64) int {
 
 // committer group-commits writes: one goroutine runs bbolt write
 // transactions back to back, each with every write queued while the
-// previous one ran.
+// previous one ran. It also writes the claim journal (when there is one):
+// the entries of a batch's held claims in one write(2) before its
+// transaction, the drops of the claims it settled in one write after it.
 type committer struct {
 	db    *bolt.DB
 	delay time.Duration
+	j     *journal     // nil: no Local claim is held
+	check func() error // writes the held claims to the file and empties j
 
 	mu      sync.Mutex
 	queue   []*request
@@ -697,11 +764,23 @@ type committer struct {
 	stopped chan struct{}
 
 	commits, writes atomic.Int64 // for tests and benchmarks
+	rotations       atomic.Int64 // checkpoints run: see request.ifCheckpointed
 }
 
 type request struct {
-	fn   func(*bolt.Tx) error
-	done chan error
+	fn func(*bolt.Tx) error // the write to commit, nil for none
+	// ifCheckpointed replaces a nil fn when a checkpoint ran since
+	// checkpoints was read (it may have written the claim being dropped).
+	ifCheckpointed func(*bolt.Tx) error
+	checkpoints    int64
+	pre            []byte // journal entry written before the commit
+	post           []byte // journal entry written after it succeeded
+	// drop, when set, is forgotten from its slot once the write succeeded,
+	// before the reply: a checkpoint never sees a claim already settled.
+	drop     *slot
+	dropping *store.Record
+	err      error
+	done     chan error
 }
 
 func (c *committer) start(db *bolt.DB, delay time.Duration) {
@@ -714,9 +793,14 @@ func (c *committer) start(db *bolt.DB, delay time.Duration) {
 // may run more than once (alone, after a batch failed), so it must set its
 // results afresh each time.
 func (c *committer) do(fn func(*bolt.Tx) error) error {
+	return c.send(&request{fn: fn})
+}
+
+// send queues r and returns its outcome.
+func (c *committer) send(r *request) error {
 	// Not pooled: a channel made inside a synctest bubble must not be
 	// used outside it.
-	r := &request{fn: fn, done: make(chan error, 1)}
+	r.done = make(chan error, 1)
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
@@ -730,8 +814,6 @@ func (c *committer) do(fn func(*bolt.Tx) error) error {
 	}
 	return <-r.done
 }
-
-func (c *committer) isClosed() bool { return c.closed.Load() }
 
 // close refuses new writes, lets the queued ones commit, and waits for the
 // committer to stop.
@@ -764,9 +846,72 @@ func (c *committer) run() {
 				}
 				break
 			}
-			c.commit(batch)
+			c.process(batch)
 			clear(batch)
 		}
+	}
+}
+
+// process runs one batch: the journal entries of its claims, its
+// transaction, the journal entries of what it settled, then a checkpoint
+// when the journal is over its size or a journal write failed.
+func (c *committer) process(batch []*request) {
+	var buf []byte
+	failed := false
+	if c.j != nil {
+		for _, r := range batch {
+			buf = append(buf, r.pre...)
+		}
+		if len(buf) > 0 {
+			if err := c.j.append(buf); err != nil {
+				failed = true
+				for _, r := range batch {
+					if r.pre != nil {
+						r.err = fmt.Errorf("boltstore: claim journal: %v: %w", err, store.ErrUnavailable)
+					}
+				}
+			}
+		}
+	}
+	var txs []*request
+	for _, r := range batch {
+		if r.fn == nil && r.ifCheckpointed != nil && c.rotations.Load() != r.checkpoints {
+			r.fn = r.ifCheckpointed
+		}
+		if r.err == nil && r.fn != nil {
+			txs = append(txs, r)
+		}
+	}
+	if len(txs) > 0 {
+		c.commit(txs)
+	}
+	buf = buf[:0]
+	for _, r := range batch {
+		if r.err == nil {
+			buf = append(buf, r.post...)
+			if r.drop != nil {
+				r.drop.held.CompareAndSwap(r.dropping, nil)
+			}
+		}
+	}
+	if c.j != nil && len(buf) > 0 {
+		if err := c.j.append(buf); err != nil {
+			failed = true
+		}
+	}
+	if c.j != nil && (failed || c.j.size > c.j.max) {
+		// A failed write may have left a torn entry that would hide every
+		// later one, or a drop unwritten: start the journal afresh.
+		if err := c.check(); err != nil && failed {
+			for _, r := range batch {
+				if r.err == nil && r.post != nil {
+					r.err = fmt.Errorf("boltstore: claim journal: %v: %w", err, store.ErrUnavailable)
+				}
+			}
+		}
+	}
+	for _, r := range batch {
+		r.done <- r.err
 	}
 }
 
@@ -785,11 +930,11 @@ func (c *committer) commit(batch []*request) {
 	})
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
-			r.done <- err
+			r.err = err
 		}
 		return
 	}
 	for _, r := range batch {
-		r.done <- c.db.Update(r.fn)
+		r.err = c.db.Update(r.fn)
 	}
 }
