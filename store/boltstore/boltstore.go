@@ -267,7 +267,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 			_ = db.Close()
 			return nil, fmt.Errorf("boltstore: open claim journal: %w", err)
 		}
-		s.commits.j = &journal{f: f, max: c.ClaimJournalMaxBytes}
+		s.commits.j = newJournal(f, c.ClaimJournalMaxBytes)
 		s.commits.check = s.checkpoint
 	}
 	s.commits.start(db, c.MaxBatchDelay)
@@ -296,6 +296,10 @@ func (s *Store) Close() error {
 		return s.db.Close() // bbolt: a second Close is a no-op
 	}
 	s.commits.close()
+	if j := s.commits.j; j != nil {
+		// Appends under way finish first; later ones fail on the closed file.
+		defer j.hold()()
+	}
 	var held []*store.Record
 	s.mu.Lock()
 	for _, sl := range s.slots {
@@ -468,10 +472,16 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if p.Local && !s.cfg.SyncEveryClaim {
 		// Held before its journal entry is written: a checkpoint between
 		// the two writes it to the file, never misses it.
+		if s.commits.isClosed() {
+			return store.ClaimResult{}, errClosed
+		}
 		prev := sl.held.Swap(w)
-		if err := s.commits.send(&request{pre: claimEntry(w)}); err != nil {
+		if err := s.commits.j.append(claimEntry(w)); err != nil {
 			sl.held.Store(prev)
-			return store.ClaimResult{}, translate(err)
+			return store.ClaimResult{}, fmt.Errorf("boltstore: claim journal: %v: %w", err, store.ErrUnavailable)
+		}
+		if s.commits.j.due() {
+			s.commits.nudge()
 		}
 		return res, nil
 	}
@@ -770,9 +780,9 @@ func (s *Store) sweepHeld(now int64) int {
 
 // committer group-commits writes: one goroutine runs bbolt write
 // transactions back to back, each with every write queued while the
-// previous one ran. It also writes the claim journal (when there is one):
-// the entries of a batch's held claims in one write(2) before its
-// transaction, the drops of the claims it settled in one write after it.
+// previous one ran. It also writes the drops of the held claims a batch
+// settled to the claim journal (when there is one), in one write after its
+// transaction, and runs the journal's checkpoints.
 type committer struct {
 	db    *bolt.DB
 	delay time.Duration
@@ -795,8 +805,7 @@ type request struct {
 	// checkpoints was read (it may have written the claim being dropped).
 	ifCheckpointed func(*bolt.Tx) error
 	checkpoints    int64
-	pre            []byte // journal entry written before the commit
-	post           []byte // journal entry written after it succeeded
+	post           []byte // journal entry written after the commit succeeded
 	// drop, when set, is forgotten from its slot once the write succeeded,
 	// before the reply: a checkpoint never sees a claim already settled.
 	drop     *slot
@@ -837,6 +846,17 @@ func (c *committer) send(r *request) error {
 	return <-r.done
 }
 
+func (c *committer) isClosed() bool { return c.closed.Load() }
+
+// nudge wakes the committer with nothing queued: it checks whether the
+// journal is due for a checkpoint.
+func (c *committer) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
 // close refuses new writes, lets the queued ones commit, and waits for the
 // committer to stop.
 func (c *committer) close() {
@@ -866,6 +886,9 @@ func (c *committer) run() {
 				if closed {
 					return
 				}
+				if c.j != nil && c.j.due() {
+					_ = c.check() // retried after the next batch if it failed
+				}
 				break
 			}
 			c.process(batch)
@@ -874,27 +897,10 @@ func (c *committer) run() {
 	}
 }
 
-// process runs one batch: the journal entries of its claims, its
-// transaction, the journal entries of what it settled, then a checkpoint
-// when the journal is over its size or a journal write failed.
+// process runs one batch: its transaction, the journal entries of the held
+// claims it settled, then a checkpoint when the journal is over its size or
+// a journal write failed.
 func (c *committer) process(batch []*request) {
-	var buf []byte
-	failed := false
-	if c.j != nil {
-		for _, r := range batch {
-			buf = append(buf, r.pre...)
-		}
-		if len(buf) > 0 {
-			if err := c.j.append(buf); err != nil {
-				failed = true
-				for _, r := range batch {
-					if r.pre != nil {
-						r.err = fmt.Errorf("boltstore: claim journal: %v: %w", err, store.ErrUnavailable)
-					}
-				}
-			}
-		}
-	}
 	var txs []*request
 	for _, r := range batch {
 		if r.fn == nil && r.ifCheckpointed != nil && c.rotations.Load() != r.checkpoints {
@@ -907,7 +913,8 @@ func (c *committer) process(batch []*request) {
 	if len(txs) > 0 {
 		c.commit(txs)
 	}
-	buf = buf[:0]
+	var buf []byte
+	failed := false
 	for _, r := range batch {
 		if r.err == nil {
 			buf = append(buf, r.post...)
@@ -921,7 +928,7 @@ func (c *committer) process(batch []*request) {
 			failed = true
 		}
 	}
-	if c.j != nil && (failed || c.j.size > c.j.max) {
+	if c.j != nil && (failed || c.j.due()) {
 		// A failed write may have left a torn entry that would hide every
 		// later one, or a drop unwritten: start the journal afresh.
 		if err := c.check(); err != nil && failed {

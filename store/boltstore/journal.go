@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"os"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -79,24 +80,97 @@ func parseJournal(b []byte) map[string]*store.Record {
 	return last
 }
 
-// journal is the open claim journal, written by the committer only.
+// journal is the open claim journal. Appends are grouped: the first
+// caller to find no write under way writes everything queued so far with
+// one write(2) while the others wait for it; a checkpoint (run by the
+// committer) holds the journal, so no append interleaves with it.
 type journal struct {
-	f    *os.File
-	size int64
-	max  int64
+	f   *os.File
+	max int64
+
+	mu       sync.Mutex
+	cond     sync.Cond // on mu: a write finished
+	buf      []byte    // queued for the next write
+	next     uint64    // the group buf belongs to
+	written  uint64    // groups written (or failed) so far
+	writing  bool      // a write or a checkpoint is under way
+	size     int64
+	failed   uint64 // the last group whose write failed (0: none)
+	failErr  error
+	needsCut bool // a write failed: the journal may hold a torn entry
 }
 
+func newJournal(f *os.File, max int64) *journal {
+	j := &journal{f: f, max: max, next: 1}
+	j.cond.L = &j.mu
+	return j
+}
+
+// append writes b (whole entries) to the journal, grouped with the
+// appends queued meanwhile, and returns when the write returned.
 func (j *journal) append(b []byte) error {
-	n, err := j.f.Write(b)
-	j.size += int64(n)
-	return err
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.buf = append(j.buf, b...)
+	my := j.next
+	for j.written < my {
+		if j.writing {
+			j.cond.Wait()
+			continue
+		}
+		j.writing = true
+		buf, group := j.buf, j.next
+		j.buf, j.next = nil, j.next+1
+		j.mu.Unlock()
+		n, err := j.f.Write(buf)
+		j.mu.Lock()
+		j.size += int64(n)
+		if err != nil {
+			j.failed, j.failErr, j.needsCut = group, err, true
+		}
+		j.written, j.writing = group, false
+		j.cond.Broadcast()
+	}
+	if j.failed == my {
+		return j.failErr
+	}
+	return nil
 }
 
+// due reports whether a checkpoint is due: the journal is over its size,
+// or a write failed (it may have left a torn entry hiding every later one,
+// or a drop unwritten).
+func (j *journal) due() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.needsCut || j.size > j.max
+}
+
+// hold waits for the write under way and keeps appends out until the
+// returned function is called.
+func (j *journal) hold() (release func()) {
+	j.mu.Lock()
+	for j.writing {
+		j.cond.Wait()
+	}
+	j.writing = true
+	j.mu.Unlock()
+	return func() {
+		j.mu.Lock()
+		j.writing = false
+		j.cond.Broadcast()
+		j.mu.Unlock()
+	}
+}
+
+// truncate empties the journal; the caller holds it (or is Close).
 func (j *journal) truncate() error {
 	if err := j.f.Truncate(0); err != nil {
 		return err
 	}
-	j.size = 0
+	j.mu.Lock()
+	j.size, j.needsCut = 0, false
+	j.mu.Unlock()
 	return nil
 }
 
@@ -149,8 +223,10 @@ func (s *Store) restore(path string) (int, error) {
 
 // checkpoint writes every held claim into the file where it is newer than
 // the file's record (one synced commit) and empties the journal. The
-// committer runs it between batches, so no journal write interleaves.
+// committer runs it between batches, holding the journal, so no other
+// write interleaves.
 func (s *Store) checkpoint() error {
+	defer s.commits.j.hold()()
 	var held []*store.Record
 	s.mu.Lock()
 	for _, sl := range s.slots {

@@ -248,19 +248,24 @@ func TestClaimJournalCheckpoint(t *testing.T) {
 		}
 		return fi.Size()
 	}
-	checkpointed := false
-	for i := 0; !checkpointed; i++ {
-		if i == 100 {
-			t.Fatal("no checkpoint after 100 claims")
-		}
-		before := size()
+	for i := range 20 { // about 1,700 bytes of journal
 		if _, err := s.Claim(ctx, localClaim(fmt.Sprintf("k%02d", i), now)); err != nil {
 			t.Fatal(err)
 		}
-		checkpointed = size() < before
 	}
-	if commits, _ := s.CommitStats(); commits != 0 {
-		t.Fatalf("%d commits counted for a checkpoint", commits)
+	// The committer checkpoints when a Claim takes the journal over its
+	// size, and after a batch before it replies: once a commit returned,
+	// the journal is within its size.
+	begun := localClaim("begun", now)
+	begun.Local = false
+	if _, err := s.Claim(ctx, begun); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n > 400 {
+		t.Fatalf("the journal holds %d bytes after a commit, over its 400", n)
+	}
+	if commits, _ := s.CommitStats(); commits != 1 {
+		t.Fatalf("%d commits counted, want the one of begun", commits)
 	}
 	// The file alone (no journal) has the held claims.
 	c := reopen(t, copyFile(t, s.Path()), &boltstore.Config{SweepInterval: -1})
