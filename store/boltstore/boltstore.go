@@ -29,12 +29,13 @@
 // # The claim journal
 //
 // The journal is an append-only file beside the store's (its path plus
-// ".claims"). The committer appends the held claims of a batch with one
-// write(2), not fsynced, before their Claim calls return; an entry is its
-// length, its CRC-32C and the claim's record. When a held claim is
-// settled, released, deleted or forgotten by the sweeper, a drop entry
-// for its key follows its commit, so that a key let go of is never
-// brought back. Open replays the journal (the last entry of a key wins),
+// ".claims"). A held claim is appended with write(2), not fsynced, before
+// its Claim returns; appends are grouped (the first caller that finds no
+// write under way writes every entry queued, so claims made together share
+// one write). An entry is its length, its CRC-32C and the claim's record.
+// When a held claim is settled, released, deleted or forgotten by the
+// sweeper, the committer appends a drop entry for its key after the
+// commit, so that a key let go of is never brought back. Open replays the journal (the last entry of a key wins),
 // restores each claim as an IN_PROGRESS record in the file (one synced
 // commit) unless the file has a later state of the key (a record of the
 // claim's fence or a higher one: the claim settled, extended, or taken
