@@ -56,13 +56,14 @@ func measured(b *testing.B, fn func()) {
 	b.ReportMetric((cpuTime()-t0)/float64(b.N), "cpu-µs/op")
 }
 
-// BenchmarkNewCall: "default" writes every claim; "held" is
-// Config.HoldLocalClaims (a Do's claim kept in memory).
+// BenchmarkNewCall: "default" holds a Do's claim in memory and appends it
+// to the claim journal (unsynced); "synced" is Config.SyncEveryClaim (every
+// claim written and synced).
 func BenchmarkNewCall(b *testing.B) {
-	for _, mode := range []string{"default", "held"} {
+	for _, mode := range []string{"default", "synced"} {
 		for _, c := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/c=%d", mode, c), func(b *testing.B) {
-				s, e := benchStore(b, &boltstore.Config{HoldLocalClaims: mode == "held"})
+				s, e := benchStore(b, &boltstore.Config{SyncEveryClaim: mode == "synced"})
 				measured(b, func() { benchkit.NewCalls(b, e, c) })
 				commits, writes := s.CommitStats()
 				b.ReportMetric(float64(writes)/float64(commits), "writes/commit")

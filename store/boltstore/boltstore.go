@@ -13,25 +13,51 @@
 // a damaged one fails closed with idem.ErrCorrupt, never a replay of
 // garbage.
 //
-// One exception is optional: with Config.HoldLocalClaims, a claim made by
-// Do (a claim with [store.ClaimParams.Local] set: its holder is this
-// process) is kept in memory, not written to the file, and so costs no
-// commit: a new call writes the file once, when its outcome is stored.
-// Every later write of that claim — its Complete or Fail, an Extend (a
-// lease renewal, a hand-off), a Release that must delete an older record
-// the claim replaced — goes to the file with fdatasync before it returns,
-// and from then on the claim is as durable as any other record (a Release
-// of a claim over nothing has nothing to write). Claims made through Begin
-// (tokens handed to work elsewhere) are written and synced at once. It is
-// off by default because of what it gives up after a crash, below.
+// One exception, the default: a claim made by Do (a claim with
+// [store.ClaimParams.Local] set: its holder is this process) is held in
+// memory and appended to the claim journal, not written to the file, and
+// so costs no commit: a new call writes the file once, when its outcome is
+// stored. Every later write of that claim — its Complete or Fail, an
+// Extend (a lease renewal, a hand-off), a Release — goes to the file with
+// fdatasync before it returns, and from then on the claim is as durable as
+// any other record (a Release of a claim over nothing has nothing to
+// write). Claims made through Begin (tokens handed to work elsewhere) are
+// written and synced at once. Config.SyncEveryClaim turns the exception
+// off: every claim written and synced, two commits per new call, about
+// half the new calls per second under load.
+//
+// # The claim journal
+//
+// The journal is an append-only file beside the store's (its path plus
+// ".claims"). A held claim is appended with write(2), not fsynced, before
+// its Claim returns; appends are grouped (the first caller that finds no
+// write under way writes every entry queued, so claims made together share
+// one write). An entry is its length, its CRC-32C and the claim's record.
+// When a held claim is settled, released, deleted or forgotten by the
+// sweeper, the committer appends a drop entry for its key after the
+// commit, so that a key let go of is never brought back. Open replays the journal (the last entry of a key wins),
+// restores each claim as an IN_PROGRESS record in the file (one synced
+// commit) unless the file has a later state of the key (a record of the
+// claim's fence or a higher one: the claim settled, extended, or taken
+// over), then empties the journal; reading stops at the first entry that
+// is short or fails its CRC. Close writes the held claims to the file and
+// empties the journal. Past Config.ClaimJournalMaxBytes (64 MiB) the
+// committer writes every held claim into the file (one synced commit,
+// between two batches, so no other write interleaves) and empties it.
 //
 // # Power loss and crashes
 //
-// By default a crash of the process or of the machine (power loss, kernel
-// panic) takes away nothing: the file holds only fsynced bbolt commits
-// (first point below). With HoldLocalClaims, what it can take away is
-// exactly the Local claims whose calls were still running: nothing that
-// any call was told had been stored.
+// A crash of the process (SIGKILL, a panic, the OOM killer) takes away
+// nothing: the file holds every fsynced commit, and the journal's writes
+// returned before the claims they carry were acknowledged, so they are in
+// the kernel's page cache, which outlives the process. The next Open
+// finds the crashed calls' claims IN_PROGRESS: their keys are held off
+// until their leases end and are listed as stuck (idemctl list --stuck),
+// as on every other store. A crash of the machine (power loss, kernel
+// panic) can take the journal's unsynced tail, and so the Local claims of
+// the calls that were running; nothing any call was told had been
+// stored, because every outcome is fsynced. With SyncEveryClaim it takes
+// nothing.
 //
 //   - The file holds only fsynced bbolt commits. bbolt writes a commit's
 //     pages, fdatasyncs, then writes the checksummed meta page and
@@ -40,8 +66,15 @@
 //     checksum holds, the last commit that completed. (The freelist is not
 //     written, bbolt's NoFreelistSync as etcd runs it: it is rebuilt from
 //     the tree on open, so there is no freelist to tear.)
-//   - A Local claim lost with the process is lost with its holder: the
-//     operation that held it was running in the process that died. The key
+//   - A journal torn by power loss (a short entry, garbage, zeros) is read
+//     up to its first bad entry; the claims after it are lost. A journal
+//     claim is restored only over an absent record or one of a lower
+//     fence, so a stale journal can never write over a later state that
+//     the file synced; a dropped claim lost with the tail is restored
+//     only where the file has nothing later, as a claim IN_PROGRESS that
+//     expires with its lease.
+//   - A Local claim lost with the machine is lost with its holder: the
+//     operation that held it was running in the machine that died. The key
 //     is then as it was before the claim: absent, or the expired or
 //     abandoned record the claim had replaced. This is a claim released
 //     (store.Store.Release): the next call claims the key afresh and runs
@@ -52,21 +85,11 @@
 //     unique to its engine instance, the successor's claim has another
 //     owner (at fence 1 again when the key was absent), and every fenced
 //     write checks both fence and owner (see store.Store.Complete). And it
-//     cannot try: it died with the process.
-//   - Close writes the Local claims still held into the file (one synced
-//     commit), so a clean shutdown keeps them, as every other store does: a
-//     process that opens the file again sees them IN_PROGRESS until their
-//     lease ends.
-//
-// So with HoldLocalClaims, after a crash (unlike after a clean shutdown) a
-// call that was in flight leaves no IN_PROGRESS record behind to hold its
-// duplicates off or to be listed as stuck. Keeping that record across a
-// process crash without an fsync would take a claim journal beside the
-// file (appended without sync, replayed on open); see docs/benchmarks.md.
+//     cannot try: it died with the machine.
 //
 // # Caveats
 //
-//   - Single process: bbolt locks the file. A second process opening it
+//   - Single process: bbolt locks the file (and so its journal). A second process opening it
 //     waits Config.LockTimeout and then fails with [ErrLocked]; it never
 //     hangs. Processes on several machines need a shared store (DynamoDB,
 //     Redis, PostgreSQL).
@@ -129,16 +152,19 @@ type Config struct {
 	MaxBatchDelay time.Duration
 	// Clock drives the sweeper. Default idem.SystemClock.
 	Clock idem.Clock
-	// HoldLocalClaims keeps the claims that Do makes
-	// ([store.ClaimParams.Local]) in memory instead of writing and syncing
-	// them, so that a new call writes the file once (about twice the new
-	// calls per second under load; see the package doc). The price: a
-	// call in flight when the process crashes leaves no IN_PROGRESS record
-	// behind, so its key is free at once and no stuck record is there to
-	// list (`idemctl list --stuck`, the monitor). Default false: every
-	// claim is written and synced, and a crashed call's key stays held
-	// until its lease ends, as on every other store.
-	HoldLocalClaims bool
+	// SyncEveryClaim writes every claim to the file with fdatasync before
+	// Claim returns, a Do's claims ([store.ClaimParams.Local]) included: two
+	// synced commits per new call, and no claim journal. Default false: a
+	// Do's claim is held in memory and appended, unsynced, to the claim
+	// journal beside the file, so a new call writes the file once (about
+	// twice the new calls per second under load) and the claim still
+	// outlives a crash of the process; only power loss or an OS crash can
+	// take it, with its holder (see the package doc).
+	SyncEveryClaim bool
+	// ClaimJournalMaxBytes is the size past which the committer writes the
+	// held claims into the file (one synced commit) and empties the claim
+	// journal. Default 64 MiB.
+	ClaimJournalMaxBytes int64
 }
 
 // Store is an [idem.Store] in one bbolt file. It also implements
@@ -201,6 +227,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 	if c.Clock == nil {
 		c.Clock = idem.SystemClock{}
 	}
+	if c.ClaimJournalMaxBytes <= 0 {
+		c.ClaimJournalMaxBytes = 64 << 20
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
@@ -226,6 +255,22 @@ func Open(path string, cfg *Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: create bucket %q: %w", c.Bucket, err)
 	}
+	// Claims a crashed process held come back from the journal (whatever
+	// the mode now: the last run may have held claims).
+	jpath := journalPath(path)
+	if _, err := s.restore(jpath); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if !c.SyncEveryClaim {
+		f, err := os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("boltstore: open claim journal: %w", err)
+		}
+		s.commits.j = newJournal(f, c.ClaimJournalMaxBytes)
+		s.commits.check = s.checkpoint
+	}
 	s.commits.start(db, c.MaxBatchDelay)
 	if c.SweepInterval > 0 {
 		go store.Every(s.stop, s.done, s.cfg.Clock.After, s.cfg.SweepInterval, func() {
@@ -240,9 +285,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 // Path returns the file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
-// Close stops the sweeper, writes the Local claims still held in memory to
-// the file (one synced commit, so that a clean shutdown keeps them), stops
-// the committer and closes the file. Calls still running when Close is
+// Close stops the sweeper, stops the committer, writes the Local claims
+// still held in memory to the file (one synced commit, so that a clean
+// shutdown keeps them), empties the claim journal and closes the file. Calls still running when Close is
 // called fail with idem.ErrUnavailable.
 func (s *Store) Close() error {
 	first := false
@@ -252,6 +297,10 @@ func (s *Store) Close() error {
 		return s.db.Close() // bbolt: a second Close is a no-op
 	}
 	s.commits.close()
+	if j := s.commits.j; j != nil {
+		// Appends under way finish first; later ones fail on the closed file.
+		defer j.hold()()
+	}
 	var held []*store.Record
 	s.mu.Lock()
 	for _, sl := range s.slots {
@@ -273,6 +322,15 @@ func (s *Store) Close() error {
 		if err != nil {
 			err = fmt.Errorf("boltstore: writing %d held claims on close: %w", len(held), err)
 		}
+	}
+	if j := s.commits.j; j != nil {
+		if err == nil {
+			// The file has every held claim: the journal holds nothing more.
+			if terr := j.truncate(); terr != nil {
+				err = fmt.Errorf("boltstore: truncate claim journal: %w", terr)
+			}
+		}
+		err = errors.Join(err, j.f.Close())
 	}
 	return errors.Join(err, s.db.Close())
 }
@@ -412,17 +470,31 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if w == nil {
 		return res, nil
 	}
-	if p.Local && s.cfg.HoldLocalClaims {
+	if p.Local && !s.cfg.SyncEveryClaim {
+		// Held before its journal entry is written: a checkpoint between
+		// the two writes it to the file, never misses it.
 		if s.commits.isClosed() {
 			return store.ClaimResult{}, errClosed
 		}
-		sl.held.Store(w)
+		prev := sl.held.Swap(w)
+		if err := s.commits.j.append(claimEntry(w)); err != nil {
+			sl.held.Store(prev)
+			return store.ClaimResult{}, fmt.Errorf("boltstore: claim journal: %v: %w", err, store.ErrUnavailable)
+		}
+		if s.commits.j.due() {
+			s.commits.nudge()
+		}
 		return res, nil
 	}
-	if err := s.commit(ctx, p.Key, w); err != nil {
-		return store.ClaimResult{}, err
+	v := store.MarshalRecord(w)
+	r := &request{fn: func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Put([]byte(p.Key), v) }}
+	if h := sl.held.Load(); h != nil {
+		// The file's record replaces a held claim it took over.
+		r.post, r.drop, r.dropping = dropEntry(p.Key), sl, h
 	}
-	sl.held.Store(nil) // the file's record replaces a held claim it took over
+	if err := s.commits.send(r); err != nil {
+		return store.ClaimResult{}, translate(err)
+	}
 	return res, nil
 }
 
@@ -442,25 +514,40 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner stri
 	if err := store.CheckFence(r, key, fence, owner, from, now); err != nil {
 		return err
 	}
-	if change(r) {
-		r = nil
-		if sl.held.Load() != nil {
-			// A held claim may stand in front of an older record in the
-			// file (the expired or abandoned one it replaced): delete that
-			// too, or the release would bring it back.
-			if below, err := s.inFile(key); err != nil || !below {
-				if err == nil {
-					sl.held.Store(nil) // nothing in the file: nothing to sync
-				}
-				return err
-			}
+	del := change(r)
+	h := sl.held.Load()
+	if h == nil {
+		if del {
+			r = nil
+		}
+		return s.commit(ctx, key, r)
+	}
+	// Settling a held claim: the write, then its drop in the journal.
+	req := &request{post: dropEntry(key), drop: sl, dropping: h}
+	if !del {
+		v := store.MarshalRecord(r)
+		req.fn = func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Put([]byte(key), v) }
+	} else {
+		// A held claim may stand in front of an older record in the file
+		// (the expired or abandoned one it replaced): delete that too, or
+		// the release would bring it back. Over nothing, there is nothing
+		// to commit, unless a checkpoint wrote the claim meanwhile.
+		req.checkpoints = s.commits.rotations.Load()
+		below, err := s.inFile(key)
+		if err != nil {
+			return err
+		}
+		rm := func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Delete([]byte(key)) }
+		if below {
+			req.fn = rm
+		} else {
+			req.ifCheckpointed = rm
 		}
 	}
-	if err := s.commit(ctx, key, r); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sl.held.Store(nil)
-	return nil
+	return translate(s.commits.send(req))
 }
 
 // inFile reports whether the file has a record under key.
@@ -602,21 +689,26 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	sl := s.lock(key)
 	defer s.unlock(key, sl)
-	held := sl.held.Load() != nil
+	h := sl.held.Load()
+	checkpoints := s.commits.rotations.Load()
 	found, err := s.inFile(key)
 	if err != nil {
 		return err
 	}
-	if found {
-		if err := s.commit(ctx, key, nil); err != nil {
-			return err
+	if h == nil {
+		if !found {
+			return store.ErrNotFound
 		}
+		return s.commit(ctx, key, nil)
 	}
-	sl.held.Store(nil)
-	if !found && !held {
-		return store.ErrNotFound
+	rm := func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Delete([]byte(key)) }
+	req := &request{post: dropEntry(key), drop: sl, dropping: h, checkpoints: checkpoints}
+	if found {
+		req.fn = rm
+	} else {
+		req.ifCheckpointed = rm
 	}
-	return nil
+	return translate(s.commits.send(req))
 }
 
 // Sweep deletes records expired at now (ms), SweepBatch per transaction,
@@ -675,7 +767,11 @@ func (s *Store) sweepHeld(now int64) int {
 	for _, k := range keys {
 		sl := s.lock(k)
 		if r := sl.held.Load(); r != nil && r.Expired(now) {
-			sl.held.Store(nil)
+			// Its drop in the journal, so that a crash does not bring it back
+			// (expired, but over the record it had replaced).
+			if s.commits.send(&request{post: dropEntry(k), drop: sl, dropping: r}) != nil {
+				sl.held.Store(nil) // closed: the journal is no more
+			}
 			n++
 		}
 		s.unlock(k, sl)
@@ -685,10 +781,14 @@ func (s *Store) sweepHeld(now int64) int {
 
 // committer group-commits writes: one goroutine runs bbolt write
 // transactions back to back, each with every write queued while the
-// previous one ran.
+// previous one ran. It also writes the drops of the held claims a batch
+// settled to the claim journal (when there is one), in one write after its
+// transaction, and runs the journal's checkpoints.
 type committer struct {
 	db    *bolt.DB
 	delay time.Duration
+	j     *journal     // nil: no Local claim is held
+	check func() error // writes the held claims to the file and empties j
 
 	mu      sync.Mutex
 	queue   []*request
@@ -697,11 +797,22 @@ type committer struct {
 	stopped chan struct{}
 
 	commits, writes atomic.Int64 // for tests and benchmarks
+	rotations       atomic.Int64 // checkpoints run: see request.ifCheckpointed
 }
 
 type request struct {
-	fn   func(*bolt.Tx) error
-	done chan error
+	fn func(*bolt.Tx) error // the write to commit, nil for none
+	// ifCheckpointed replaces a nil fn when a checkpoint ran since
+	// checkpoints was read (it may have written the claim being dropped).
+	ifCheckpointed func(*bolt.Tx) error
+	checkpoints    int64
+	post           []byte // journal entry written after the commit succeeded
+	// drop, when set, is forgotten from its slot once the write succeeded,
+	// before the reply: a checkpoint never sees a claim already settled.
+	drop     *slot
+	dropping *store.Record
+	err      error
+	done     chan error
 }
 
 func (c *committer) start(db *bolt.DB, delay time.Duration) {
@@ -714,9 +825,14 @@ func (c *committer) start(db *bolt.DB, delay time.Duration) {
 // may run more than once (alone, after a batch failed), so it must set its
 // results afresh each time.
 func (c *committer) do(fn func(*bolt.Tx) error) error {
+	return c.send(&request{fn: fn})
+}
+
+// send queues r and returns its outcome.
+func (c *committer) send(r *request) error {
 	// Not pooled: a channel made inside a synctest bubble must not be
 	// used outside it.
-	r := &request{fn: fn, done: make(chan error, 1)}
+	r.done = make(chan error, 1)
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
@@ -732,6 +848,15 @@ func (c *committer) do(fn func(*bolt.Tx) error) error {
 }
 
 func (c *committer) isClosed() bool { return c.closed.Load() }
+
+// nudge wakes the committer with nothing queued: it checks whether the
+// journal is due for a checkpoint.
+func (c *committer) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
 
 // close refuses new writes, lets the queued ones commit, and waits for the
 // committer to stop.
@@ -762,11 +887,61 @@ func (c *committer) run() {
 				if closed {
 					return
 				}
+				if c.j != nil && c.j.due() {
+					_ = c.check() // retried after the next batch if it failed
+				}
 				break
 			}
-			c.commit(batch)
+			c.process(batch)
 			clear(batch)
 		}
+	}
+}
+
+// process runs one batch: its transaction, the journal entries of the held
+// claims it settled, then a checkpoint when the journal is over its size or
+// a journal write failed.
+func (c *committer) process(batch []*request) {
+	var txs []*request
+	for _, r := range batch {
+		if r.fn == nil && r.ifCheckpointed != nil && c.rotations.Load() != r.checkpoints {
+			r.fn = r.ifCheckpointed
+		}
+		if r.err == nil && r.fn != nil {
+			txs = append(txs, r)
+		}
+	}
+	if len(txs) > 0 {
+		c.commit(txs)
+	}
+	var buf []byte
+	failed := false
+	for _, r := range batch {
+		if r.err == nil {
+			buf = append(buf, r.post...)
+			if r.drop != nil {
+				r.drop.held.CompareAndSwap(r.dropping, nil)
+			}
+		}
+	}
+	if c.j != nil && len(buf) > 0 {
+		if err := c.j.append(buf); err != nil {
+			failed = true
+		}
+	}
+	if c.j != nil && (failed || c.j.due()) {
+		// A failed write may have left a torn entry that would hide every
+		// later one, or a drop unwritten: start the journal afresh.
+		if err := c.check(); err != nil && failed {
+			for _, r := range batch {
+				if r.err == nil && r.post != nil {
+					r.err = fmt.Errorf("boltstore: claim journal: %v: %w", err, store.ErrUnavailable)
+				}
+			}
+		}
+	}
+	for _, r := range batch {
+		r.done <- r.err
 	}
 }
 
@@ -785,11 +960,11 @@ func (c *committer) commit(batch []*request) {
 	})
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
-			r.done <- err
+			r.err = err
 		}
 		return
 	}
 	for _, r := range batch {
-		r.done <- c.db.Update(r.fn)
+		r.err = c.db.Update(r.fn)
 	}
 }

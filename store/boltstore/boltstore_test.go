@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		crashChild()
 		return
 	}
+	if os.Getenv("IDEM_JOURNAL_CHILD") != "" {
+		journalChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -68,7 +72,24 @@ func (s localClaims) Claim(ctx context.Context, p store.ClaimParams) (store.Clai
 
 func TestConformanceLocalClaims(t *testing.T) {
 	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
-		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit, HoldLocalClaims: true})}
+		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit})}
+	})
+}
+
+// TestConformanceLocalClaimsSynced: the same with SyncEveryClaim, every
+// claim written and synced.
+func TestConformanceLocalClaimsSynced(t *testing.T) {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
+		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit, SyncEveryClaim: true})}
+	})
+}
+
+// TestConformanceLocalClaimsCheckpointing: the same with a journal so small
+// that the committer checkpoints the held claims after every batch,
+// racing every operation of the suite.
+func TestConformanceLocalClaimsCheckpointing(t *testing.T) {
+	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
+		return localClaims{open(t, &boltstore.Config{MaxResultBytes: limit, ClaimJournalMaxBytes: 1})}
 	})
 }
 
@@ -95,7 +116,7 @@ func copyFile(t *testing.T, from string) string {
 // has, and the file has only synced commits.
 func TestLocalClaimsNeverReachTheFile(t *testing.T) {
 	t.Parallel()
-	s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+	s := open(t, &boltstore.Config{SweepInterval: -1})
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	claim := func(key string, local bool) store.ClaimResult {
@@ -136,11 +157,11 @@ func TestLocalClaimsNeverReachTheFile(t *testing.T) {
 	}
 }
 
-// TestLocalClaimsAreWrittenByDefault: without HoldLocalClaims a Do's
+// TestLocalClaimsAreWrittenWithSyncEveryClaim: with SyncEveryClaim a Do's
 // claim is in the file when Claim returns, as every other claim.
-func TestLocalClaimsAreWrittenByDefault(t *testing.T) {
+func TestLocalClaimsAreWrittenWithSyncEveryClaim(t *testing.T) {
 	t.Parallel()
-	s := open(t, &boltstore.Config{SweepInterval: -1})
+	s := open(t, &boltstore.Config{SweepInterval: -1, SyncEveryClaim: true})
 	now := time.Now().UnixMilli()
 	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "k", Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000, Local: true}); err != nil {
 		t.Fatal(err)
@@ -183,7 +204,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("an extend writes it to the file", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		s := open(t, &boltstore.Config{SweepInterval: -1})
 		res, err := s.Claim(ctx, p("k"))
 		if err != nil {
 			t.Fatal(err)
@@ -199,7 +220,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("a release of a claim over nothing costs no commit", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		s := open(t, &boltstore.Config{SweepInterval: -1})
 		if _, err := s.Claim(ctx, p("k")); err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +237,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("a release deletes the record the claim replaced", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		s := open(t, &boltstore.Config{SweepInterval: -1})
 		old := p("k")
 		old.Local, old.Owner, old.ExpiresAt = false, "old", now+10
 		if _, err := s.Claim(ctx, old); err != nil {
@@ -242,7 +263,7 @@ func TestHeldClaims(t *testing.T) {
 	t.Run("close writes it to the file", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "idem.db")
-		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +293,7 @@ func TestHeldClaims(t *testing.T) {
 
 	t.Run("the sweeper forgets an expired one", func(t *testing.T) {
 		t.Parallel()
-		s := open(t, &boltstore.Config{SweepInterval: -1, HoldLocalClaims: true})
+		s := open(t, &boltstore.Config{SweepInterval: -1})
 		c := p("k")
 		c.ExpiresAt = now + 10
 		if _, err := s.Claim(ctx, c); err != nil {
@@ -394,13 +415,13 @@ func TestSweeperDeletesExpiredAndStopsOnClose(t *testing.T) {
 
 // crashChild claims and completes keys as fast as it can, printing "ack N"
 // after each Complete returned, until it is killed. Even keys are claimed
-// as Do claims them (Local: held in memory, never synced), odd keys as
-// Begin does (written and synced); with IDEM_CRASH_HOLD the store holds
-// Local claims in memory.
+// as Do claims them (Local: held in memory and journaled, never synced),
+// odd keys as Begin does (written and synced); with IDEM_CRASH_SYNC the
+// store writes and syncs Local claims too (SyncEveryClaim).
 func crashChild() {
 	path := os.Getenv("IDEM_CRASH_CHILD")
 	start, _ := strconv.Atoi(os.Getenv("IDEM_CRASH_START"))
-	s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, LockTimeout: 10 * time.Second, HoldLocalClaims: os.Getenv("IDEM_CRASH_HOLD") != ""})
+	s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: -1, LockTimeout: 10 * time.Second, SyncEveryClaim: os.Getenv("IDEM_CRASH_SYNC") != ""})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(3)
@@ -415,6 +436,8 @@ func crashChild() {
 			fmt.Println("claim:", key, err, res.Acquired)
 			os.Exit(4)
 		}
+		fmt.Fprintf(w, "claim %d\n", i)
+		w.Flush()
 		if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
 			fmt.Println("complete:", err)
 			os.Exit(5)
@@ -430,25 +453,25 @@ func crashResult(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i), 1
 // TestCrashConsistency kills a writer with SIGKILL at random points, 200
 // times, and checks after each kill that the file opens, every
 // acknowledged COMPLETED record is there, intact, and the claim in flight
-// left nothing behind when it was Local (kept in memory, lost with its
-// holder) and at most its synced IN_PROGRESS record when it was not.
+// left at most its IN_PROGRESS record (synced, or journaled when Local).
 func TestCrashConsistency(t *testing.T) {
 	t.Parallel()
-	t.Run("claims written", func(t *testing.T) { t.Parallel(); crashConsistency(t, false) })
-	t.Run("Local claims held", func(t *testing.T) { t.Parallel(); crashConsistency(t, true) })
+	t.Run("claims written", func(t *testing.T) { t.Parallel(); crashConsistency(t, true) })
+	t.Run("Local claims held", func(t *testing.T) { t.Parallel(); crashConsistency(t, false) })
 }
 
-func crashConsistency(t *testing.T, hold bool) {
+func crashConsistency(t *testing.T, sync bool) {
 	const kills = 200
 	path := filepath.Join(t.TempDir(), "crash.db")
 	var ackedKeys []int // every key any child acknowledged
+	inFlight := 0       // kills with a claim acknowledged and not completed
 	next := 0           // where the next child starts
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range kills {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "IDEM_CRASH_CHILD="+path, "IDEM_CRASH_START="+strconv.Itoa(next))
-		if hold {
-			cmd.Env = append(cmd.Env, "IDEM_CRASH_HOLD=1")
+		if sync {
+			cmd.Env = append(cmd.Env, "IDEM_CRASH_SYNC=1")
 		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -459,12 +482,23 @@ func crashConsistency(t *testing.T, hold bool) {
 		}
 		sc := bufio.NewScanner(out)
 		want := 1 + rng.IntN(8) // kill right after the Nth ack, mid-way through later writes
-		last := -1
-		for sc.Scan() {
-			line := sc.Text()
-			n, err := strconv.Atoi(strings.TrimPrefix(line, "ack "))
+		last, claimed := -1, -1 // the last key acknowledged, claimed
+		parse := func(line string) (n int, ack bool) {
+			s, ack := strings.CutPrefix(line, "ack ")
+			if !ack {
+				s, _ = strings.CutPrefix(line, "claim ")
+			}
+			n, err := strconv.Atoi(s)
 			if err != nil {
 				t.Fatalf("round %d: child said %q", round, line)
+			}
+			return n, ack
+		}
+		for sc.Scan() {
+			n, ack := parse(sc.Text())
+			if !ack {
+				claimed = n
+				continue
 			}
 			last = n
 			if want--; want == 0 {
@@ -472,6 +506,11 @@ func crashConsistency(t *testing.T, hold bool) {
 			}
 		}
 		_ = cmd.Process.Signal(syscall.SIGKILL)
+		for sc.Scan() { // what the child said before it died
+			if n, ack := parse(sc.Text()); !ack {
+				claimed = n
+			}
+		}
 		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
 		if last < 0 {
@@ -493,6 +532,15 @@ func crashConsistency(t *testing.T, hold bool) {
 		for i := start; i <= last; i++ {
 			checkAcked(t, s, ctx, i)
 		}
+		if claimed > last {
+			// A claim whose Claim returned and whose Complete did not: the
+			// key is held off (or completed, if the Complete got through).
+			r, err := s.Get(ctx, crashKey(claimed))
+			if err != nil || r.Owner != "child" || r.Status != store.StatusInProgress && r.Status != store.StatusCompleted {
+				t.Fatalf("round %d: key %d, claimed when the child was killed: %v %+v", round, claimed, err, r)
+			}
+			inFlight++
+		}
 		for i := last + 1; i < next; i++ {
 			r, err := s.Get(ctx, crashKey(i))
 			switch {
@@ -500,7 +548,7 @@ func crashConsistency(t *testing.T, hold bool) {
 			case err != nil:
 				t.Fatalf("round %d: unacknowledged key %d: %v", round, i, err)
 			case r.Status == store.StatusCompleted && string(r.Result) == string(crashResult(i)):
-			case r.Status == store.StatusInProgress && (i%2 == 1 || !hold):
+			case r.Status == store.StatusInProgress && r.Owner == "child":
 			default:
 				t.Fatalf("round %d: unacknowledged key %d (Local %v) left %v with result %q", round, i, i%2 == 0, r.Status, r.Result)
 			}
@@ -541,8 +589,8 @@ func crashConsistency(t *testing.T, hold bool) {
 			t.Fatalf("completed record %s has result %q", r.Key, r.Result)
 		}
 	}
-	t.Logf("%d SIGKILLs, %d acknowledged completions all intact, %d completed records in the file",
-		kills, len(ackedKeys), len(page.Records))
+	t.Logf("%d SIGKILLs, %d acknowledged completions all intact, %d completed records in the file, %d claims in flight kept",
+		kills, len(ackedKeys), len(page.Records), inFlight)
 }
 
 // checkAcked fails the test unless acknowledged key i is COMPLETED with
