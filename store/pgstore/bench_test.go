@@ -104,8 +104,8 @@ func BenchmarkRaw(b *testing.B) {
 // raw statements in turn, round after round (IDEM_BENCH_ROUNDS, default
 // 3), so that both sides of a ratio share the machine's load; the last
 // line it logs is the median ratio per workload. Besides benchkit's
-// metrics each run reports its round trips and statements per call
-// (rt/op and stmt/op, counted by a pgx tracer; a batch is one round trip), the client process's CPU per call (client-µs/op, from
+// metrics each run reports its statements per call (rt/op, counted by a
+// pgx tracer), the client process's CPU per call (client-µs/op, from
 // getrusage) and the CPU per call of the PostgreSQL backends serving its
 // pool (server-µs/op, from /proc/<pid>/schedstat; only when the server
 // runs on this machine and /proc is readable).
@@ -255,13 +255,12 @@ func newMeteredStore(b *testing.B, conc int) *meteredStore {
 
 // run is benchkit.Run with the meters around it; it returns ops/s.
 func (m *meteredStore) run(b *testing.B, conc int, op func(i int) error) float64 {
-	stmts, trips, client, server := m.statements.n.Load(), m.statements.trips.Load(), clientCPU(), m.serverCPU()
+	stmts, client, server := m.statements.n.Load(), clientCPU(), m.serverCPU()
 	start := time.Now()
 	benchkit.Run(b, conc, op)
 	elapsed := time.Since(start)
 	n := float64(b.N)
-	b.ReportMetric(float64(m.statements.trips.Load()-trips)/n, "rt/op")
-	b.ReportMetric(float64(m.statements.n.Load()-stmts)/n, "stmt/op")
+	b.ReportMetric(float64(m.statements.n.Load()-stmts)/n, "rt/op")
 	b.ReportMetric(float64(clientCPU()-client)/n/1e3, "client-µs/op")
 	if s := m.serverCPU(); s >= 0 && server >= 0 {
 		b.ReportMetric(float64(s-server)/n/1e3, "server-µs/op")

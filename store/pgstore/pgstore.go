@@ -49,15 +49,13 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// DB is what the store needs of a connection pool; *pgxpool.Pool,
-// *pgx.Conn (single connection, not for concurrent use) and pgx.Tx have
-// it. SendBatch sends a claim's two first statements in one round trip.
+// DB is what the store needs of a connection pool; *pgxpool.Pool and
+// *pgx.Conn (single connection, not for concurrent use) have it.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Config configures a [Store]. A nil *Config means all defaults.
@@ -226,10 +224,12 @@ func newStatements(t string) statements {
 	}
 	return statements{
 		// A conflict takes no row lock, so a duplicate writes nothing and
-		// costs no commit flush. The existing row is read by get, queued
-		// behind it in the same round trip.
-		claim: "INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
-			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING",
+		// costs no commit flush. The existing row is read from the
+		// statement's snapshot.
+		claim: "WITH ins AS (INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
+			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING RETURNING " + columns + ") " +
+			"SELECT true, " + columns + " FROM ins UNION ALL " +
+			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
 		upsert:   claimUpsert(t),
 		complete: fenced("UPDATE " + t + " SET status = 2, result = $7, err_code = NULL, err_message = NULL, err_body = NULL, expires_at = $6, completed_at = $4"),
 		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $7, err_message = $8, err_body = $9, result = NULL, expires_at = $6, completed_at = $4"),
@@ -276,44 +276,50 @@ func claimUpsert(t string) string {
 		" RETURNING (cur.status = 1 AND cur.owner = $2 AND cur.fingerprint = $5), " + columns
 }
 
-// Claim implements [idem.Store]. It sends at most two round trips of
-// three statements and never loops on what it reads, so contention
-// cannot exhaust it: the last statement always decides.
+// Claim implements [idem.Store]. It sends at most three statements and
+// never loops on what it reads, so contention cannot exhaust it: the
+// last statement always decides.
 //
-// The first round trip is a pipeline (one pgx batch, one Sync) of two
-// plain statements: INSERT … ON CONFLICT DO NOTHING, then a SELECT of the
-// row. Both run in the implicit transaction the Sync closes, each on its
-// own snapshot (READ COMMITTED): the SELECT's is taken after the INSERT
-// finished, so it sees the conflicting row even when that row's inserting
-// transaction committed while the INSERT waited for it. A new key is
-// answered by the INSERT (the SELECT's row, the claim itself, is not
-// decoded: the store builds the record it just inserted). A conflict is
-// answered by the SELECT's row when that row is live and not claimable:
-// the answer (a conflict, or the same owner's retry) was true when the
-// snapshot was taken, within the call, and a duplicate writes nothing.
+// The first, INSERT … ON CONFLICT DO NOTHING, inserts a new claim, or
+// returns the conflicting row as of its snapshot without locking or
+// writing it. When that row is live and not claimable, the answer (a
+// conflict, or the same owner's retry) was true when the snapshot was
+// taken, within the call: a duplicate is one statement and writes
+// nothing. Two cases cannot be decided from the snapshot:
 //
-// When the row is claimable, a concurrent claim may already have
-// replaced it: a write conditional on the fence read would then change
-// nothing, and reading again and retrying can lose the same way every
-// round under contention. When the row is gone (deleted between the two
-// statements), there is nothing to answer from. Either way the last
-// statement is the upsert of claimUpsert, which decides on the row's
-// newest version under its lock. A retried claim answered by the upsert
-// reports as Takeover how it was first acquired.
+//   - The conflicting row is not in the snapshot: the transaction that
+//     inserted it committed after the statement began (the INSERT waited
+//     for it). The statement is sent once more; its new snapshot is taken
+//     after that commit, so it sees the row unless the row was deleted
+//     since. That is the common race of duplicates, and they still write
+//     nothing.
+//   - The row is claimable in the snapshot, but a concurrent claim may
+//     already have replaced it. A write conditional on the fence read
+//     would then change nothing, and reading again and retrying can lose
+//     the same way every round under contention: each read is outdated
+//     by the next takeover before the write arrives.
+//
+// Either way (or when the row is missing from the second snapshot too),
+// the last statement is the upsert of claimUpsert, which decides on the
+// row's newest version under its lock. A retried claim answered by the
+// upsert reports as Takeover how it was first acquired.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, store.RecordVersion}
-	rec, inserted, err := s.claimInsert(ctx, args)
-	if err != nil {
-		return store.ClaimResult{}, err
-	}
-	if inserted {
-		// The row is the new claim as sent: built here, not decoded.
-		res, _ := store.ApplyClaim(nil, p)
-		return res, nil
-	}
-	if rec != nil {
-		if res, write := store.ApplyClaim(rec, p); write == nil {
+	for range 2 {
+		rec, inserted, err := s.claimInsert(ctx, args)
+		if err != nil {
+			return store.ClaimResult{}, err
+		}
+		if inserted {
+			// The row is the new claim as sent: built here, not decoded.
+			res, _ := store.ApplyClaim(nil, p)
 			return res, nil
+		}
+		if rec != nil {
+			if res, write := store.ApplyClaim(rec, p); write == nil {
+				return res, nil
+			}
+			break
 		}
 	}
 	rec, acquired, takeover, err := s.claimRow(ctx, args)
@@ -331,27 +337,25 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	return store.ClaimResult{Acquired: true, Takeover: takeover, Record: rec}, nil
 }
 
-// claimInsert sends the claim's first round trip, the INSERT and the
-// SELECT in one batch: inserted, or the row the SELECT read (nil when it
-// read none).
+// claimInsert runs the claim's first statement: inserted, or the row it
+// met (nil when it returned none).
 func (s *Store) claimInsert(ctx context.Context, args []any) (rec *store.Record, inserted bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(s.sql.claim, args...)
-	b.Queue(s.sql.get, args[0])
-	br := s.db.SendBatch(ctx, b)
-	tag, err := br.Exec()
-	if err == nil {
-		if inserted = tag.RowsAffected() == 1; !inserted {
-			rec, _, err = scanRecord(br.QueryRow(), nil)
-			if errors.Is(err, pgx.ErrNoRows) {
-				rec, err = nil, nil
-			}
+	rows, err := s.db.Query(ctx, s.sql.claim, args...)
+	if err != nil {
+		return nil, false, s.translate("claim", args[0].(string), err)
+	}
+	if rows.Next() {
+		// The first column says which branch answered; an inserted row
+		// is not decoded (nil skips a column).
+		skip := make([]any, 17)
+		skip[0] = &inserted
+		if err = rows.Scan(skip...); err == nil && !inserted {
+			rec, _, err = scanRecord(rows, &inserted)
 		}
 	}
-	// Close reads the batch to its end: the implicit transaction's commit,
-	// which an inserted claim needs to have succeeded.
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
 	}
 	var ce *store.CorruptError
 	if errors.As(err, &ce) {

@@ -205,23 +205,14 @@ func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
 	}
 }
 
-// counter is a pgx tracer counting statements sent (n) and the round
-// trips that carried them (trips): a batch is one round trip.
-type counter struct{ n, trips atomic.Int64 }
+// counter is a pgx tracer counting statements sent.
+type counter struct{ n atomic.Int64 }
 
 func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
-	c.trips.Add(1)
 	return ctx
 }
 func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (c *counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.trips.Add(1)
-	return ctx
-}
-func (c *counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) { c.n.Add(1) }
-func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 func TestOneStatementPerOperation(t *testing.T) {
 	addr := hostPort(t)
@@ -246,17 +237,14 @@ func TestOneStatementPerOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A new call: the claim's batch (INSERT + SELECT) and the complete,
-	// 3 statements in 2 round trips; a duplicate: the claim's batch, 2
-	// statements in 1 round trip.
-	for i, want := range []struct{ n, trips int64 }{{3, 2}, {2, 1}} {
-		before, trips := cnt.n.Load(), cnt.trips.Load()
+	for i, want := range []int64{2, 1} { // new call: claim + complete; duplicate: claim
+		before := cnt.n.Load()
 		res, err := idem.Do(context.Background(), e, idem.Request{Operation: "s", Key: "k"}, func(context.Context) (int, error) { return 1, nil })
 		if err != nil || res.Replayed != (i == 1) {
 			t.Fatal(res, err)
 		}
-		if n, rt := cnt.n.Load()-before, cnt.trips.Load()-trips; n != want.n || rt != want.trips {
-			t.Errorf("call %d sent %d statements in %d round trips, want %d in %d", i, n, rt, want.n, want.trips)
+		if n := cnt.n.Load() - before; n != want {
+			t.Errorf("call %d sent %d statements, want %d", i, n, want)
 		}
 	}
 	// A refused write reads the row to explain the refusal: 2 statements.
@@ -408,10 +396,9 @@ func TestDamagedRowFailsClosed(t *testing.T) {
 	}
 }
 
-// interleaving is a DB that calls between(n) before the n-th round trip
+// interleaving is a DB that calls between(n) before the n-th statement
 // (from 0) sent through it, so a test can commit another process's write
-// in the gap between a claim's round trips; n counts them (a batch is
-// one).
+// in the gap between a claim's statements; n counts the statements.
 type interleaving struct {
 	pgstore.DB
 	n       int
@@ -422,12 +409,6 @@ func (d *interleaving) Query(ctx context.Context, sql string, args ...any) (pgx.
 	d.between(d.n)
 	d.n++
 	return d.DB.Query(ctx, sql, args...)
-}
-
-func (d *interleaving) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	d.between(d.n)
-	d.n++
-	return d.DB.SendBatch(ctx, b)
 }
 
 // racingStore returns a store on s's table whose statements go through an
@@ -444,14 +425,14 @@ func racingStore(t *testing.T, s *pgstore.Store, pool *pgxpool.Pool, between fun
 
 // A claim whose read of the row is outdated by the time it writes still
 // decides, on the row's newest version: here another process takes the
-// row over between the claim's two round trips. The claim used to retry
+// row over between the claim's two statements. The claim used to retry
 // on a fence it had read, lose the same race each round and fail with
 // ErrUnavailable after 8 statements.
 func TestClaimDecidesWhenTheRowChangesUnderIt(t *testing.T) {
 	const t0 = int64(1_000_000)
 	for _, c := range []struct {
 		name      string
-		lease     int64 // of the claims taken between the racer's round trips
+		lease     int64 // of the claims taken between the racer's statements
 		wantFence uint64
 		wantOwner string
 	}{
@@ -474,7 +455,7 @@ func TestClaimDecidesWhenTheRowChangesUnderIt(t *testing.T) {
 				if n >= 1 { // before every statement after the first read
 					now := t0 + 10 + int64(n)
 					if res := claim(s, fmt.Sprintf("other-%d", n), now, now+c.lease); !res.Takeover {
-						t.Fatalf("claim %d between the racer's round trips did not take over: %+v", n, res)
+						t.Fatalf("claim %d between the racer's statements did not take over: %+v", n, res)
 					}
 				}
 			})
@@ -486,65 +467,84 @@ func TestClaimDecidesWhenTheRowChangesUnderIt(t *testing.T) {
 				t.Errorf("row after the claim %+v, want %+v", got, res.Record)
 			}
 			if db.n != 2 {
-				t.Errorf("claim sent %d round trips, want 2", db.n)
+				t.Errorf("claim sent %d statements, want 2", db.n)
 			}
 		})
 	}
 }
 
-// A claim whose INSERT meets a row its snapshot cannot see (the inserting
-// transaction commits while the INSERT waits for it) answers from the
-// SELECT queued behind it in the same round trip: that statement's
-// snapshot is taken after the INSERT finished, so it sees the row. The
-// claim used to read once more in a second round trip (and, when it met
-// an uncommitted row again, send the upsert). The holder's row is
-// unchanged.
+// A claim whose first statement meets a row its snapshot cannot see (the
+// inserting transaction commits while the INSERT waits for it) reads once
+// more and answers from the row; if the row it meets then is again one
+// its snapshot cannot see, the upsert decides. Either way the holder's row
+// is unchanged.
 func TestClaimSeesARowCommittedDuringItsStatement(t *testing.T) {
 	const now = int64(1_000_000)
-	s, pool := newStore(t, pgstore.Config{})
-	ctx := context.Background()
-	table := s.Config().Table
-	// The holder's transaction inserts its row and commits once another
-	// session waits for it.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pid uint32
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version) VALUES ('k', 1, 1, 'holder', $1, $2, 'f', $3, $4)",
-		now+10_000, now+3_600_000, now, store.RecordVersion); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan struct{})
-	go func() {
-		defer close(committed)
-		for waited := false; !waited; {
-			if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
-				t.Error(err)
-				break
+	for _, c := range []struct {
+		name  string
+		twice bool
+		want  int // statements
+	}{
+		{"once: read again", false, 2},
+		{"twice: upsert", true, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, pool := newStore(t, pgstore.Config{})
+			ctx := context.Background()
+			table := s.Config().Table
+			// insert begins a transaction inserting the holder's row and
+			// commits it once another session waits for it.
+			insert := func(holder string) {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var pid uint32
+				if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version) VALUES ('k', 1, 1, $1, $2, $3, 'f', $4, $5)",
+					holder, now+10_000, now+3_600_000, now, store.RecordVersion); err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					for waited := false; !waited; {
+						if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
+							t.Error(err)
+							break
+						}
+					}
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
 			}
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	racer, db := racingStore(t, s, pool, func(int) {})
-	res, err := racer.Claim(ctx, store.ClaimParams{Key: "k", Owner: "racer", Fingerprint: "f", Now: now + 1, LeaseUntil: now + 10_001, ExpiresAt: now + 3_600_001})
-	<-committed
-	if err != nil || res.Acquired || res.Record == nil {
-		t.Fatalf("claim = %+v, %v; want a conflict", res, err)
-	}
-	got := mustGet(t, s, "k")
-	want := store.Record{Key: "k", Status: store.StatusInProgress, Fence: 1, Owner: "holder", LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000,
-		Fingerprint: "f", CreatedAt: now, Version: store.RecordVersion}
-	if !reflect.DeepEqual(*got, want) || !reflect.DeepEqual(*res.Record, want) {
-		t.Fatalf("claim answered %+v, row is %+v; want both %+v", res.Record, got, want)
-	}
-	if db.n != 1 {
-		t.Errorf("claim sent %d round trips, want 1", db.n)
+			racer, db := racingStore(t, s, pool, func(n int) {
+				if n == 1 && c.twice { // the row is replaced, uncommitted again
+					if _, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE key = 'k'"); err != nil {
+						t.Error(err)
+					}
+					insert("holder-2")
+				}
+			})
+			insert("holder")
+			res, err := racer.Claim(ctx, store.ClaimParams{Key: "k", Owner: "racer", Fingerprint: "f", Now: now + 1, LeaseUntil: now + 10_001, ExpiresAt: now + 3_600_001})
+			if err != nil || res.Acquired || res.Record == nil {
+				t.Fatalf("claim = %+v, %v; want a conflict", res, err)
+			}
+			got := mustGet(t, s, "k")
+			want := store.Record{Key: "k", Status: store.StatusInProgress, Fence: 1, Owner: "holder", LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000,
+				Fingerprint: "f", CreatedAt: now, Version: store.RecordVersion}
+			if c.twice {
+				want.Owner = "holder-2"
+			}
+			if !reflect.DeepEqual(*got, want) || !reflect.DeepEqual(*res.Record, want) {
+				t.Fatalf("claim answered %+v, row is %+v; want both %+v", res.Record, got, want)
+			}
+			if db.n != c.want {
+				t.Errorf("claim sent %d statements, want %d", db.n, c.want)
+			}
+		})
 	}
 }
 
