@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,23 +237,9 @@ func (o *Observer) storeAttrs(op idem.StoreOp, r idem.StoreResult) attribute.Set
 	return attribute.NewSet(kv...)
 }
 
-func opIndex(op idem.StoreOp) int {
-	for i, known := range storeOps {
-		if op == known {
-			return i
-		}
-	}
-	return -1
-}
+func opIndex(op idem.StoreOp) int { return slices.Index(storeOps, op) }
 
-func resultIndex(r idem.StoreResult) int {
-	for i, known := range results {
-		if r == known {
-			return i
-		}
-	}
-	return -1
-}
+func resultIndex(r idem.StoreResult) int { return slices.Index(results, r) }
 
 // labelValue makes s valid UTF-8: the engine's operation names always
 // are, but an Observer may be called by other code.

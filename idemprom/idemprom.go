@@ -255,23 +255,9 @@ func (o *Observer) StoreCall(op idem.StoreOp, d time.Duration, err error) {
 	call.h.Observe(d.Seconds())
 }
 
-func opIndex(op idem.StoreOp) int {
-	for i, known := range storeOps {
-		if op == known {
-			return i
-		}
-	}
-	return -1
-}
+func opIndex(op idem.StoreOp) int { return slices.Index(storeOps, op) }
 
-func resultIndex(r idem.StoreResult) int {
-	for i, known := range results {
-		if r == known {
-			return i
-		}
-	}
-	return -1
-}
+func resultIndex(r idem.StoreResult) int { return slices.Index(results, r) }
 
 // labelValue makes s a valid label value: the engine's operation names
 // always are, but an Observer may be called by other code.
