@@ -56,14 +56,14 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 		followers []follower // calls whose key is in flight already, in this batch or elsewhere
 		rest      []int      // calls to run as DoIdentity would
 	)
-	probe := &holder{call: call{e: e}}
-	now, lease, lerr := probe.leaseFor(ctx)
+	now, lease, lerr := e.leaseFor(ctx)
+	keep := e.cache != nil && cacheable[T]()
 	var deadline time.Time
 	if e.cfg.Wait > 0 {
 		deadline = now.Add(e.cfg.Wait)
 	}
 	for i, id := range ids {
-		t := &typedCall[T]{fn: func(ctx context.Context) (T, error) { return fn(ctx, i) }, keep: e.cache != nil && cacheable[T]()}
+		t := &typedCall[T]{fn: func(ctx context.Context) (T, error) { return fn(ctx, i) }, keep: keep}
 		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
 		calls[i] = t
 		if e.cache != nil {
@@ -148,8 +148,10 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			out, retry, err := t.follow(ctx, fo.f, deadline)
 			_, busy := asInProgress(err)
 			switch {
-			case retry, busy && e.cfg.Wait > 0 && !out.replayed && fo.f.ref.Load() == nil && !fo.f.acquired:
-				out, err = t.run(ctx) // released, or held elsewhere: go round as DoIdentity does
+			case retry, busy && e.cfg.Wait > 0 && !fo.f.acquired:
+				// Released, or held by another process (the flight's leader
+				// only saw it): go round as DoIdentity does.
+				out, err = t.run(ctx)
 			case busy:
 				e.cfg.Observer.Observe(t.name, OutcomeInProgress)
 			}

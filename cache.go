@@ -156,9 +156,7 @@ func (c *lru) put(key, fingerprint string, result []byte, value any, status stor
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[ck]; ok {
-		c.removeLocked(el)
-	}
+	c.dropLocked(ck)
 	e := &lruEntry{ck: ck, key: key, fingerprint: fingerprint, result: result, value: value, expiresAt: expiresAt}
 	c.items[ck] = c.ll.PushFront(e)
 	c.bytes += len(e.result)
@@ -175,6 +173,11 @@ func (c *lru) forget(key string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dropLocked(ck)
+}
+
+// dropLocked removes the entry under ck, if any.
+func (c *lru) dropLocked(ck cacheKey) {
 	if el, ok := c.items[ck]; ok {
 		c.removeLocked(el)
 	}

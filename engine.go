@@ -621,7 +621,7 @@ func (e *Engine) owner(ctx context.Context) string {
 
 // lead claims the key for this call and, when acquired, runs the operation.
 func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
-	now, lease, err := h.leaseFor(ctx)
+	now, lease, err := h.e.leaseFor(ctx)
 	if err != nil {
 		return h.claimed(ctx, f, now, lease, store.ClaimResult{}, err)
 	}
@@ -632,8 +632,7 @@ func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
 // leaseFor returns the time of a claim made now, and its lease: the
 // context's deadline, or Config.Lease, at most Config.Expiry. A context
 // that has ended, or a deadline passed, is an error.
-func (h *holder) leaseFor(ctx context.Context) (time.Time, time.Duration, error) {
-	e := h.e
+func (e *Engine) leaseFor(ctx context.Context) (time.Time, time.Duration, error) {
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
 	if dl, ok := ctx.Deadline(); ok {

@@ -42,11 +42,16 @@ func (h *holder) interval() time.Duration {
 // start renews h's lease an interval after now, and every interval after.
 func (r *renewals) start(h *holder, now time.Time) {
 	r.mu.Lock()
+	r.scheduleLocked(h, now)
+	r.mu.Unlock()
+}
+
+// scheduleLocked queues h's next renewal an interval after now. Under r.mu.
+func (r *renewals) scheduleLocked(h *holder, now time.Time) {
 	h.renewOn = true
 	h.next = now.Add(h.interval()).UnixNano()
 	r.push(h)
 	r.arm()
-	r.mu.Unlock()
 }
 
 // stopRenewal ends h's renewal, waiting for a renewal in flight. It is
@@ -79,10 +84,7 @@ func (h *holder) resumeRenewal() {
 	if h.ended || h.renewOn {
 		return
 	}
-	h.renewOn = true
-	h.next = h.e.cfg.Clock.Now().Add(h.interval()).UnixNano()
-	r.push(h)
-	r.arm()
+	r.scheduleLocked(h, h.e.cfg.Clock.Now())
 }
 
 // due runs when the timer fires: every renewal due starts.
