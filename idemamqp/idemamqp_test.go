@@ -291,7 +291,10 @@ func TestTerminalErrorDeadLettered(t *testing.T) {
 			}
 			run(t, conn, c, work, 1)
 			eventually(t, 10*time.Second, "three copies dead-lettered", func() bool { return depth(t, pub, dead) == 3 })
-			time.Sleep(200 * time.Millisecond) // no further deliveries
+			// Three copies were published and all three are dead-lettered:
+			// none is left to deliver. The consumer reports a rejection
+			// once the broker has it, so wait for the third report.
+			eventually(t, 10*time.Second, "three rejections reported", func() bool { return cnt.action(idemamqp.Rejected) >= 3 })
 			if got := runs.Load(); got != 1 {
 				t.Errorf("handler ran %d times, want 1", got)
 			}

@@ -301,14 +301,7 @@ func (s *Store) Close() error {
 		// Appends under way finish first; later ones fail on the closed file.
 		defer j.hold()()
 	}
-	var held []*store.Record
-	s.mu.Lock()
-	for _, sl := range s.slots {
-		if r := sl.held.Load(); r != nil {
-			held = append(held, r)
-		}
-	}
-	s.mu.Unlock()
+	held := s.heldClaims()
 	var err error
 	if len(held) > 0 {
 		err = s.db.Update(func(tx *bolt.Tx) error {
@@ -333,6 +326,19 @@ func (s *Store) Close() error {
 		err = errors.Join(err, j.f.Close())
 	}
 	return errors.Join(err, s.db.Close())
+}
+
+// heldClaims returns the Local claims held in memory now.
+func (s *Store) heldClaims() []*store.Record {
+	var held []*store.Record
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sl := range s.slots {
+		if r := sl.held.Load(); r != nil {
+			held = append(held, r)
+		}
+	}
+	return held
 }
 
 // DefaultPath returns the default file location: $IDEM_STATE_DIR/idem.db,

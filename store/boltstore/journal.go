@@ -227,14 +227,7 @@ func (s *Store) restore(path string) (int, error) {
 // write interleaves.
 func (s *Store) checkpoint() error {
 	defer s.commits.j.hold()()
-	var held []*store.Record
-	s.mu.Lock()
-	for _, sl := range s.slots {
-		if r := sl.held.Load(); r != nil {
-			held = append(held, r)
-		}
-	}
-	s.mu.Unlock()
+	held := s.heldClaims()
 	if len(held) > 0 {
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			for _, h := range held {
