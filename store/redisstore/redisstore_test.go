@@ -19,7 +19,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/memstore"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
@@ -358,78 +357,6 @@ func TestResettleRemovesOldFields(t *testing.T) {
 	}
 	if got := at.Milliseconds(); got != now+80_000 {
 		t.Errorf("key expires at %d, want the corrected record's expiry %d", got, now+80_000)
-	}
-}
-
-// ClaimBatch answers each key exactly as Claim would, in order: the same
-// batch sent to memstore one Claim at a time is the reference. The batch
-// names keys twice (the second sees the first: a conflict, or the same
-// owner's retry) and mixes absent, live, completed, expired and
-// lease-passed keys.
-func TestClaimBatchMatchesClaim(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	rs, _ := newStore(t, redisstore.Config{})
-	ms := memstore.New(nil)
-	t.Cleanup(func() { ms.Close() })
-	now := time.Now().Add(time.Hour).UnixMilli()
-	claim := func(key, owner string, at int64) store.ClaimParams {
-		return store.ClaimParams{Key: key, Owner: owner, Fingerprint: "fp", Now: at, LeaseUntil: at + 1000, ExpiresAt: at + 10_000}
-	}
-	// The same history in both stores, written an hour of test time ago.
-	for _, s := range []store.Store{rs, ms} {
-		for _, k := range []string{"live", "done", "lapsed", "gone"} {
-			if _, err := s.Claim(ctx, claim(k, "before", now-5000)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// "live": renewed past now; "lapsed": lease passed at now-4000;
-		// "done": completed; "gone": completed and expired at now.
-		if err := s.Extend(ctx, store.ExtendParams{Key: "live", Fence: 1, Owner: "before", Now: now - 5000, LeaseUntil: now + 3000}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Complete(ctx, store.CompleteParams{Key: "done", Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now + 9000, Result: []byte("r")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Complete(ctx, store.CompleteParams{Key: "gone", Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now, Result: []byte("r")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ps := []store.ClaimParams{
-		claim("new", "a", now), claim("new", "b", now), claim("new", "a", now), // conflict, then a's retry
-		claim("live", "a", now), claim("done", "a", now),
-		claim("lapsed", "a", now), claim("lapsed", "b", now), // takeover, then a conflict with it
-		claim("gone", "a", now), claim("gone", "a", now), // re-claim after expiry, then a's retry
-		claim("other", "a", now),
-	}
-	res, errs := rs.ClaimBatch(ctx, ps)
-	for i, p := range ps {
-		want, err := ms.Claim(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if errs[i] != nil {
-			t.Errorf("%d %s by %s: %v", i, p.Key, p.Owner, errs[i])
-			continue
-		}
-		got := res[i]
-		if got.Acquired != want.Acquired || got.Takeover != want.Takeover || got.Record.Fence != want.Record.Fence ||
-			got.Record.Owner != want.Record.Owner || got.Record.Status != want.Record.Status || string(got.Record.Result) != string(want.Record.Result) {
-			t.Errorf("%d %s by %s: acquired %v takeover %v fence %d owner %s status %v; want %v %v %d %s %v", i, p.Key, p.Owner,
-				got.Acquired, got.Takeover, got.Record.Fence, got.Record.Owner, got.Record.Status,
-				want.Acquired, want.Takeover, want.Record.Fence, want.Record.Owner, want.Record.Status)
-		}
-	}
-	// What the batch wrote is what Claim would have written.
-	for _, k := range []string{"new", "lapsed", "gone", "other"} {
-		got, err := rs.Get(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := ms.Get(ctx, k)
-		if !sameRecord(got, want) {
-			t.Errorf("%s: stored %+v, want %+v", k, got, want)
-		}
 	}
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 // Features tells the suite what the store can do and how hard to push it.
@@ -105,6 +106,7 @@ var Cases = []struct {
 	{"NotFound", TestNotFound},
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
 	{"ClaimBatch", TestClaimBatch},
+	{"ClaimBatchMatchesClaim", TestClaimBatchMatchesClaim},
 	{"Fencing", TestFencing},
 	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
@@ -432,6 +434,89 @@ func TestClaimBatch(t *testing.T, _ Features, newStore NewStore) {
 	}
 	if got, errs := bc.ClaimBatch(ctx, nil); len(got) != 0 || len(errs) != 0 {
 		t.Errorf("empty batch: %d results, %d errors", len(got), len(errs))
+	}
+}
+
+// TestClaimBatchMatchesClaim: claims made by ClaimBatch answer and write
+// exactly what the same claims made one by one by Claim do in memstore, the
+// reference, over the same history: live, completed, lease-passed and
+// expired records, and keys named more than once (conflicts, takeovers
+// and retries within the batch). Skipped for stores without batch claims.
+func TestClaimBatchMatchesClaim(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	bc, ok := s.(store.BatchClaimer)
+	if !ok {
+		t.Skip("store does not claim in batches")
+	}
+	ref := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = ref.Close() })
+	ctx := context.Background()
+	now := base()
+	key := map[string]string{}
+	for _, name := range []string{"new", "live", "done", "lapsed", "gone", "other"} {
+		key[name] = newKey(t)
+	}
+	claim := func(name, owner string, at int64) store.ClaimParams {
+		return store.ClaimParams{Key: key[name], Owner: owner, Fingerprint: fp("a"), Now: at, LeaseUntil: at + 1000, ExpiresAt: at + 10_000}
+	}
+	// The same history in both stores.
+	for _, st := range []store.Store{s, ref} {
+		for _, name := range []string{"live", "done", "lapsed", "gone"} {
+			if _, err := st.Claim(ctx, claim(name, "before", now-5000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// live: renewed past now; lapsed: lease passed at now-4000;
+		// done: completed; gone: completed and expired at now.
+		if err := st.Extend(ctx, store.ExtendParams{Key: key["live"], Fence: 1, Owner: "before", Now: now - 5000, LeaseUntil: now + 3000}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Complete(ctx, store.CompleteParams{Key: key["done"], Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now + 9000, Result: []byte("r")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Complete(ctx, store.CompleteParams{Key: key["gone"], Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now, Result: []byte("r")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps := []store.ClaimParams{
+		claim("new", "a", now), claim("new", "b", now), claim("new", "a", now), // conflict, then a's retry
+		claim("live", "a", now), claim("done", "a", now),
+		claim("lapsed", "a", now), claim("lapsed", "b", now), // takeover, then a conflict with it
+		claim("gone", "a", now), claim("gone", "a", now), // re-claim after expiry, then a's retry
+		claim("other", "a", now),
+	}
+	res, errs := bc.ClaimBatch(ctx, ps)
+	if len(res) != len(ps) || len(errs) != len(ps) {
+		t.Fatalf("ClaimBatch of %d answered %d results and %d errors", len(ps), len(res), len(errs))
+	}
+	for i, p := range ps {
+		want, err := ref.Claim(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs[i] != nil {
+			t.Errorf("claim %d by %s: %v", i, p.Owner, errs[i])
+			continue
+		}
+		got := res[i]
+		if got.Record == nil {
+			t.Errorf("claim %d by %s: no record", i, p.Owner)
+			continue
+		}
+		if got.Acquired != want.Acquired || got.Takeover != want.Takeover || got.Record.Fence != want.Record.Fence ||
+			got.Record.Owner != want.Record.Owner || got.Record.Status != want.Record.Status || !bytes.Equal(got.Record.Result, want.Record.Result) {
+			t.Errorf("claim %d by %s: acquired %v takeover %v fence %d owner %s status %v; want %v %v %d %s %v", i, p.Owner,
+				got.Acquired, got.Takeover, got.Record.Fence, got.Record.Owner, got.Record.Status,
+				want.Acquired, want.Takeover, want.Record.Fence, want.Record.Owner, want.Record.Status)
+		}
+	}
+	// What the batch wrote is what Claim would have written.
+	for _, name := range []string{"new", "lapsed", "gone", "other"} {
+		want, err := ref.Get(ctx, key[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameRecord(t, "record "+name+" after the batch", mustGet(t, s, key[name]), want)
 	}
 }
 
