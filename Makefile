@@ -18,10 +18,14 @@ demo: ## idem-gateway on the embedded file store in front of the example orders 
 demo-reset: ## forget every key the demo stored (removes .cache/demo)
 	rm -rf .cache/demo
 
-test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local, stepfunctions-local and s3rver
-	@scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run $(MAKE) --no-print-directory test-modules
+test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local, stepfunctions-local, s3rver, a Redis Cluster, a Redis primary + replica + Sentinel and a PostgreSQL primary + standby
+	@$(SERVICES) $(MAKE) --no-print-directory test-modules
 
-test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT)
+# The servers the project's scripts start for the tests, each wrapping the
+# next command with its address in the environment.
+SERVICES := scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run scripts/redis-cluster run scripts/redis-replicas run
+
+test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT, IDEM_REDIS_CLUSTER_ADDRS, IDEM_REDIS_SENTINEL_ADDR …)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
 
 race: test ## alias of test: tests always run with -race

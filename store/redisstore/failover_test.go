@@ -86,7 +86,6 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 }
 
 func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) failoverRound {
-	ctx := context.Background()
 	u := "redis+cluster://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
 	c, err := redisstore.NewClient(u)
 	if err != nil {
@@ -111,59 +110,81 @@ func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) fai
 	replica := replicaOf(t, victim)
 
 	res := failoverRound{WaitReplicas: wait, Killed: victim, Errors: map[string]int{}}
-	var (
-		mu      sync.Mutex
-		acked   = map[string]string{}
-		lastErr time.Time
-		stop    = make(chan struct{})
-		wg      sync.WaitGroup
-	)
-	for w := range 16 {
-		wg.Go(func() {
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key, want := fmt.Sprintf("w%d-%d", w, n), fmt.Sprintf("v%d-%d", w, n)
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				r, err := idem.Do(cctx, e, idem.Request{Operation: "failover", Key: key}, func(context.Context) (string, error) { return want, nil })
-				cancel()
-				mu.Lock()
-				switch {
-				case err == nil && r.Recorded == idem.StatusCompleted:
-					acked[key] = want
-				case err == nil:
-					res.Errors["outcome not recorded"]++
-					lastErr = time.Now()
-				default:
-					res.Errors[errKind(err)]++
-					lastErr = time.Now()
-				}
-				mu.Unlock()
-			}
-		})
-	}
+	l := startLoad(e)
 	time.Sleep(time.Second) // load before the fault
 	killed := time.Now()
-	killNode(t, dir, victim)
+	killNode(t, nodeDir(dir, victim))
 	waitRole(t, replica, "master", 60*time.Second)
 	res.FailoverMs = time.Since(killed).Milliseconds()
 	// The killed node comes back (as a managed service replaces a node)
 	// and rejoins as the new master's replica; until it has synced, that
 	// shard has no replica, so WaitReplicas 1 refuses its writes.
-	restartNode(t, dir, victim)
+	restartNode(t, nodeDir(dir, victim))
 	waitLinked(t, victim, 60*time.Second)
 	res.RelinkedMs = time.Since(killed).Milliseconds()
 	time.Sleep(2 * time.Second) // load after the cluster healed
-	close(stop)
-	wg.Wait()
-	if !lastErr.IsZero() {
-		res.RecoverMs = lastErr.Sub(killed).Milliseconds()
-	}
+	l.finish(&res, killed)
+	verifyAcked(t, s, l.acked, &res)
+	waitClusterHealthy(t, addrs[0])
+	return res
+}
 
-	// Every acknowledged outcome must replay.
+// load is 16 callers running Do on fresh keys until finish.
+type load struct {
+	mu      sync.Mutex
+	acked   map[string]string // key → the result Do returned, recorded
+	errors  map[string]int
+	lastErr time.Time
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startLoad(e *idem.Engine) *load {
+	l := &load{acked: map[string]string{}, errors: map[string]int{}, stop: make(chan struct{})}
+	for w := range 16 {
+		l.wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				key, want := fmt.Sprintf("w%d-%d", w, n), fmt.Sprintf("v%d-%d", w, n)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := idem.Do(ctx, e, idem.Request{Operation: "failover", Key: key}, func(context.Context) (string, error) { return want, nil })
+				cancel()
+				l.mu.Lock()
+				switch {
+				case err == nil && r.Recorded == idem.StatusCompleted:
+					l.acked[key] = want
+				case err == nil:
+					l.errors["outcome not recorded"]++
+					l.lastErr = time.Now()
+				default:
+					l.errors[errKind(err)]++
+					l.lastErr = time.Now()
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// finish stops the callers and puts what they saw into res.
+func (l *load) finish(res *failoverRound, killed time.Time) {
+	close(l.stop)
+	l.wg.Wait()
+	res.Errors = l.errors
+	if !l.lastErr.IsZero() {
+		res.RecoverMs = l.lastErr.Sub(killed).Milliseconds()
+	}
+}
+
+// verifyAcked reads every acknowledged outcome back through s: a record
+// missing, not COMPLETED or with another result counts as lost.
+func verifyAcked(t *testing.T, s store.Store, acked map[string]string, res *failoverRound) {
+	ctx := context.Background()
 	res.Acked = len(acked)
 	for key, want := range acked {
 		id, err := (&idem.Request{Operation: "failover", Key: key}).Identity()
@@ -171,7 +192,7 @@ func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) fai
 			t.Fatal(err)
 		}
 		var rec *store.Record
-		for range 50 { // the client may still be catching up with the new map
+		for range 50 { // the client may still be catching up with the new topology
 			rec, err = s.Get(ctx, id.StoreKey.String())
 			if err == nil || errors.Is(err, store.ErrNotFound) {
 				break
@@ -187,8 +208,6 @@ func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) fai
 		}
 	}
 	slices.Sort(res.LostKeys)
-	waitClusterHealthy(t, addrs[0])
-	return res
 }
 
 func errKind(err error) string {
@@ -240,10 +259,10 @@ func nodeDir(dir, addr string) string {
 	return filepath.Join(dir, port)
 }
 
-// killNode SIGKILLs the node at addr, by the PID its pid file holds (the
-// cluster script started it), and waits until it is gone.
-func killNode(t *testing.T, dir, addr string) {
-	b, err := os.ReadFile(filepath.Join(nodeDir(dir, addr), "pid"))
+// killNode SIGKILLs the server whose folder is dir, by the PID its pid file
+// holds (a project script started it), and waits until it is gone.
+func killNode(t *testing.T, dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,12 +285,13 @@ func killNode(t *testing.T, dir, addr string) {
 	}
 }
 
-// restartNode starts the node at addr again, with its config file (it
-// daemonizes and writes its new PID to the same pid file).
-func restartNode(t *testing.T, dir, addr string) {
-	out, err := exec.Command("redis-server", filepath.Join(nodeDir(dir, addr), "redis.conf")).CombinedOutput()
+// restartNode starts the server whose folder is dir again, with its config
+// file and args (it daemonizes and writes its new PID to the same pid
+// file).
+func restartNode(t *testing.T, dir string, args ...string) {
+	out, err := exec.Command("redis-server", append([]string{filepath.Join(dir, "redis.conf")}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("restarting %s: %v: %s", addr, err, out)
+		t.Fatalf("restarting %s: %v: %s", dir, err, out)
 	}
 }
 
