@@ -23,9 +23,9 @@ test: ## run every module's tests with the race detector (the CI command); start
 
 # The servers the project's scripts start for the tests, each wrapping the
 # next command with its address in the environment.
-SERVICES := scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run scripts/redis-cluster run scripts/redis-replicas run
+SERVICES := scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run scripts/redis-cluster run scripts/redis-replicas run scripts/pg-standby run
 
-test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT, IDEM_REDIS_CLUSTER_ADDRS, IDEM_REDIS_SENTINEL_ADDR …)
+test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT, IDEM_REDIS_CLUSTER_ADDRS, IDEM_REDIS_SENTINEL_ADDR, IDEM_PG_PRIMARY_ADDR …)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
 
 race: test ## alias of test: tests always run with -race

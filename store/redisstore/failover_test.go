@@ -2,8 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,29 +10,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/idemtest/failover"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
-
-// failoverRound is what one failover under load measured.
-type failoverRound struct {
-	WaitReplicas int            `json:"wait_replicas"`
-	Killed       string         `json:"killed"`
-	Acked        int            `json:"acknowledged"`
-	Lost         int            `json:"lost"`
-	LostKeys     []string       `json:"lost_keys,omitempty"`
-	Errors       map[string]int `json:"errors"`
-	FailoverMs   int64          `json:"cluster_failover_ms"` // SIGKILL → the replica serves as master
-	RelinkedMs   int64          `json:"relinked_ms"`         // SIGKILL → the restarted node is the new master's linked replica
-	RecoverMs    int64          `json:"recover_ms"`          // SIGKILL → the last failed call
-}
 
 // TestClusterFailoverUnderLoad is the failover measurement of
 // docs/failover.md, a benchmark-style test: 16 callers run Do on fresh keys
@@ -56,36 +40,21 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	if dir == "" {
 		t.Fatal("IDEM_REDIS_CLUSTER_DIR is not set: run the cluster with scripts/redis-cluster")
 	}
-	rounds := 1
-	if v := os.Getenv("IDEM_FAILOVER_ROUNDS"); v != "" {
-		var err error
-		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
-			t.Fatalf("IDEM_FAILOVER_ROUNDS=%q", v)
-		}
-	}
-	var all []failoverRound
-	for i := range rounds {
+	var all []failover.Round
+	for i := range failover.Rounds(t) {
 		for _, wait := range []int{0, 1} {
-			r := failoverOnce(t, addrs, dir, wait, i)
-			t.Logf("round %d WaitReplicas %d: killed %s; %d acknowledged, %d lost; errors %v; cluster failover %d ms, node back as a replica %d ms, last error %d ms after the kill",
-				i, wait, r.Killed, r.Acked, r.Lost, r.Errors, r.FailoverMs, r.RelinkedMs, r.RecoverMs)
-			all = append(all, r)
+			all = append(all, clusterFailoverOnce(t, addrs, dir, wait, i))
 		}
 	}
-	if out := os.Getenv("IDEM_FAILOVER_OUT"); out != "" {
-		b, _ := json.MarshalIndent(all, "", "  ")
-		if err := os.WriteFile(out, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	failover.Report(t, "redis-cluster", all)
 	for _, r := range all {
-		if r.WaitReplicas > 0 && r.Lost > 0 {
-			t.Errorf("WaitReplicas %d: %d acknowledged outcomes lost in a failover: %v", r.WaitReplicas, r.Lost, r.LostKeys)
+		if r.Setting != "WaitReplicas 0" && r.Lost > 0 {
+			t.Errorf("%s: %d acknowledged outcomes lost in a failover: %v", r.Setting, r.Lost, r.LostKeys)
 		}
 	}
 }
 
-func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) failoverRound {
+func clusterFailoverOnce(t *testing.T, addrs []string, dir string, wait, round int) failover.Round {
 	u := "redis+cluster://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
 	c, err := redisstore.NewClient(u)
 	if err != nil {
@@ -109,8 +78,8 @@ func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) fai
 	victim := masters[round%len(masters)]
 	replica := replicaOf(t, victim)
 
-	res := failoverRound{WaitReplicas: wait, Killed: victim, Errors: map[string]int{}}
-	l := startLoad(e)
+	res := failover.Round{Setting: fmt.Sprintf("WaitReplicas %d", wait), Killed: victim}
+	l := failover.Start(e)
 	time.Sleep(time.Second) // load before the fault
 	killed := time.Now()
 	killNode(t, nodeDir(dir, victim))
@@ -123,104 +92,9 @@ func failoverOnce(t *testing.T, addrs []string, dir string, wait, round int) fai
 	waitLinked(t, victim, 60*time.Second)
 	res.RelinkedMs = time.Since(killed).Milliseconds()
 	time.Sleep(2 * time.Second) // load after the cluster healed
-	l.finish(&res, killed)
-	verifyAcked(t, s, l.acked, &res)
+	l.Finish(t, s, killed, &res)
 	waitClusterHealthy(t, addrs[0])
 	return res
-}
-
-// load is 16 callers running Do on fresh keys until finish.
-type load struct {
-	mu      sync.Mutex
-	acked   map[string]string // key → the result Do returned, recorded
-	errors  map[string]int
-	lastErr time.Time
-	stop    chan struct{}
-	wg      sync.WaitGroup
-}
-
-func startLoad(e *idem.Engine) *load {
-	l := &load{acked: map[string]string{}, errors: map[string]int{}, stop: make(chan struct{})}
-	for w := range 16 {
-		l.wg.Go(func() {
-			for n := 0; ; n++ {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				key, want := fmt.Sprintf("w%d-%d", w, n), fmt.Sprintf("v%d-%d", w, n)
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				r, err := idem.Do(ctx, e, idem.Request{Operation: "failover", Key: key}, func(context.Context) (string, error) { return want, nil })
-				cancel()
-				l.mu.Lock()
-				switch {
-				case err == nil && r.Recorded == idem.StatusCompleted:
-					l.acked[key] = want
-				case err == nil:
-					l.errors["outcome not recorded"]++
-					l.lastErr = time.Now()
-				default:
-					l.errors[errKind(err)]++
-					l.lastErr = time.Now()
-				}
-				l.mu.Unlock()
-			}
-		})
-	}
-	return l
-}
-
-// finish stops the callers and puts what they saw into res.
-func (l *load) finish(res *failoverRound, killed time.Time) {
-	close(l.stop)
-	l.wg.Wait()
-	res.Errors = l.errors
-	if !l.lastErr.IsZero() {
-		res.RecoverMs = l.lastErr.Sub(killed).Milliseconds()
-	}
-}
-
-// verifyAcked reads every acknowledged outcome back through s: a record
-// missing, not COMPLETED or with another result counts as lost.
-func verifyAcked(t *testing.T, s store.Store, acked map[string]string, res *failoverRound) {
-	ctx := context.Background()
-	res.Acked = len(acked)
-	for key, want := range acked {
-		id, err := (&idem.Request{Operation: "failover", Key: key}).Identity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rec *store.Record
-		for range 50 { // the client may still be catching up with the new topology
-			rec, err = s.Get(ctx, id.StoreKey.String())
-			if err == nil || errors.Is(err, store.ErrNotFound) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		switch {
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			t.Fatalf("reading %s back: %v", key, err)
-		case err != nil || rec.Status != store.StatusCompleted || string(rec.Result) != strconv.Quote(want):
-			res.Lost++
-			res.LostKeys = append(res.LostKeys, key)
-		}
-	}
-	slices.Sort(res.LostKeys)
-}
-
-func errKind(err error) string {
-	var ip *idem.InProgressError
-	switch {
-	case errors.Is(err, store.ErrUnavailable):
-		return "store unavailable"
-	case errors.As(err, &ip):
-		return "in progress"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline exceeded"
-	}
-	return err.Error()
 }
 
 // clusterMasters lists the masters' addresses, sorted.

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/failover"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
@@ -145,7 +146,9 @@ func TestSentinel(t *testing.T) {
 // without persistence that came back as a primary would come back empty,
 // and the Sentinel could fail back to it.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
-	for _, wait := range []int{0, 1} {
+	var all []failover.Round
+	for i := range 2 * failover.Rounds(t) {
+		wait := i % 2
 		rs := replicas(t)
 		c, err := redisstore.NewClient(rs.sentinelURL())
 		if err != nil {
@@ -160,10 +163,10 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := failoverRound{WaitReplicas: wait, Killed: rs.primary}
+		res := failover.Round{Setting: fmt.Sprintf("WaitReplicas %d", wait), Killed: rs.primary}
 		_, port, _ := strings.Cut(rs.primary, ":")
 		dir := filepath.Join(rs.dir, port)
-		l := startLoad(e)
+		l := failover.Start(e)
 		time.Sleep(time.Second)
 		killed := time.Now()
 		killNode(t, dir)
@@ -174,13 +177,12 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		waitLinked(t, rs.primary, 60*time.Second)
 		res.RelinkedMs = time.Since(killed).Milliseconds()
 		time.Sleep(2 * time.Second)
-		l.finish(&res, killed)
-		verifyAcked(t, s, l.acked, &res)
-		t.Logf("Sentinel, WaitReplicas %d: killed %s; %d acknowledged, %d lost; errors %v; promoted %d ms, old primary back as a replica %d ms, last error %d ms after the kill",
-			wait, res.Killed, res.Acked, res.Lost, res.Errors, res.FailoverMs, res.RelinkedMs, res.RecoverMs)
+		l.Finish(t, s, killed, &res)
+		all = append(all, res)
 		if wait > 0 && res.Lost > 0 {
 			t.Errorf("WaitReplicas %d: %d acknowledged outcomes lost: %v", wait, res.Lost, res.LostKeys)
 		}
 		c.Close()
 	}
+	failover.Report(t, "redis-sentinel", all)
 }
