@@ -4,6 +4,9 @@
 //	memory:                                   in-process, lost on exit
 //	bolt:///abs/path.db, bolt:rel/path.db     embedded file (bolt:// alone: Options.DefaultBoltPath)
 //	redis://host:port/db?prefix=idem:         (rediss:// for TLS)
+//	redis+cluster://host:port?addr=host:port&prefix=…    Redis Cluster, from seed nodes
+//	redis+sentinel://host:port?master_name=NAME&addr=…   the primary Sentinel names
+//	redis…?waitreplicas=1&waittimeout=1000    every write waits for a replica (Config.WaitReplicas)
 //	postgres://user@host/db?table=idem_records
 //	dynamodb://TABLE?region=…&endpoint=…&index=…&openindex=…&create=true
 //	dynamodb://TABLE?spill=s3://BUCKET/PREFIX&spillendpoint=…&spillsse=aws:kms&spillkmskey=…&spillover=BYTES
@@ -58,7 +61,7 @@ const (
 	DynamoDB = "dynamodb"
 )
 
-const schemes = "use memory:, bolt://, redis://, postgres:// or dynamodb://"
+const schemes = "use memory:, bolt://, redis:// (redis+cluster://, redis+sentinel://), postgres:// or dynamodb://"
 
 // Error says what is wrong with a store URL.
 type Error struct {
@@ -83,6 +86,9 @@ type URL struct {
 	Path string
 	// Prefix is the Redis key prefix (prefix=).
 	Prefix string
+	// WaitReplicas and WaitTimeout are redisstore's Config.WaitReplicas and
+	// WaitTimeout (waitreplicas=, waittimeout= in ms).
+	WaitReplicas, WaitTimeout int
 	// Table is the PostgreSQL table (table=, default idem_records) or
 	// the DynamoDB table (the URL's host).
 	Table string
@@ -150,9 +156,19 @@ func Parse(raw string) (*URL, error) {
 		if u.Host != "" {
 			return bad("host %q given; write bolt:///absolute/path or bolt:relative/path", u.Host)
 		}
-	case "redis", "rediss":
+	case "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel":
 		out.Kind = Redis
 		out.Prefix = take("prefix")
+		for _, n := range []struct {
+			name string
+			dst  *int
+		}{{"waitreplicas", &out.WaitReplicas}, {"waittimeout", &out.WaitTimeout}} {
+			if v := take(n.name); v != "" {
+				if *n.dst, err = strconv.Atoi(v); err != nil || *n.dst < 0 {
+					return bad("%s=%q: a whole number, 0 or more", n.name, v)
+				}
+			}
+		}
 		out.Conn = u.String()
 	case "postgres", "postgresql":
 		out.Kind = Postgres
@@ -296,7 +312,7 @@ func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, URL: u, closer: s.Close}, nil
 	case Redis:
-		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix})
+		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix, WaitReplicas: u.WaitReplicas, WaitTimeout: u.WaitTimeout})
 		if err != nil {
 			return nil, err
 		}
