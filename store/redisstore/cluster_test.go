@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 	"github.com/seed-a1b882c0/idem/idemtest/storefaults"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
@@ -254,37 +255,18 @@ func TestClusterListSurvivesFailover(t *testing.T) {
 }
 
 // manualFailover makes the replica of the master at addr take over
-// (CLUSTER FAILOVER on the replica: no write is lost) and waits until the
-// cluster client and every node agree.
+// (CLUSTER FAILOVER on the replica: no write is lost) and waits until it
+// has, and the client knows.
 func manualFailover(t *testing.T, c *redis.ClusterClient, addr string) {
 	t.Helper()
-	ctx := context.Background()
-	m := redis.NewClient(&redis.Options{Addr: addr})
-	defer m.Close()
-	id, err := m.Do(ctx, "cluster", "myid").Text()
-	if err != nil {
-		t.Fatal(err)
+	seed := clusterAddrs(t)[0]
+	replica := redisnodes.ReplicaOf(t, seed, addr)
+	if out, err := redisnodes.Cli(replica, "cluster", "failover"); err != nil || out != "OK" {
+		t.Fatalf("cluster failover on %s: %q %v", replica, out, err)
 	}
-	replicas, err := m.Do(ctx, "cluster", "replicas", id).StringSlice()
-	if err != nil || len(replicas) == 0 {
-		t.Fatalf("replicas of %s: %v %v", addr, replicas, err)
-	}
-	raddr := strings.Split(strings.Fields(replicas[0])[1], "@")[0]
-	r := redis.NewClient(&redis.Options{Addr: raddr})
-	defer r.Close()
-	if err := r.Do(ctx, "cluster", "failover").Err(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second) // another process's deadline: the cluster's
-	for time.Now().Before(deadline) {
-		role, _ := r.Do(ctx, "role").Slice()
-		if len(role) > 0 && role[0] == "master" {
-			c.ReloadState(ctx)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("replica %s did not take over from %s", raddr, addr)
+	redisnodes.WaitRole(t, replica, "master", 30*time.Second)
+	redisnodes.WaitRole(t, addr, "slave", 30*time.Second)
+	c.ReloadState(context.Background())
 }
 
 // WaitReplicas on a cluster: a claim, its completion and a batch of claims

@@ -2,11 +2,13 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -182,8 +184,30 @@ func (ms masterSet) owner(slot int) *master {
 }
 
 // masters reads the cluster's masters and their slots (CLUSTER SLOTS)
-// and finds the client of each among the cluster client's own.
+// and finds the client of each among the cluster client's own. Right
+// after a failover two nodes can disagree on who serves a slot for a
+// moment (the news spreads by gossip): masters asks again, for a second at
+// most, before it fails with ErrUnavailable.
 func (s *Store) masters(ctx context.Context) (masterSet, error) {
+	var err error
+	for range 10 {
+		var ms masterSet
+		if ms, err = s.mastersOnce(ctx); err == nil || !errors.Is(err, errTopologyChanging) {
+			return ms, err
+		}
+		s.refresh()
+		select {
+		case <-ctx.Done():
+			return nil, s.translate("list", "", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("redisstore: list: %w: %w", store.ErrUnavailable, err)
+}
+
+var errTopologyChanging = errors.New("the cluster's nodes disagree on who serves a slot")
+
+func (s *Store) mastersOnce(ctx context.Context) (masterSet, error) {
 	slots, err := s.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, s.translate("list", "", err)
@@ -208,10 +232,7 @@ func (s *Store) masters(ctx context.Context) (masterSet, error) {
 		n := sl.Nodes[0]
 		c := clients[n.Addr]
 		if c == nil {
-			// The client's view and CLUSTER SLOTS disagree: the topology is
-			// changing. Refresh, and let the caller try again.
-			s.refresh()
-			return nil, fmt.Errorf("redisstore: list: master %s (slots %d-%d) not yet known to the client: %w", n.Addr, sl.Start, sl.End, store.ErrUnavailable)
+			return nil, fmt.Errorf("%w: master %s (slots %d-%d) not yet known to the client", errTopologyChanging, n.Addr, sl.Start, sl.End)
 		}
 		i, ok := at[n.ID]
 		if !ok {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/failover"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
@@ -164,17 +164,16 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := failover.Round{Setting: fmt.Sprintf("WaitReplicas %d", wait), Killed: rs.primary}
-		_, port, _ := strings.Cut(rs.primary, ":")
-		dir := filepath.Join(rs.dir, port)
+		dir := redisnodes.Dir(rs.dir, rs.primary)
 		l := failover.Start(e)
 		time.Sleep(time.Second)
 		killed := time.Now()
-		killNode(t, dir)
-		waitRole(t, rs.replica, "master", 60*time.Second)
+		redisnodes.Kill(t, dir)
+		redisnodes.WaitRole(t, rs.replica, "master", 60*time.Second)
 		res.FailoverMs = time.Since(killed).Milliseconds()
 		host, rport, _ := strings.Cut(rs.replica, ":")
-		restartNode(t, dir, "--replicaof", host, rport)
-		waitLinked(t, rs.primary, 60*time.Second)
+		redisnodes.Restart(t, dir, "--replicaof", host, rport)
+		redisnodes.WaitLinked(t, rs.primary, 60*time.Second)
 		res.RelinkedMs = time.Since(killed).Milliseconds()
 		time.Sleep(2 * time.Second)
 		l.Finish(t, s, killed, &res)
