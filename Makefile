@@ -7,7 +7,7 @@ PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
+.PHONY: failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -57,6 +57,15 @@ bench-engine-before: ## the same at ENGINE_BEFORE (f03a8e3, before issue 17), in
 		git worktree add --detach "$$d" $(ENGINE_BEFORE) >/dev/null; \
 		(cd "$$d" && $(LOCKED) $(GO) test -run '^$$' -bench . -benchmem -count 5 .) >bench/results/engine-before.txt.tmp; \
 		mv bench/results/engine-before.txt.tmp bench/results/engine-before.txt; cat bench/results/engine-before.txt
+
+FAILOVER_ROUNDS ?= 20
+
+failover: ## the failover measurements of docs/failover.md (Redis Cluster, Sentinel, PostgreSQL standby; FAILOVER_ROUNDS rounds per setting, default 20) → bench/results/failover/*.json
+	@mkdir -p bench/results/failover
+	@scripts/redis-cluster run scripts/redis-replicas run scripts/pg-standby run sh -c '\
+		export IDEM_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) IDEM_FAILOVER_OUT=$(CURDIR)/bench/results/failover; \
+		(cd store/redisstore && $(GO) test -count=1 -timeout 2h -run "^Test(Cluster|Sentinel)FailoverUnderLoad$$" -v .) && \
+		(cd store/pgstore && $(GO) test -count=1 -timeout 2h -run "^TestStandbyFailoverUnderLoad$$" -v .)' | grep -E '^(=== RUN|--- |ok|FAIL|PASS|\s+\S+_test.go)'
 
 bench-plots: ## draw docs/img/*.png from bench/results (bench/plot, gonum/plot)
 	cd bench && $(GO) run ./plot

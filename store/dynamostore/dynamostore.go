@@ -33,6 +33,22 @@
 // did not write (no "v" attribute) are skipped by listings and never
 // replayed.
 //
+// # Global tables
+//
+// Every decision is a conditional write, evaluated by the Region that
+// receives it. Under multi-Region eventual consistency (a global table's
+// default) that Region checks the condition against its own copy of the
+// item, and replication settles conflicting writes by last writer wins:
+// two Regions can both claim one key. The safe configurations are one
+// writing Region (every idem process sends its writes to the same Region;
+// a Region failover then loses what had not yet replicated, as an
+// asynchronous standby does), or multi-Region strong consistency, whose
+// conditional writes are evaluated against the latest version of the item
+// whatever the Region. idem uses no transactions; it uses TTL only to
+// reclaim storage (expiry is decided from the item's expiration_ms), so a
+// table without TTL answers correctly and keeps expired items until they
+// are deleted. docs/failover.md has the details.
+//
 // # Listing and the open index
 //
 // With Config.OpenIndex, IN_PROGRESS and FAILED items also carry

@@ -331,3 +331,39 @@ func TestClusterOpenURL(t *testing.T) {
 		}
 	}
 }
+
+// A store over go-redis's AutoPipeliner of a cluster client, told the
+// cluster client in Config.Cluster, lists every master too.
+func TestClusterAutoPipeliner(t *testing.T) {
+	c := newClusterClient(t)
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	s, err := redisstore.New(ap, &redisstore.Config{Prefix: newClusterPrefix(t, c), Cluster: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for i := range 60 {
+		if _, err := s.Claim(ctx, store.ClaimParams{Key: fmt.Sprintf("ap#%d", i), Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 120_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for p := (store.ListParams{Now: now, Limit: 25}); ; {
+		page, err := s.List(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(page.Records)
+		if p.Cursor = page.Next; p.Cursor == "" {
+			break
+		}
+	}
+	if n != 60 {
+		t.Fatalf("listed %d of 60 records through an AutoPipeliner", n)
+	}
+}

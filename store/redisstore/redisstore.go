@@ -19,7 +19,22 @@
 //
 // Expiry is checked from the caller's Now; the key also carries a native
 // expiry (PXAT expires_at), which only reclaims memory. No operation
-// touches two keys, so the store is safe on Redis Cluster.
+// touches two keys.
+//
+// # Redis Cluster
+//
+// Give [New] a *redis.ClusterClient, or [Open] a redis+cluster:// URL. Every
+// operation but listing names one key, so the cluster routes it to the
+// key's master. Listing scans every master in turn (see [Store.List]).
+// WaitReplicas sends its WAIT on the connection of the master that took
+// the write (see [Config]). A MOVED or ASK reply is followed, and after any
+// error that may mean the client's map of the slots is stale (a dead
+// master's "connection refused", MOVED, CLUSTERDOWN) the store asks the
+// client to reload the map: go-redis does so by itself only on a MOVED it
+// sees and every ClusterStateReloadInterval (60 s by default), which left
+// a dead master's keys failing for up to a minute after its replica took
+// over. The whole contract, the fault suite and a failover under load run
+// on a real 3+3 cluster in the tests (scripts/redis-cluster).
 //
 // # Many calls in flight
 //
@@ -28,7 +43,9 @@
 // share pipelines, which saves most of the per-command system calls on
 // both sides (docs/benchmarks.md has the figures). A command queued there
 // no longer follows its context's deadline; the client's timeouts bound
-// it.
+// it. An AutoPipeliner hides the client it pipelines for: on Redis Cluster
+// name the cluster client in Config.Cluster too, so that listing, WAIT and
+// the map refresh reach the nodes.
 //
 // # Durability: what Redis does and does not promise
 //
@@ -36,12 +53,16 @@
 // With persistence off (or appendfsync everysec) a crash loses the last
 // writes; with replicas, replication is asynchronous, so a failover can
 // promote a replica that never received an acknowledged claim or
-// completion — a duplicate may then run a second time. WAIT n timeout
-// (see [Store.WaitReplicas]) blocks until n replicas have the write, which
-// narrows that window, but it does not make Redis strongly consistent: a
-// write WAIT timed out on is still applied on the primary, and a failover
-// can still pick a replica that lags. Where losing a claim is not
-// acceptable, use PostgreSQL or DynamoDB.
+// completion — a duplicate may then run a second time. The failover tests
+// measured it (docs/failover.md): with WaitReplicas 0 a failover under load
+// lost some acknowledged outcomes; with WaitReplicas 1 (every master with
+// one replica) it lost none. WAIT n timeout (see Config.WaitReplicas)
+// blocks until n replicas have the write; it is not consensus: a write
+// WAIT timed out on is still applied on the primary (the call reports it
+// unavailable and the engine retries or fails closed), and with more
+// replicas than WaitReplicas a failover can still promote one that lags.
+// WaitReplicas equal to the replicas each master has closes that gap, at
+// the price of refusing writes to a shard while it has fewer replicas.
 package redisstore
 
 import (
@@ -84,12 +105,18 @@ type Config struct {
 	// MaxResultBytes bounds a stored result or error. Default 16 MiB.
 	MaxResultBytes int
 	// WaitReplicas, when > 0, makes every write wait (Redis WAIT, sent in
-	// one pipeline with the write) until that many replicas acknowledged it, at most WaitTimeout (default 1s); a
-	// write not acknowledged in time fails with idem.ErrUnavailable (it
-	// may still have been applied on the primary). See the package doc.
+	// one pipeline with the write, on the connection of the node that took
+	// it) until that many replicas acknowledged it, at most WaitTimeout
+	// (default 1s); a write not acknowledged in time fails with
+	// store.ErrUnavailable (it may still have been applied on the
+	// primary). See the package doc and docs/failover.md.
 	WaitReplicas int
 	// WaitTimeout bounds WaitReplicas.
 	WaitTimeout int // ms
+	// Cluster is the Redis Cluster client behind the client given to
+	// [New], when that client is not the *redis.ClusterClient itself (an
+	// AutoPipeliner of one). Nil otherwise.
+	Cluster *redis.ClusterClient
 }
 
 // Store is an [idem.Store] on Redis. It also implements [idem.Lister],
@@ -132,6 +159,9 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 		conf.WaitTimeout = 1000
 	}
 	cluster, _ := c.(*redis.ClusterClient)
+	if conf.Cluster != nil {
+		cluster = conf.Cluster
+	}
 	return &Store{c: c, cluster: cluster, cfg: conf}, nil
 }
 

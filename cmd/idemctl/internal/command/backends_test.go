@@ -62,7 +62,9 @@ func stuckScenario(t *testing.T, url string) {
 			t.Fatalf("migrate: %q", out)
 		}
 	case storeurl.DynamoDB:
-		f.must("create-table")
+		if out := f.must("create-table"); !strings.Contains(out, "is active") || !strings.Contains(out, "one writing Region") {
+			t.Fatalf("create-table: %q, want it to say which global-table setups are safe", out)
+		}
 	}
 
 	// An application claims the key, hands the work to an execution, and
