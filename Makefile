@@ -60,12 +60,14 @@ bench-engine-before: ## the same at ENGINE_BEFORE (f03a8e3, before issue 17), in
 
 FAILOVER_ROUNDS ?= 20
 
-failover: ## the failover measurements of docs/failover.md (Redis Cluster, Sentinel, PostgreSQL standby; FAILOVER_ROUNDS rounds per setting, default 20) → bench/results/failover/*.json
+failover: ## the failover measurements of docs/failover.md (Redis Cluster, Sentinel, PostgreSQL standby; FAILOVER_ROUNDS rounds per setting, default 20) → bench/results/failover/*.json (the tests' output in log.txt) and the tables of docs/failover.md (bench/failover)
 	@mkdir -p bench/results/failover
 	@scripts/redis-cluster run scripts/redis-replicas run scripts/pg-standby run sh -c '\
 		export IDEM_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) IDEM_FAILOVER_OUT=$(CURDIR)/bench/results/failover; \
 		(cd store/redisstore && $(GO) test -count=1 -timeout 2h -run "^Test(Cluster|Sentinel)FailoverUnderLoad$$" -v .) && \
-		(cd store/pgstore && $(GO) test -count=1 -timeout 2h -run "^TestStandbyFailoverUnderLoad$$" -v .)' | grep -E '^(=== RUN|--- |ok|FAIL|PASS|\s+\S+_test.go)'
+		(cd store/pgstore && $(GO) test -count=1 -timeout 2h -run "^TestStandbyFailoverUnderLoad$$" -v .)' \
+		>bench/results/failover/log.txt 2>&1 || { tail -40 bench/results/failover/log.txt; exit 1; }
+	cd bench && $(GO) run ./failover
 
 bench-plots: ## draw docs/img/*.png from bench/results (bench/plot, gonum/plot)
 	cd bench && $(GO) run ./plot

@@ -208,6 +208,10 @@ func (s *Store) masters(ctx context.Context) (masterSet, error) {
 var errTopologyChanging = errors.New("the cluster's nodes disagree on who serves a slot")
 
 func (s *Store) mastersOnce(ctx context.Context) (masterSet, error) {
+	// CLUSTER SLOTS, not CLUSTER SHARDS: go-redis builds its map of the
+	// nodes from CLUSTER SLOTS, so its addresses are the ones to match, and
+	// it answers on Redis before 7.0 too.
+	//lint:ignore SA1019 see above
 	slots, err := s.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, s.translate("list", "", err)
