@@ -29,6 +29,9 @@ func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
 		addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 		stuckScenario(t, fmt.Sprintf("redis://%s/0?prefix=idemctl%d:", addr, time.Now().UnixNano()))
 	})
+	t.Run("redis cluster", func(t *testing.T) {
+		stuckScenario(t, clusterURL(t))
+	})
 	t.Run("postgres", func(t *testing.T) {
 		addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
 		user := os.Getenv("IDEM_PG_USER")
@@ -46,6 +49,58 @@ func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 		stuckScenario(t, fmt.Sprintf("dynamodb://idemctl_%d?region=us-east-1&endpoint=%s", time.Now().UnixNano(), ep))
 	})
+}
+
+// clusterURL is a redis+cluster:// URL with a fresh prefix on the Redis
+// Cluster scripts/redis-cluster started.
+func clusterURL(t *testing.T) string {
+	addrs := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
+	if addrs == "" {
+		testenv.Missing(t, "no Redis Cluster: IDEM_REDIS_CLUSTER_ADDRS is not set (make test starts one with scripts/redis-cluster)")
+	}
+	a := strings.Split(addrs, ",")
+	return fmt.Sprintf("redis+cluster://%s?addr=%s&prefix=idemctl%d:", a[0], strings.Join(a[1:], "&addr="), time.Now().UnixNano())
+}
+
+// On a Redis Cluster, list --stuck and the monitor count the stuck records
+// of every master, not one master's third.
+func TestClusterListAndMonitorCountEveryMaster(t *testing.T) {
+	url := clusterURL(t)
+	ctx := context.Background()
+	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+	f := &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: url}}
+	s, err := storeurl.Open(ctx, url, &storeurl.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := idem.New(s, &idem.Config{Clock: clock, Owner: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	for i := range n {
+		b, err := e.Begin(ctx, idem.Request{Operation: "charge", Key: fmt.Sprint(i)}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
+		if err != nil || !b.Acquired {
+			t.Fatalf("%+v %v", b, err)
+		}
+	}
+	clock.Advance(2 * time.Minute)
+	if got := listedKeys(t, f.must("list", "--stuck", "--limit", "1000", "-o", "json")); len(got) != n {
+		t.Fatalf("list --stuck on the cluster: %d records, want %d", len(got), n)
+	}
+	m, err := monitor.New(s.Lister(), &monitor.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.Sweep(ctx)
+	if err != nil || snap.Stuck != n {
+		t.Fatalf("monitor on the cluster: %+v %v, want %d stuck", snap, err, n)
+	}
+	for i := range n {
+		id, _ := (&idem.Request{Operation: "charge", Key: fmt.Sprint(i)}).Identity()
+		f.must("delete", "--yes", id.StoreKey.String())
+	}
 }
 
 func stuckScenario(t *testing.T, url string) {
