@@ -107,6 +107,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -121,6 +122,10 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
+
+// ErrReadOnly is returned by every write of a store opened with
+// Config.ReadOnly.
+var ErrReadOnly = errors.New("boltstore: the store was opened read-only")
 
 // ErrLocked is returned by [Open] when another process holds the file
 // (wrapping idem.ErrUnavailable).
@@ -161,6 +166,16 @@ type Config struct {
 	// outlives a crash of the process; only power loss or an OS crash can
 	// take it, with its holder (see the package doc).
 	SyncEveryClaim bool
+	// ReadOnly opens the file for reading only, for tools that inspect a
+	// store another process owns or owned (idemctl list, show, watch):
+	// bbolt's read-only open (a shared lock, the file opened O_RDONLY, so a
+	// file the user may only read opens too), no bucket created, no
+	// sweeper, no committer. The claim journal is read but neither replayed
+	// into the file nor truncated: the claims a crashed writer held are
+	// shown as its next Open would restore them. Every write fails with
+	// [ErrReadOnly]; the file and the journal keep their bytes. A writer
+	// holding the file keeps a read-only open waiting, as another writer.
+	ReadOnly bool
 	// ClaimJournalMaxBytes is the size past which the committer writes the
 	// held claims into the file (one synced commit) and empties the claim
 	// journal. Default 64 MiB.
@@ -170,9 +185,10 @@ type Config struct {
 // Store is an [idem.Store] in one bbolt file. It also implements
 // [idem.Lister] and [idem.Deleter].
 type Store struct {
-	db     *bolt.DB
-	bucket []byte
-	cfg    Config
+	readOnly bool // Config.ReadOnly: every write fails with ErrReadOnly
+	db       *bolt.DB
+	bucket   []byte
+	cfg      Config
 
 	// mu guards slots: one per key that an operation is working on or
 	// whose Local claim is held in memory.
@@ -230,6 +246,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 	if c.ClaimJournalMaxBytes <= 0 {
 		c.ClaimJournalMaxBytes = 64 << 20
 	}
+	if c.ReadOnly {
+		return openReadOnly(path, c)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
@@ -282,6 +301,44 @@ func Open(path string, cfg *Config) (*Store, error) {
 	return s, nil
 }
 
+// openReadOnly opens path for Config.ReadOnly: see there.
+func openReadOnly(path string, c Config) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: c.LockTimeout, ReadOnly: true})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: open %s read-only: %w", path, err)
+	}
+	s := &Store{db: db, bucket: []byte(c.Bucket), cfg: c, readOnly: true, slots: map[string]*slot{}, stop: make(chan struct{}), done: make(chan struct{})}
+	close(s.done)
+	// The claims a crashed writer held, where its next Open would restore
+	// them (see restore), stand as held claims in front of the file.
+	b, err := os.ReadFile(journalPath(path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: read claim journal: %w", err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		for _, j := range parseJournal(b) {
+			if j == nil {
+				continue
+			}
+			if r, err := s.read(tx, j.Key); err == nil && (r == nil || r.Fence < j.Fence) {
+				sl := &slot{}
+				sl.held.Store(j)
+				s.slots[j.Key] = sl
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: read %s: %w", path, err)
+	}
+	return s, nil
+}
+
 // Path returns the file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
@@ -290,6 +347,9 @@ func (s *Store) Path() string { return s.db.Path() }
 // shutdown keeps them), empties the claim journal and closes the file. Calls still running when Close is
 // called fail with idem.ErrUnavailable.
 func (s *Store) Close() error {
+	if s.readOnly {
+		return s.db.Close()
+	}
 	first := false
 	s.once.Do(func() { first = true; close(s.stop) })
 	<-s.done
@@ -418,7 +478,11 @@ func (s *Store) current(sl *slot, key string) (*store.Record, error) {
 
 // read decodes the record under key in tx, nil when absent.
 func (s *Store) read(tx *bolt.Tx, key string) (*store.Record, error) {
-	v := tx.Bucket(s.bucket).Get([]byte(key))
+	b := tx.Bucket(s.bucket)
+	if b == nil { // a read-only open of a file no writer has set up
+		return nil, nil
+	}
+	v := b.Get([]byte(key))
 	if v == nil {
 		return nil, nil
 	}
@@ -463,6 +527,9 @@ func (s *Store) commit(ctx context.Context, key string, r *store.Record) error {
 // nothing. A Local claim that acquires is held in memory (see the package
 // doc); any other is committed before Claim returns.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if s.readOnly {
+		return store.ClaimResult{}, ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -508,6 +575,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // true to delete it. The write is durable when fenced returns, the held
 // claim it settles included.
 func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, from store.Status, now int64, change func(r *store.Record) (del bool)) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -648,7 +718,21 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	limit := p.PageSize()
 	held := s.heldAfter(p.Cursor)
 	err := s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(s.bucket).Cursor()
+		b := tx.Bucket(s.bucket)
+		if b == nil { // a read-only open of a file no writer has set up: its held claims only
+			for _, r := range held {
+				if !p.Matches(r) {
+					continue
+				}
+				if len(out.Records) == limit {
+					out.Next = out.Records[limit-1].Key
+					return nil
+				}
+				out.Records = append(out.Records, r)
+			}
+			return nil
+		}
+		c := b.Cursor()
 		k, v := c.First()
 		if p.Cursor != "" {
 			k, v = c.Seek([]byte(p.Cursor))
@@ -690,6 +774,9 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 
 // Delete implements [idem.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -721,6 +808,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // and forgets held claims expired at now; it returns how many. Damaged
 // records are left for an operator.
 func (s *Store) Sweep(now int64) (int, error) {
+	if s.readOnly {
+		return 0, ErrReadOnly
+	}
 	total := s.sweepHeld(now)
 	for {
 		n := 0

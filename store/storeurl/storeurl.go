@@ -242,6 +242,12 @@ type Options struct {
 	// create=true is refused), no bolt file created (it must exist), and
 	// no background reaper or sweeper deleting expired records.
 	Passive bool
+	// ReadOnly, with Passive, is for commands that only read: a bolt file
+	// is opened read-only (boltstore's Config.ReadOnly: its claim journal is
+	// read but not replayed, its bytes stay as they are, a file the user
+	// may only read opens, and every write fails). Other stores are opened
+	// as with Passive alone.
+	ReadOnly bool
 	// Clock drives the stores' reapers and sweepers. Default
 	// idem.SystemClock.
 	Clock idem.Clock
@@ -301,12 +307,12 @@ func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		if path == "" {
 			path = boltstore.DefaultPath()
 		}
-		if opt.Passive {
+		if opt.Passive || opt.ReadOnly {
 			if _, err := os.Stat(path); err != nil {
 				return nil, fmt.Errorf("bolt store %s: %w", path, err)
 			}
 		}
-		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: sweep, Clock: opt.Clock})
+		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: sweep, Clock: opt.Clock, ReadOnly: opt.ReadOnly})
 		if err != nil {
 			return nil, err
 		}

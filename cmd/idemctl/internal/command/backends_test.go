@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/monitor"
+	"github.com/seed-a1b882c0/idem/store/boltstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -190,5 +192,69 @@ func stuckScenario(t *testing.T, url string) {
 	f.must("delete", "--yes", key)
 	if code, _, _ := f.run("show", key); code != ExitNotFound {
 		t.Fatalf("show after delete: exit %d", code)
+	}
+}
+
+// list, show and watch on a bolt file leave its bytes, and its claim
+// journal's, as they were — also when a crashed writer left a claim in the
+// journal, which they show as stuck without replaying it into the file.
+func TestReadOnlyCommandsLeaveABoltFileAsItWas(t *testing.T) {
+	dir := t.TempDir()
+	crashed, path := filepath.Join(dir, "writer.db"), filepath.Join(dir, "idem.db")
+	ctx := context.Background()
+	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+	w, err := boltstore.Open(crashed, &boltstore.Config{SweepInterval: -1, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := idem.New(w, &idem.Config{Clock: clock, Owner: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "done"}, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	go func() {
+		_, _ = idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "held"}, func(context.Context) (int, error) {
+			// The process "crashes" here: its files are copied as they stand.
+			for _, suffix := range []string{"", ".claims"} {
+				b, err := os.ReadFile(crashed + suffix)
+				if err == nil {
+					err = os.WriteFile(path+suffix, b, 0o600)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			close(held)
+			return 2, nil
+		})
+	}()
+	<-held
+	defer w.Close()
+	sums := func() string {
+		out := ""
+		for _, suffix := range []string{"", ".claims"} {
+			b, err := os.ReadFile(path + suffix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out += fmt.Sprintf("%x ", sha256.Sum256(b))
+		}
+		return out
+	}
+	before := sums()
+	clock.Advance(time.Minute) // past the held claim's lease (30s), within its expiry (1h)
+	f := &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: "bolt://" + path}}
+	got := listedKeys(t, f.must("list", "--stuck", "-o", "json"))
+	if len(got) != 1 {
+		t.Fatalf("list --stuck: %v, want the crashed writer's held claim", got)
+	}
+	f.must("list")
+	f.must("show", got[0])
+	watchOnce(t, f)
+	if after := sums(); after != before {
+		t.Fatalf("read-only commands changed the bolt file or its journal:\nbefore %s\nafter  %s", before, after)
 	}
 }

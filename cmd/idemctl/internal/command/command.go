@@ -53,6 +53,10 @@ type Env struct {
 	// writes: passively (nothing migrated, created or swept). The closer
 	// releases it.
 	Open func(ctx context.Context, url string) (store.Store, func() error, error)
+	// OpenReadOnly opens it for the commands that only read (list, show,
+	// watch): as Open, and a bolt file read-only, so that they never change
+	// it. Nil means Open.
+	OpenReadOnly func(ctx context.Context, url string) (store.Store, func() error, error)
 }
 
 // System is the Env of the real process.
@@ -62,13 +66,18 @@ func System() Env {
 		Getenv:          os.Getenv,
 		StdinIsTerminal: stdinIsTerminal,
 		Clock:           idem.SystemClock{},
-		Open: func(ctx context.Context, url string) (store.Store, func() error, error) {
-			s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true})
-			if err != nil {
-				return nil, nil, err
-			}
-			return s.Store, s.Close, nil
-		},
+		Open:            openStore(false),
+		OpenReadOnly:    openStore(true),
+	}
+}
+
+func openStore(readOnly bool) func(ctx context.Context, url string) (store.Store, func() error, error) {
+	return func(ctx context.Context, url string) (store.Store, func() error, error) {
+		s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true, ReadOnly: readOnly})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.Store, s.Close, nil
 	}
 }
 
@@ -221,6 +230,18 @@ func (c *ctl) open(ctx context.Context) (store.Store, func() error, error) {
 		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
 	}
 	return c.env.Open(ctx, url)
+}
+
+// openReadOnly opens the store of -store for a command that only reads.
+func (c *ctl) openReadOnly(ctx context.Context) (store.Store, func() error, error) {
+	if c.env.OpenReadOnly == nil {
+		return c.open(ctx)
+	}
+	url := c.storeURL()
+	if url == "" {
+		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
+	}
+	return c.env.OpenReadOnly(ctx, url)
 }
 
 func (c *ctl) storeURL() string {

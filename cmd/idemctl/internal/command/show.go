@@ -21,7 +21,7 @@ var showCommand = command{
 			if err != nil {
 				return err
 			}
-			s, closeStore, err := c.open(ctx)
+			s, closeStore, err := c.openReadOnly(ctx)
 			if err != nil {
 				return err
 			}

@@ -79,7 +79,7 @@ func (g *gauges) sweep(s monitor.Snapshot) {
 }
 
 func (c *ctl) watch(ctx context.Context, addr string, cfg *monitor.Config) error {
-	s, closeStore, err := c.open(ctx)
+	s, closeStore, err := c.openReadOnly(ctx)
 	if err != nil {
 		return err
 	}
