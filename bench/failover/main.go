@@ -16,8 +16,18 @@ import (
 	"strings"
 
 	"github.com/seed-a1b882c0/idem/bench/internal/stats"
-	"github.com/seed-a1b882c0/idem/idemtest/failover"
 )
+
+// round is what the tests write per round (idemtest/failover's Round; a
+// test kit, which no program of the repository imports).
+type round struct {
+	Setting    string         `json:"setting"`
+	Acked      int            `json:"acknowledged"`
+	Lost       int            `json:"lost"`
+	Errors     map[string]int `json:"errors"`
+	FailoverMs int64          `json:"failover_ms"`
+	RecoverMs  int64          `json:"recover_ms"`
+}
 
 func main() {
 	dir := flag.String("dir", "results/failover", "the folder of the JSON files")
@@ -33,7 +43,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		var rounds []failover.Round
+		var rounds []round
 		if err := json.Unmarshal(b, &rounds); err != nil {
 			fmt.Fprintf(os.Stderr, "failover: %s: %v\n", f, err)
 			os.Exit(1)
@@ -41,7 +51,7 @@ func main() {
 		fmt.Printf("%s\n\n", strings.TrimSuffix(filepath.Base(f), ".json"))
 		fmt.Println("| setting | rounds | acknowledged | lost (total) | rounds with a loss | lost per round (max) | failed calls by kind (total) | failover ms (median / max) | last error after the kill, ms (median / max) |")
 		fmt.Println("|---|---|---|---|---|---|---|---|---|")
-		bySetting := map[string][]failover.Round{}
+		bySetting := map[string][]round{}
 		for _, r := range rounds {
 			bySetting[r.Setting] = append(bySetting[r.Setting], r)
 		}
