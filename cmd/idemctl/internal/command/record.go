@@ -185,4 +185,3 @@ func (o *outputFlag) Set(s string) error {
 	}
 	return fmt.Errorf("want table or json, not %q", s)
 }
-
