@@ -86,7 +86,11 @@ func age(d time.Duration) string {
 	case d < 24*time.Hour:
 		return d.Round(time.Minute).String()
 	}
-	return fmt.Sprintf("%dd%dh", d/(24*time.Hour), (d%(24*time.Hour)+30*time.Minute)/time.Hour)
+	days, hours := d/(24*time.Hour), (d%(24*time.Hour)+30*time.Minute)/time.Hour
+	if hours == 0 {
+		return fmt.Sprintf("%dd", days)
+	}
+	return fmt.Sprintf("%dd%dh", days, hours)
 }
 
 // overview
@@ -102,6 +106,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	data := map[string]any{"CanList": c.lister != nil}
 	if c.mon != nil {
 		snap := c.mon.Last()
+		if snap.At.IsZero() { // no sweep finished yet: this page waits for one
+			ctx, cancel := storeCtx(r)
+			snap, _ = c.mon.Sweep(ctx)
+			cancel()
+		}
 		data["Snap"] = snap
 		data["Swept"] = !snap.At.IsZero()
 		var rows []opRow

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -53,6 +54,8 @@ type Env struct {
 	// writes: passively (nothing migrated, created or swept). The closer
 	// releases it.
 	Open func(ctx context.Context, url string) (store.Store, func() error, error)
+	// Listen opens serve's and watch's listeners. Default net.Listen.
+	Listen func(network, addr string) (net.Listener, error)
 }
 
 // System is the Env of the real process.
@@ -62,6 +65,7 @@ func System() Env {
 		Getenv:          os.Getenv,
 		StdinIsTerminal: stdinIsTerminal,
 		Clock:           idem.SystemClock{},
+		Listen:          net.Listen,
 		Open: func(ctx context.Context, url string) (store.Store, func() error, error) {
 			s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true})
 			if err != nil {
@@ -88,7 +92,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{listCommand, showCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand}
+	return []command{listCommand, showCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand, serveCommand}
 }
 
 // ctl is one run of idemctl: its environment and global flags.
@@ -237,6 +241,14 @@ func lister(s store.Store) (store.Lister, error) {
 		return nil, fmt.Errorf("this store (%T) cannot list records", s)
 	}
 	return l, nil
+}
+
+// listen opens a listener on addr.
+func (c *ctl) listen(addr string) (net.Listener, error) {
+	if c.env.Listen == nil {
+		return net.Listen("tcp", addr)
+	}
+	return c.env.Listen("tcp", addr)
 }
 
 // now is the clock's time.
