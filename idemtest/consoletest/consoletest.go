@@ -30,7 +30,7 @@ type Keys struct {
 // COMPLETED record, a FAILED one, one stuck IN_PROGRESS (past its expected
 // completion, with a Step Functions ARN attached), a fresh IN_PROGRESS
 // one, a COMPLETED one whose result holds a script, and a COMPLETED one
-// with a binary result, written through raw (an engine with
+// with a binary result, both written through raw (an engine with
 // ops.RawCodec on the same store; nil writes it through e, as JSON).
 // advance moves the clock on by more than a minute between the stuck
 // claim and the fresh one.
@@ -50,14 +50,15 @@ func Seed(t testing.TB, e, raw *idem.Engine, advance func(time.Duration)) Keys {
 		return sk
 	}
 	k.Completed = done("charge", "acme", "order-1001", map[string]any{"charge": "ch_1001", "amount": 1200, "currency": "EUR"}, e)
-	k.Script = done("charge", "<script>alert(1)</script>", "order-1002", rawJSON(Script), e)
 	bin := make([]byte, 300)
 	for i := range bin {
 		bin[i] = byte(i)
 	}
 	if raw != nil {
+		k.Script = done("charge", "<script>alert(1)</script>", "order-1002", []byte(Script), raw)
 		k.Binary = done("export", "", "blob-1", bin, raw)
-	} else {
+	} else { // the default codec escapes < and > in JSON
+		k.Script = done("charge", "<script>alert(1)</script>", "order-1002", rawJSON(Script), e)
 		k.Binary = done("export", "", "blob-1", bin, e)
 	}
 	begin := func(op, key string, d time.Duration) idem.Token {
