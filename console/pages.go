@@ -23,7 +23,7 @@ import (
 
 // parsePages parses every page with the layout.
 func parsePages() (map[string]*template.Template, error) {
-	funcs := template.FuncMap{"ts": ts, "age": age, "window": ops.Window,
+	funcs := template.FuncMap{"ts": ts, "age": age, "window": ops.Window, "dur": dur,
 		"pair": func(p page, r recordView) struct {
 			P page
 			R recordView
@@ -91,6 +91,18 @@ func age(d time.Duration) string {
 		return fmt.Sprintf("%dd", days)
 	}
 	return fmt.Sprintf("%dd%dh", days, hours)
+}
+
+// dur is d as a duration the forms read back: 24h, 90m, 1h30m.
+func dur(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // overview
