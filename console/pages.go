@@ -248,15 +248,18 @@ func (c *Console) records(w http.ResponseWriter, r *http.Request, s *session) {
 	defer cancel()
 	now := c.now()
 	// Pages are asked for what is still missing, so that the cursor
-	// continues exactly after the last record read; the filters the store
-	// does not apply read at most MaxScan records per request.
+	// continues exactly after the last record read. With the filters the
+	// store does not apply (operation, age), full pages are read, so a
+	// page may show more matches than the page size, up to twice it
+	// (none is skipped: the cursor follows the last record read), and at
+	// most MaxScan records are read per request.
 	var rows []row
 	cursor, scanned := l.Cursor, 0
 	start := time.Now()
 	for {
 		want := l.Limit - len(rows)
 		if l.Scope != "" || l.olderThan > 0 {
-			want = min(max(want, 100), c.cfg.MaxScan-scanned, l.Limit)
+			want = min(l.Limit, c.cfg.MaxScan-scanned)
 		}
 		res, err := c.lister.List(ctx, store.ListParams{Status: l.status, Stuck: l.Stuck, Now: store.Millis(now), Limit: want, Cursor: cursor})
 		if err != nil {
