@@ -58,7 +58,7 @@ func BenchmarkConsoleFirstPage(b *testing.B) {
 		}
 		b.Setenv("AWS_ACCESS_KEY_ID", "local")
 		b.Setenv("AWS_SECRET_ACCESS_KEY", "local")
-		benchFirstPage(b, fmt.Sprintf("dynamodb://consolebench_%d?region=us-east-1&endpoint=%s", stamp, ep), n)
+		benchFirstPage(b, fmt.Sprintf("dynamodb://consolebench_%d?region=us-east-1&endpoint=%s&openindex=open", stamp, ep), n)
 	})
 }
 
