@@ -9,7 +9,17 @@
 //	  [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
 //	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
 //	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m] \
-//	  [-status-path /idempotency/status/ -expected-completion 10m]
+//	  [-status-path /idempotency/status/ -expected-completion 10m] \
+//	  [-console [-console-write -console-auth-file FILE]]
+//
+// # Operator console
+//
+// With -console, the admin listener also serves the operator console
+// (package console) at /console/, over the gateway's own store: the only
+// way to look into the bolt file while the gateway holds it. It is
+// read-only unless -console-write, which needs sign-in credentials from
+// -console-auth-file or $IDEM_CONSOLE_AUTH (USER:PASSWORD or a token, one
+// a line). See docs/operations.md.
 //
 // Run idem-gateway -h for every flag.
 //
@@ -72,6 +82,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -108,6 +119,7 @@ type options struct {
 	logLevel                       slog.Level
 	statusPath                     string
 	expectedCompletion             time.Duration
+	console                        consoleOptions
 }
 
 func parseFlags(args []string, out io.Writer) (*options, error) {
@@ -139,6 +151,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.statusPath, "status-path", "", "turns on asynchronous mode: covered requests reach the upstream with an "+tokenHeader+" header, an upstream 202 hands the key off and is answered 202 with the Location of a status resource under this path (e.g. /idempotency/status/), and workers settle keys through -admin (required); empty: off")
 	fs.DurationVar(&o.expectedCompletion, "expected-completion", idemhttp.DefaultExpectedCompletion, "with -status-path: how long handed-off work may take before a retry may take its key over (at most -expiry; a worker extends it through -admin)")
+	o.console.define(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -179,6 +192,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if o.statusPath != "" && o.admin == "" {
 		return nil, errors.New("-status-path needs -admin: workers settle handed-off work through the admin listener")
+	}
+	if err := o.console.check(o.admin, os.Getenv); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -221,6 +237,7 @@ type gateway struct {
 	metrics *metrics
 	mw      *idemhttp.Middleware
 	handler http.Handler
+	console *console.Console // -console
 }
 
 func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, error) {
@@ -259,6 +276,9 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 		return nil, err
 	}
 	g.handler = g.metrics.instrument(g.mw.Handler(g.proxy(up)))
+	if err := g.openConsole(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -374,6 +394,7 @@ func (g *gateway) adminHandler() http.Handler {
 		mux.HandleFunc("POST /idem/v1/tokens/{token}/{action}", g.settle)
 	}
 	mux.Handle("GET /metrics", g.metrics.handler())
+	g.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -409,6 +430,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer g.closeConsole()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -57,6 +58,8 @@ type Env struct {
 	// watch): as Open, and a bolt file read-only, so that they never change
 	// it. Nil means Open.
 	OpenReadOnly func(ctx context.Context, url string) (store.Store, func() error, error)
+	// Listen opens serve's and watch's listeners. Default net.Listen.
+	Listen func(network, addr string) (net.Listener, error)
 }
 
 // System is the Env of the real process.
@@ -66,6 +69,7 @@ func System() Env {
 		Getenv:          os.Getenv,
 		StdinIsTerminal: stdinIsTerminal,
 		Clock:           idem.SystemClock{},
+		Listen:          net.Listen,
 		Open:            openStore(false),
 		OpenReadOnly:    openStore(true),
 	}
@@ -97,7 +101,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{listCommand, showCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand}
+	return []command{listCommand, showCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand, serveCommand}
 }
 
 // ctl is one run of idemctl: its environment and global flags.
@@ -258,6 +262,14 @@ func lister(s store.Store) (store.Lister, error) {
 		return nil, fmt.Errorf("this store (%T) cannot list records", s)
 	}
 	return l, nil
+}
+
+// listen opens a listener on addr.
+func (c *ctl) listen(addr string) (net.Listener, error) {
+	if c.env.Listen == nil {
+		return net.Listen("tcp", addr)
+	}
+	return c.env.Listen("tcp", addr)
 }
 
 // now is the clock's time.

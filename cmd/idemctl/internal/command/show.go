@@ -26,11 +26,7 @@ var showCommand = command{
 				return err
 			}
 			defer closeStore()
-			e, err := c.engine(s, time.Hour)
-			if err != nil {
-				return err
-			}
-			st, err := c.readState(ctx, e, key)
+			st, err := c.operator(s).Read(ctx, key)
 			if err != nil {
 				return err
 			}
