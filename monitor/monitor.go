@@ -221,7 +221,7 @@ type seenKey struct {
 }
 
 // New returns a monitor of l that sweeps only when [Monitor.Sweep] is
-// called; [Monitor.Start] starts its own sweeps.
+// called; [Start] returns one that sweeps by itself.
 func New(l store.Lister, cfg *Config) (*Monitor, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: monitor needs a store.Lister", idem.ErrInvalidConfig)

@@ -182,8 +182,8 @@ type Config struct {
 	ClaimJournalMaxBytes int64
 }
 
-// Store is an [idem.Store] in one bbolt file. It also implements
-// [idem.Lister] and [idem.Deleter].
+// Store is an [store.Store] in one bbolt file. It also implements
+// [store.Lister] and [store.Deleter].
 type Store struct {
 	readOnly bool // Config.ReadOnly: every write fails with ErrReadOnly
 	db       *bolt.DB
@@ -523,7 +523,7 @@ func (s *Store) commit(ctx context.Context, key string, r *store.Record) error {
 	}))
 }
 
-// Claim implements [idem.Store]. A claim that meets a live record writes
+// Claim implements [store.Store]. A claim that meets a live record writes
 // nothing. A Local claim that acquires is held in memory (see the package
 // doc); any other is committed before Claim returns.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
@@ -636,7 +636,7 @@ func (s *Store) inFile(key string) (bool, error) {
 	return found, translate(err)
 }
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
@@ -647,7 +647,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	})
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
@@ -658,12 +658,12 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	})
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(*store.Record) bool { return true })
 }
 
-// Extend implements [idem.Store]. Extending a held Local claim writes it to
+// Extend implements [store.Store]. Extending a held Local claim writes it to
 // the file: from then on it survives a crash.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fenced(ctx, p.Key, p.Fence, p.Owner, 0, p.Now, func(r *store.Record) bool {
@@ -672,7 +672,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	})
 }
 
-// Get implements [idem.Store].
+// Get implements [store.Store].
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -707,7 +707,7 @@ func (s *Store) heldAfter(cursor string) []*store.Record {
 	return out
 }
 
-// List implements [idem.Lister]: records in key order, the held Local
+// List implements [store.Lister]: records in key order, the held Local
 // claims among them; the cursor is the last key of the previous page. A
 // damaged record fails the listing with idem.ErrCorrupt naming its key.
 func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
@@ -772,7 +772,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	return out, nil
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if s.readOnly {
 		return ErrReadOnly

@@ -119,8 +119,8 @@ type Config struct {
 	Cluster *redis.ClusterClient
 }
 
-// Store is an [idem.Store] on Redis. It also implements [idem.Lister],
-// [idem.Deleter] and [Store.ClaimBatch].
+// Store is an [store.Store] on Redis. It also implements [store.Lister],
+// [store.Deleter] and [Store.ClaimBatch].
 type Store struct {
 	c       redis.UniversalClient
 	cluster *redis.ClusterClient // c, when it is a cluster client; else nil
@@ -278,7 +278,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }
 
-// Claim implements [idem.Store]. A key that is absent takes one SET NX GET
+// Claim implements [store.Store]. A key that is absent takes one SET NX GET
 // (no script): the reply is nil when the claim was written, or the live
 // record otherwise, which answers a conflict or the caller's own retried
 // claim in the same round trip. Only a record that may have to be taken
@@ -505,7 +505,7 @@ func (s *Store) fenced(ctx context.Context, op, name, key string, fence uint64, 
 	return s.errorReply(name, key, r)
 }
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
@@ -514,7 +514,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 		"2", p.ExpiresAt, completeTail(p.Now, p.Result))
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
@@ -523,12 +523,12 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 		"3", p.ExpiresAt, failTail(p.Now, p.Err))
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fenced(ctx, "release", "release", p.Key, p.Fence, p.Owner, p.From, p.Now)
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fenced(ctx, "extend", "extend", p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
 }
@@ -545,7 +545,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	return decodeValue(key, v)
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	n, err := s.c.Del(ctx, s.rkey(key)).Result()
 	if err != nil {

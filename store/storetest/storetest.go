@@ -4,8 +4,10 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 20},
-//			func(t *testing.T) idem.Store { return newIsolatedStore(t) })
+//			func(t *testing.T) store.Store { return newIsolatedStore(t) })
 //	}
+//
+// (The example of Run has it in full, compiled with the package's tests.)
 //
 // Every case is also exported on its own (TestClaim, TestFencing, ...), so a
 // store can run a subset while it is being built. The constructor must give
