@@ -718,26 +718,20 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	limit := p.PageSize()
 	held := s.heldAfter(p.Cursor)
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(s.bucket)
-		if b == nil { // a read-only open of a file no writer has set up: its held claims only
-			for _, r := range held {
-				if !p.Matches(r) {
-					continue
+		var (
+			c    *bolt.Cursor
+			k, v []byte
+		)
+		// No bucket: a read-only open of a file no writer has set up; its
+		// held claims only (k stays nil, so c is never used).
+		if b := tx.Bucket(s.bucket); b != nil {
+			c = b.Cursor()
+			k, v = c.First()
+			if p.Cursor != "" {
+				k, v = c.Seek([]byte(p.Cursor))
+				if k != nil && bytes.Equal(k, []byte(p.Cursor)) {
+					k, v = c.Next()
 				}
-				if len(out.Records) == limit {
-					out.Next = out.Records[limit-1].Key
-					return nil
-				}
-				out.Records = append(out.Records, r)
-			}
-			return nil
-		}
-		c := b.Cursor()
-		k, v := c.First()
-		if p.Cursor != "" {
-			k, v = c.Seek([]byte(p.Cursor))
-			if k != nil && bytes.Equal(k, []byte(p.Cursor)) {
-				k, v = c.Next()
 			}
 		}
 		for k != nil || len(held) > 0 {

@@ -1,6 +1,7 @@
 package boltstore_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
@@ -187,5 +190,40 @@ func TestReadOnlyOpensAReadOnlyFile(t *testing.T) {
 	}
 	if out, err := run(true); err == nil {
 		t.Fatalf("a writable open of a read-only file succeeded: %s", out)
+	}
+}
+
+// A read-only open of a bbolt file no idem writer has set up (no bucket)
+// finds nothing, and writes nothing.
+func TestReadOnlyOfAnEmptyFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "empty.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := boltstore.Open(path, &boltstore.Config{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if r, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get: %v %+v", err, r)
+	}
+	if page, err := s.List(ctx, store.ListParams{Now: time.Now().UnixMilli()}); err != nil || len(page.Records) != 0 || page.Next != "" {
+		t.Errorf("List: %v %+v", err, page)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("a read-only open changed the file")
 	}
 }
