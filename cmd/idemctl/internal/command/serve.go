@@ -127,14 +127,23 @@ func (c *ctl) serve(ctx context.Context, addr string, cfg *console.Config, mcfg 
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		fmt.Fprintf(c.env.Stderr, "idemctl serve: warning: %s is not a loopback address; the console speaks plain HTTP, so put TLS in front of it\n", ln.Addr())
 	}
+	return serveUntilDone(ctx, srv, errc)
+}
+
+// serveUntilDone waits until ctx is done or srv failed (errc), then shuts
+// srv down (nil: none), giving requests in flight 5s.
+func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error) error {
+	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if serr := srv.Shutdown(sctx); serr != nil && err == nil {
-		err = serr
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if serr := srv.Shutdown(sctx); serr != nil && err == nil {
+			err = serr
+		}
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
