@@ -37,12 +37,12 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		t.Fatal("IDEM_REDIS_CLUSTER_DIR is not set: run the cluster with scripts/redis-cluster")
 	}
 	var all []failover.Round
+	defer func() { failover.Report(t, "redis-cluster", all) }()
 	for i := range failover.Rounds(t) {
 		for _, wait := range []int{0, 1} {
 			all = append(all, clusterFailoverOnce(t, addrs, dir, wait, i))
 		}
 	}
-	failover.Report(t, "redis-cluster", all)
 	for _, r := range all {
 		if r.Setting != "WaitReplicas 0" && r.Lost > 0 {
 			t.Errorf("%s: %d acknowledged outcomes lost in a failover: %v", r.Setting, r.Lost, r.LostKeys)
