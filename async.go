@@ -22,17 +22,6 @@ const (
 	StatusFailed     = store.StatusFailed
 )
 
-// ErrNotFound: no live record for the key ([Engine.Status]). It is
-// store.ErrNotFound, the same error value.
-var ErrNotFound = store.ErrNotFound
-
-// MaxRefLen is the longest execution reference [Engine.Attach] accepts:
-// room for any AWS ARN (2,048 characters) and a URL.
-const MaxRefLen = 2048
-
-// MaxLockedByLen is the longest label [WithLockedBy] keeps.
-const MaxLockedByLen = 128
-
 // State is a key's record as callers and operators read it: its status,
 // who claimed it and when, the execution it was handed to, when it should
 // be done and when it was, and its outcome.

@@ -56,9 +56,6 @@ type Token struct {
 	signed bool
 }
 
-// MaxTokenLen is the longest token string [ParseToken] reads.
-const MaxTokenLen = 4096
-
 // The first byte of every encoded token: its version. A signed token has
 // its MAC between the key and the owner.
 const (
@@ -186,14 +183,20 @@ func ParseToken(s, operation string) (Token, error) {
 	return t, nil
 }
 
-// ErrInvalidToken: a token is malformed or names another operation. The
-// error is a [*TokenError]; nothing was written.
-var ErrInvalidToken = errors.New("idem: invalid token")
-
-// ErrStaleToken: a write through a token was refused because the token's
-// claim is no longer the record's (the key was taken over, settled,
-// released or expired). The error is a [*StaleTokenError].
-var ErrStaleToken = errors.New("idem: stale token")
+// Errors of work handed elsewhere ([Engine.Begin] and its tokens).
+var (
+	// ErrInvalidToken: a token is malformed, names another operation, or
+	// (with Config.TokenKey) is not signed by the key. The error is a
+	// [*TokenError]; nothing was written.
+	ErrInvalidToken = errors.New("idem: invalid token")
+	// ErrStaleToken: a write through a token was refused because the
+	// token's claim is no longer the record's (the key was taken over,
+	// settled, released or expired). The error is a [*StaleTokenError].
+	ErrStaleToken = errors.New("idem: stale token")
+	// ErrNotFound: no live record for the key ([Engine.Status]). It is
+	// store.ErrNotFound, the same error value.
+	ErrNotFound = store.ErrNotFound
+)
 
 // TokenError describes a token that cannot be used.
 type TokenError struct {
