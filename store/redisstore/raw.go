@@ -205,12 +205,11 @@ func (s *Store) evalsha(ctx context.Context, sc *redis.Script, key string, args 
 }
 
 // errorReply translates an error reply for op on key, as translate does a
-// go-redis error: a type or script error is a damaged record; anything
-// else (LOADING, READONLY, OOM, MOVED...) is the server unable to serve
-// the call.
+// go-redis error: a damaged record (see damaged), or the server unable to
+// serve the call (LOADING, READONLY, OOM, MOVED...).
 func (s *Store) errorReply(op, key string, r reply) error {
 	s.redirected(r.str)
-	if strings.HasPrefix(r.str, "WRONGTYPE") || strings.Contains(r.str, "user_script") || strings.HasPrefix(r.str, "idem: ") {
+	if damaged(r.str) {
 		return &store.CorruptError{Key: key, Reason: r.str}
 	}
 	return fmt.Errorf("redisstore: %s %s: %w: %s", op, key, store.ErrUnavailable, r.str)

@@ -574,9 +574,11 @@ func (s *Store) waited(op, key string, w *redis.IntCmd) error {
 	return nil
 }
 
-// translate maps go-redis errors at the store boundary: a script or type
-// error on the key is a damaged record; everything else (network, timeout,
-// pool exhausted, server loading, read-only replica) is unavailable.
+// translate maps go-redis errors at the store boundary: a type error on
+// the key or a script's own error is a damaged record (see damaged);
+// everything else (network, timeout, pool exhausted, server loading, a
+// primary demoted to a read-only replica, within a script too) is
+// unavailable.
 //
 // On Redis Cluster a network error asks the client to refresh its map of
 // the slots: the node may have died and its slots moved to a replica.
@@ -584,7 +586,7 @@ func (s *Store) translate(op, key string, err error) error {
 	var re redis.Error
 	if errors.As(err, &re) && !isNetErr(err) {
 		msg := re.Error()
-		if strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") {
+		if damaged(msg) {
 			return &store.CorruptError{Key: key, Reason: msg}
 		}
 		s.redirected(msg)
@@ -592,6 +594,17 @@ func (s *Store) translate(op, key string, err error) error {
 		s.refresh()
 	}
 	return fmt.Errorf("redisstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
+}
+
+// damaged reports whether an error reply says the stored record is
+// damaged: a type error on the key, an error the scripts raise themselves
+// ("idem: ..."), or a script that failed at run time ("ERR ... user_script").
+// An error a script met from the server — "READONLY ... script: ...", after
+// a failover demoted the primary; LOADING, OOM, MASTERDOWN — is the
+// server's state, not the record's: unavailable, so that writes are retried.
+func damaged(msg string) bool {
+	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "idem: ") ||
+		strings.HasPrefix(msg, "ERR") && strings.Contains(msg, "user_script")
 }
 
 func isNetErr(err error) bool {
