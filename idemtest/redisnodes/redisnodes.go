@@ -90,6 +90,32 @@ func ReplicaOf(t testing.TB, seed, master string) string {
 	return ""
 }
 
+// Shard returns the master and a replica of the shard (a cluster master
+// and its replicas, or a primary and its replicas) that the server at addr
+// belongs to, as the servers themselves say (ROLE), which is current even
+// when another node's view of the cluster lags behind a failover.
+func Shard(t testing.TB, addr string) (master, replica string) {
+	t.Helper()
+	role := func(a string) []string {
+		out, err := Cli(a, "role")
+		if err != nil {
+			t.Fatalf("role of %s: %v", a, err)
+		}
+		return strings.Fields(out)
+	}
+	r := role(addr)
+	master = addr
+	if len(r) >= 3 && r[0] == "slave" {
+		master = r[1] + ":" + r[2]
+		r = role(master)
+	}
+	// master offset [host port offset]...
+	if len(r) < 5 || r[0] != "master" {
+		t.Fatalf("%s has no replica: role %v", master, r)
+	}
+	return master, r[2] + ":" + r[3]
+}
+
 // Kill SIGKILLs the server kept in dir, by the PID in its pid file, and
 // waits until it is gone.
 func Kill(t testing.TB, dir string) {

@@ -72,8 +72,7 @@ func clusterFailoverOnce(t *testing.T, addrs []string, dir string, wait, round i
 	// The master to kill: one in turn, and its replica.
 	redisnodes.WaitHealthy(t, addrs[0], 3, 60*time.Second)
 	masters := redisnodes.Masters(t, addrs[0])
-	victim := masters[round%len(masters)]
-	replica := redisnodes.ReplicaOf(t, addrs[0], victim)
+	victim, replica := redisnodes.Shard(t, masters[round%len(masters)])
 
 	res := failover.Round{Setting: fmt.Sprintf("WaitReplicas %d", wait), Killed: victim}
 	l := failover.Start(e)

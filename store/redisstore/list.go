@@ -205,7 +205,7 @@ func (s *Store) masters(ctx context.Context) (masterSet, error) {
 	return nil, fmt.Errorf("redisstore: list: %w: %w", store.ErrUnavailable, err)
 }
 
-var errTopologyChanging = errors.New("the cluster's nodes disagree on who serves a slot")
+var errTopologyChanging = errors.New("the cluster's map of the slots is changing")
 
 func (s *Store) mastersOnce(ctx context.Context) (masterSet, error) {
 	// CLUSTER SLOTS, not CLUSTER SHARDS: go-redis builds its map of the
@@ -245,6 +245,13 @@ func (s *Store) mastersOnce(ctx context.Context) (masterSet, error) {
 			ms = append(ms, master{id: n.ID, client: c})
 		}
 		ms[i].slots = append(ms[i].slots, slotRange{sl.Start, sl.End})
+	}
+	var all slotSet
+	for _, m := range ms {
+		all = all.add(m.slots...)
+	}
+	if slot, missing := all.firstMissing(); missing {
+		return nil, fmt.Errorf("%w: no master serves slot %d", errTopologyChanging, slot)
 	}
 	return ms, nil
 }
