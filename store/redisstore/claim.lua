@@ -1,3 +1,4 @@
+#!lua
 -- idem claim, the path a SET NX GET could not settle: a record present
 -- that may have to be taken over (expired, or lease passed). KEYS[1] = the
 -- record.

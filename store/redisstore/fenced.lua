@@ -1,3 +1,4 @@
+#!lua
 -- idem fenced write. KEYS[1] = the record (see layout.go).
 -- ARGV: op, tag ('R' fence ':' len(owner) ':' owner, the claim the write
 -- holds), now, from (the status digit the record must be in), then per op:

@@ -17,6 +17,12 @@
 //     comparing the record's prefix with the writer's fence and owner,
 //     checks status and expiry, and writes the new value with SET.
 //
+// The scripts declare themselves with a shebang (#!lua, Redis 7.0 or
+// later), so that a replica refuses them outright (READONLY, unavailable)
+// instead of running their reads: a client still pointed at a demoted
+// primary must not take a replica's copy for the record (a fenced write
+// that found the key absent there would be answered "not found").
+//
 // Expiry is checked from the caller's Now; the key also carries a native
 // expiry (PXAT expires_at), which only reclaims memory. No operation
 // touches two keys.

@@ -191,3 +191,28 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A store that reaches a replica (a failover client still pointed at a
+// demoted primary, an address that became a replica) must not take the
+// replica's copy for the record: every write, a fenced one that finds the
+// key absent included, fails as unavailable (READONLY), and the engine
+// retries it until it reaches the primary. The Sentinel failover test
+// found Completes answered "not found" by a restarted, still-empty replica.
+func TestWritesRefusedOnAReplica(t *testing.T) {
+	rs := replicas(t)
+	s, _ := newStoreAt(t, rs.replica, redisstore.Config{})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for name, err := range map[string]error{
+		"claim":    second(s.Claim(ctx, store.ClaimParams{Key: "r", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})),
+		"complete": s.Complete(ctx, store.CompleteParams{Key: "absent", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 5000, Result: []byte("r")}),
+		"release":  s.Release(ctx, store.ReleaseParams{Key: "absent", Fence: 1, Owner: "o", Now: now}),
+		"extend":   s.Extend(ctx, store.ExtendParams{Key: "absent", Fence: 1, Owner: "o", Now: now, LeaseUntil: now + 2000}),
+	} {
+		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s on a replica: %v, want ErrUnavailable (READONLY)", name, err)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
