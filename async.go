@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -115,7 +116,7 @@ func (s *State) Token() Token {
 func (e *Engine) Status(ctx context.Context, key StoreKey) (*State, error) {
 	k := key.String()
 	var r *store.Record
-	err := e.timed(StoreGet, func() (err error) {
+	err := e.timed(observe.StoreGet, func() (err error) {
 		r, err = e.store.Get(ctx, k)
 		return err
 	})
@@ -123,7 +124,7 @@ func (e *Engine) Status(ctx context.Context, key StoreKey) (*State, error) {
 		return nil, fmt.Errorf("idem: no live record for %s: %w", k, store.ErrNotFound)
 	}
 	if err != nil {
-		return nil, &StoreError{Op: StoreGet, Key: k, Err: err}
+		return nil, &StoreError{Op: observe.StoreGet, Key: k, Err: err}
 	}
 	return e.state(r), nil
 }
@@ -193,7 +194,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 		return Begun{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidConfig, lease, e.cfg.Expiry)
 	}
 	if e.cfg.Disabled {
-		e.cfg.Observer.Observe(c.name, OutcomeUnprotected)
+		e.cfg.Observer.Observe(c.name, observe.OutcomeUnprotected)
 		return Begun{Acquired: true, Token: disabledToken(id.StoreKey)}, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -209,16 +210,16 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	b := Begun{Acquired: res.Acquired, Takeover: res.Takeover, State: e.state(res.Record)}
 	switch {
 	case res.Acquired:
-		e.cfg.Observer.Observe(c.name, OutcomeAcquired)
+		e.cfg.Observer.Observe(c.name, observe.OutcomeAcquired)
 		if res.Takeover {
-			e.cfg.Observer.Observe(c.name, OutcomeTakeover)
+			e.cfg.Observer.Observe(c.name, observe.OutcomeTakeover)
 			e.cfg.Logger.Info("idem: took over a claim whose expected completion had passed", "key", c.key, "fence", res.Record.Fence)
 		}
 		b.Token = e.sign(Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress})
 	case res.Record.Status == store.StatusInProgress:
-		e.cfg.Observer.Observe(c.name, OutcomeInProgress)
+		e.cfg.Observer.Observe(c.name, observe.OutcomeInProgress)
 	default:
-		e.cfg.Observer.Observe(c.name, OutcomeReplayed)
+		e.cfg.Observer.Observe(c.name, observe.OutcomeReplayed)
 	}
 	return b, nil
 }
@@ -250,7 +251,7 @@ func (e *Engine) tokenHolder(t Token) *holder {
 
 // tokenWrite answers a write through t: nil, a [*StaleTokenError] when the
 // store refused it, or the store's failure as a [*StoreError].
-func tokenWrite(op StoreOp, t Token, err error) error {
+func tokenWrite(op observe.StoreOp, t Token, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -286,7 +287,7 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
 		return &encodeError{err}
 	}
 	err = e.tokenHolder(t).complete(ctx, b, nil)
-	return tokenWrite(StoreComplete, t, err)
+	return tokenWrite(observe.StoreComplete, t, err)
 }
 
 // Fail records err as the terminal outcome of t's claim: the record
@@ -309,7 +310,7 @@ func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
 		term = &TerminalError{Message: err.Error()}
 	}
 	werr := e.tokenHolder(t).fail(ctx, term.record())
-	return tokenWrite(StoreFail, t, werr)
+	return tokenWrite(observe.StoreFail, t, werr)
 }
 
 // Release deletes t's claim so that the key can run again: for work that
@@ -322,7 +323,7 @@ func (e *Engine) Release(ctx context.Context, t Token) error {
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	return tokenWrite(StoreRelease, t, e.tokenHolder(t).release(ctx))
+	return tokenWrite(observe.StoreRelease, t, e.tokenHolder(t).release(ctx))
 }
 
 // Extend moves t's expected completion to now + d, in one fenced store
@@ -334,7 +335,7 @@ func (e *Engine) Extend(ctx context.Context, t Token, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Extend needs a positive duration, not %v", ErrInvalidConfig, d)
 	}
-	return e.touch(ctx, t, StoreExtend, func(p *store.ExtendParams) { p.LeaseUntil = p.Now + max(d.Milliseconds(), 1) })
+	return e.touch(ctx, t, observe.StoreExtend, func(p *store.ExtendParams) { p.LeaseUntil = p.Now + max(d.Milliseconds(), 1) })
 }
 
 // Attach records ref — the execution the work was handed to, such as a
@@ -345,12 +346,12 @@ func (e *Engine) Attach(ctx context.Context, t Token, ref string) error {
 	if err := validRef(ref); err != nil {
 		return err
 	}
-	return e.touch(ctx, t, StoreAttach, func(p *store.ExtendParams) { p.Ref = ref })
+	return e.touch(ctx, t, observe.StoreAttach, func(p *store.ExtendParams) { p.Ref = ref })
 }
 
 // touch makes one fenced Extend through t, retried on transient faults
 // while Config.WriteTimeout lasts.
-func (e *Engine) touch(ctx context.Context, t Token, op StoreOp, set func(*store.ExtendParams)) error {
+func (e *Engine) touch(ctx context.Context, t Token, op observe.StoreOp, set func(*store.ExtendParams)) error {
 	if e.cfg.Disabled {
 		return nil
 	}
@@ -360,7 +361,7 @@ func (e *Engine) touch(ctx context.Context, t Token, op StoreOp, set func(*store
 	h := e.tokenHolder(t)
 	err := h.write(ctx, writeExtend, 0, nil, nil, set)
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
-		e.cfg.Observer.Observe(h.name, OutcomeFenced)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
 	}
 	return tokenWrite(op, t, err)
 }
@@ -437,7 +438,7 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 	})
 	if err != nil {
 		h.resumeRenewal()
-		return Token{}, tokenWrite(StoreExtend, t, err)
+		return Token{}, tokenWrite(observe.StoreExtend, t, err)
 	}
 	if h.flight != nil {
 		h.flight.leaseUntil.Store(until)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -341,7 +342,7 @@ func TestBeginFailsClosed(t *testing.T) {
 	en.store.FailAlways("claim", fmt.Errorf("refused: %w", store.ErrUnavailable))
 	_, err := en.eng.Begin(context.Background(), req("d"), nil)
 	var se *idem.StoreError
-	if !errors.As(err, &se) || se.Op != idem.StoreClaim {
+	if !errors.As(err, &se) || se.Op != observe.StoreClaim {
 		t.Fatalf("Begin against a down store: %v, want a *StoreError of the claim", err)
 	}
 }
@@ -413,7 +414,7 @@ func TestDetachHandsTheRunningClaimOff(t *testing.T) {
 	if en.store.Calls("complete")+en.store.Calls("release")+en.store.Calls("fail") != 0 {
 		t.Fatal("the engine wrote an outcome for a handed-off claim")
 	}
-	if n := en.obs.Count(idem.OutcomeHandedOff); n != 2 {
+	if n := en.obs.Count(observe.OutcomeHandedOff); n != 2 {
 		t.Fatalf("handed_off counted %d times, want 2", n)
 	}
 	en.clock.Advance(10 * time.Minute) // past the invocation's deadline and the engine's lease
@@ -571,7 +572,7 @@ func TestAnotherTokenHoldersWriteIsNotTakenAsOwn(t *testing.T) {
 	if err != nil || res.Value != 8 {
 		t.Fatalf("Do: %+v, %v", res, err)
 	}
-	if en.obs.Count(idem.OutcomeFenced) != 1 {
+	if en.obs.Count(observe.OutcomeFenced) != 1 {
 		t.Fatalf("the engine's refused Complete was not counted as fenced: %v", en.obs.Snapshot())
 	}
 	again, err := idem.Do(ctx, en.eng, req("o"), func(context.Context) (int, error) { return 9, nil })

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -70,7 +71,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			if ent, ok := e.cache.get(t.key, store.Millis(now)); ok {
 				err := t.mismatch(ent.fingerprint)
 				if err == nil {
-					e.cfg.Observer.Observe(t.name, OutcomeCacheHit)
+					e.cfg.Observer.Observe(t.name, observe.OutcomeCacheHit)
 				}
 				results[i], errs[i] = t.result(ctx, outcome{replayed: true, result: ent.result, value: ent.value}, err)
 				continue
@@ -106,7 +107,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 				break
 			}
 		}
-		e.callEnd(StoreClaimBatch, start, first)
+		e.callEnd(observe.StoreClaimBatch, start, first)
 		// Every flight hears its claim's answer before any operation runs
 		// (and takes a slot of concurrency): its followers wait for it.
 		claims := make([]store.ClaimResult, len(leaders))
@@ -128,7 +129,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 						rest = append(rest, i) // waits, as DoIdentity does
 						continue
 					}
-					e.cfg.Observer.Observe(t.name, OutcomeInProgress)
+					e.cfg.Observer.Observe(t.name, observe.OutcomeInProgress)
 				}
 				results[i], errs[i] = t.result(ctx, out, err)
 				continue
@@ -153,7 +154,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 				// only saw it): go round as DoIdentity does.
 				out, err = t.run(ctx)
 			case busy:
-				e.cfg.Observer.Observe(t.name, OutcomeInProgress)
+				e.cfg.Observer.Observe(t.name, observe.OutcomeInProgress)
 			}
 			results[fo.i], errs[fo.i] = t.result(ctx, out, err)
 		})

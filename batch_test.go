@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -103,7 +104,7 @@ func TestDoBatchClaimFailure(t *testing.T) {
 	})
 	for i, err := range errs {
 		var se *idem.StoreError
-		if !errors.As(err, &se) || se.Op != idem.StoreClaim || !errors.Is(err, boom) {
+		if !errors.As(err, &se) || se.Op != observe.StoreClaim || !errors.Is(err, boom) {
 			t.Errorf("record %d: %v, want the claim's StoreError", i, err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/observe"
 )
 
 // EnvDisabled names the environment variable that turns idempotency off:
@@ -57,7 +59,7 @@ type Config struct {
 	// with backoff and jitter, each attempt bounded by a third of
 	// WriteTimeout, while the lease keeps being renewed. Only when
 	// WriteTimeout has passed does the engine give up (logged, counted as
-	// OutcomeStoreError). These writes are made even when the caller's
+	// observe.OutcomeStoreError). These writes are made even when the caller's
 	// context is cancelled. Default 10s.
 	WriteTimeout time.Duration
 
@@ -73,8 +75,9 @@ type Config struct {
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 
-	// Observer is told about every outcome. Default: none.
-	Observer Observer
+	// Observer is told about every outcome and store call (see package
+	// observe; idemprom and idemotel export them). Default: none.
+	Observer observe.Observer
 
 	// Owner prefixes the owner of every claim, for people reading logs.
 	// The engine adds a random id of its own and a sequence number, so

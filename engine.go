@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -30,7 +31,7 @@ type Engine struct {
 	ownerPrefix string
 	seq         atomic.Uint64
 
-	timing   bool // the Observer wants store-call latencies
+	timing   bool // the observer wants store-call latencies
 	raw      bool // the codec is RawCodec: []byte results skip it
 	sysClock bool // the clock is SystemClock
 
@@ -128,10 +129,10 @@ func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err erro
 		return res, false, nil
 	}
 	if ent.fingerprint != "" {
-		e.cfg.Observer.Observe(req.Operation, OutcomeMismatch)
+		e.cfg.Observer.Observe(req.Operation, observe.OutcomeMismatch)
 		return res, true, &MismatchError{Key: ent.key, Stored: ent.fingerprint}
 	}
-	e.cfg.Observer.Observe(req.Operation, OutcomeCacheHit)
+	e.cfg.Observer.Observe(req.Operation, observe.OutcomeCacheHit)
 	res.Replayed, res.StoreKey = true, ent.key
 	if v, ok := ent.value.(T); ok {
 		res.Value = v
@@ -167,7 +168,7 @@ func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err erro
 //     not run (unless Config.FailOpen).
 //
 // When fn succeeds but its outcome cannot be recorded, the value is still
-// returned; the failure is logged and counted (OutcomeCompleteFailed).
+// returned; the failure is logged and counted (observe.OutcomeCompleteFailed).
 func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error)) (Result[T], error) {
 	return doTyped(ctx, e, id, fn, nil)
 }
@@ -217,7 +218,7 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 // plain Do pays nothing for it.
 func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	if e.cfg.Disabled {
-		e.cfg.Observer.Observe(id.StoreKey.Operation, OutcomeUnprotected)
+		e.cfg.Observer.Observe(id.StoreKey.Operation, observe.OutcomeUnprotected)
 		v, err := callOp(context.WithValue(ctx, disabledKey{}, id.StoreKey), fn, completing, &Completion[T]{e: e})
 		return Result[T]{Value: v, StoreKey: id.StoreKey.String()}, err
 	}
@@ -234,7 +235,7 @@ func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Resu
 	e, fn, completing := t.e, t.fn, t.completing
 	res := Result[T]{StoreKey: t.key}
 	if err != nil && !t.ran && e.cfg.FailOpen && isClaimFailure(err) {
-		e.cfg.Observer.Observe(t.name, OutcomeUnprotected)
+		e.cfg.Observer.Observe(t.name, observe.OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
 			"key", t.key, "err", err)
 		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e})
@@ -335,7 +336,7 @@ func (e *encodeError) Unwrap() error { return e.err }
 
 func isClaimFailure(err error) bool {
 	var se *StoreError
-	return errors.As(err, &se) && se.Op == StoreClaim
+	return errors.As(err, &se) && se.Op == observe.StoreClaim
 }
 
 // outcome is what run hands back to the typed layer.
@@ -353,7 +354,7 @@ type outcome struct {
 type call struct {
 	e           *Engine
 	key         string // the store key
-	name        string // the operation's name (the key's scope), for the Observer
+	name        string // the operation's name (the key's scope), for the observer
 	fingerprint string
 	op          operation
 }
@@ -444,7 +445,7 @@ func (c *call) mismatch(stored string) error {
 	if stored == c.fingerprint {
 		return nil
 	}
-	c.e.cfg.Observer.Observe(c.name, OutcomeMismatch)
+	c.e.cfg.Observer.Observe(c.name, observe.OutcomeMismatch)
 	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
@@ -455,7 +456,7 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 			if err := h.mismatch(ent.fingerprint); err != nil {
 				return outcome{}, err
 			}
-			e.cfg.Observer.Observe(h.name, OutcomeCacheHit)
+			e.cfg.Observer.Observe(h.name, observe.OutcomeCacheHit)
 			return outcome{replayed: true, result: ent.result, value: ent.value}, nil
 		}
 	}
@@ -497,7 +498,7 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 			}
 		}
 		if busy {
-			e.cfg.Observer.Observe(h.name, OutcomeInProgress)
+			e.cfg.Observer.Observe(h.name, observe.OutcomeInProgress)
 		}
 		return out, err
 	}
@@ -586,7 +587,7 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 	}
 	switch rec.Status {
 	case store.StatusCompleted, store.StatusFailed:
-		c.e.cfg.Observer.Observe(c.name, OutcomeReplayed)
+		c.e.cfg.Observer.Observe(c.name, observe.OutcomeReplayed)
 		if c.e.cache != nil {
 			c.e.cache.put(rec.Key, rec.Fingerprint, rec.Result, nil, rec.Status, rec.ExpiresAt)
 		}
@@ -686,9 +687,9 @@ func tell(f *flight, res store.ClaimResult) {
 // followers told.
 func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
 	e := h.e
-	e.cfg.Observer.Observe(h.name, OutcomeAcquired)
+	e.cfg.Observer.Observe(h.name, observe.OutcomeAcquired)
 	if res.Takeover {
-		e.cfg.Observer.Observe(h.name, OutcomeTakeover)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeTakeover)
 		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", h.key, "fence", res.Record.Fence)
 	}
 	h.fence, h.owner, h.expiresAt, h.lease, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, lease, f
@@ -704,7 +705,7 @@ func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration, lo
 	p := c.claimParams(ctx, now, lease, local)
 	start := e.callStart(now)
 	res, err := e.store.Claim(ctx, p)
-	e.callEnd(StoreClaim, start, err)
+	e.callEnd(observe.StoreClaim, start, err)
 	return c.claimAnswer(res, err)
 }
 
@@ -729,14 +730,14 @@ func (c *call) claimAnswer(res store.ClaimResult, err error) (store.ClaimResult,
 		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
-		c.e.cfg.Observer.Observe(c.name, OutcomeStoreError)
-		return store.ClaimResult{}, &StoreError{Op: StoreClaim, Key: c.key, Err: err}
+		c.e.cfg.Observer.Observe(c.name, observe.OutcomeStoreError)
+		return store.ClaimResult{}, &StoreError{Op: observe.StoreClaim, Key: c.key, Err: err}
 	}
 	return res, nil
 }
 
 // callStart returns when a store call starts, for its latency: now when
-// the caller has read the clock already, and nothing when no Observer
+// the caller has read the clock already, and nothing when no observer
 // wants latencies.
 func (e *Engine) callStart(now time.Time) time.Time {
 	if !e.timing || !now.IsZero() {
@@ -745,15 +746,15 @@ func (e *Engine) callStart(now time.Time) time.Time {
 	return e.cfg.Clock.Now()
 }
 
-// callEnd reports a store call's latency to the Observer.
-func (e *Engine) callEnd(op StoreOp, start time.Time, err error) {
+// callEnd reports a store call's latency to the observer.
+func (e *Engine) callEnd(op observe.StoreOp, start time.Time, err error) {
 	if e.timing {
 		e.cfg.Observer.StoreCall(op, e.cfg.Clock.Now().Sub(start), err)
 	}
 }
 
-// timed runs one store call and reports its latency to the Observer.
-func (e *Engine) timed(op StoreOp, call func() error) error {
+// timed runs one store call and reports its latency to the observer.
+func (e *Engine) timed(op observe.StoreOp, call func() error) error {
 	start := e.callStart(time.Time{})
 	err := call()
 	e.callEnd(op, start, err)
@@ -865,7 +866,7 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 
 	if h.detached.Load() {
 		// The claim was handed off: whoever holds its token settles it.
-		e.cfg.Observer.Observe(h.name, OutcomeHandedOff)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeHandedOff)
 		e.land(h.key, h.flight, nil)
 		return out, opErr
 	}
@@ -902,7 +903,7 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
 		// that no retry runs the operation again before then.
-		e.cfg.Observer.Observe(h.name, OutcomeUncertain)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeUncertain)
 		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
 			"key", h.key, "fence", h.fence, "err", unc.Err)
 		e.land(h.key, h.flight, nil)
@@ -936,7 +937,7 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) error {
 		if tl, ok := asTooLarge(err); ok {
 			return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
 		}
-		h.writeFailed(StoreComplete, err)
+		h.writeFailed(observe.StoreComplete, err)
 		return err
 	}
 	if e.cache != nil && h.flight != nil { // a token's write knows no fingerprint
@@ -963,7 +964,7 @@ func (h *holder) settled(result []byte, now int64) {
 // the operation a second time. The message is cut to fit limit (0: none).
 func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) error {
 	e := h.e
-	e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
+	e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
 		"key", h.key, "code", code, "reason", msg)
 	return h.fail(ctx, boundedError(code, msg, limit))
@@ -994,17 +995,17 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 		marker := boundedError(CodeResultTooLarge,
 			fmt.Sprintf("terminal error %q of %d bytes is over the store's limit of %d", er.Code, er.Size(), tl.Limit), tl.Limit)
 		if marker.Size() < er.Size() {
-			e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
+			e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
 			e.cfg.Logger.Error("idem: terminal error too large to store; a bounded marker is stored instead",
 				"key", h.key, "code", er.Code, "size", er.Size(), "limit", tl.Limit)
 			return h.fail(ctx, marker)
 		}
 	}
 	if err != nil {
-		h.writeFailed(StoreFail, err)
+		h.writeFailed(observe.StoreFail, err)
 		return err
 	}
-	e.cfg.Observer.Observe(h.name, OutcomeFailed)
+	e.cfg.Observer.Observe(h.name, observe.OutcomeFailed)
 	return nil
 }
 
@@ -1016,10 +1017,10 @@ func (h *holder) release(ctx context.Context) error {
 	e := h.e
 	err := h.write(ctx, writeRelease, 0, nil, nil, nil)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		h.writeFailed(StoreRelease, err)
+		h.writeFailed(observe.StoreRelease, err)
 		return err
 	}
-	e.cfg.Observer.Observe(h.name, OutcomeReleased)
+	e.cfg.Observer.Observe(h.name, observe.OutcomeReleased)
 	return nil
 }
 
@@ -1085,7 +1086,7 @@ func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status
 				"key", h.key, "op", kind.op(), "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
 			return err
 		}
-		e.cfg.Observer.Observe(h.name, OutcomeWriteRetried)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeWriteRetried)
 		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
@@ -1128,17 +1129,17 @@ func (h *holder) noteWrite(kind writeKind, result []byte, er *store.ErrorRecord,
 	}
 }
 
-// op is the store operation a write makes, for the Observer and errors.
-func (k writeKind) op() StoreOp {
+// op is the store operation a write makes, for the observer and errors.
+func (k writeKind) op() observe.StoreOp {
 	switch k {
 	case writeComplete:
-		return StoreComplete
+		return observe.StoreComplete
 	case writeFail:
-		return StoreFail
+		return observe.StoreFail
 	case writeRelease:
-		return StoreRelease
+		return observe.StoreRelease
 	}
-	return StoreExtend
+	return observe.StoreExtend
 }
 
 // asFenced returns err's *store.FencedError, if it has one.
@@ -1156,7 +1157,7 @@ func asFenced(err error) (*store.FencedError, bool) {
 // writer's outcome differs.
 func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er *store.ErrorRecord) bool {
 	var r *store.Record
-	err := h.e.timed(StoreGet, func() (err error) {
+	err := h.e.timed(observe.StoreGet, func() (err error) {
 		r, err = h.e.store.Get(ctx, h.key)
 		return err
 	})
@@ -1179,17 +1180,17 @@ func transient(err error) bool {
 		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt)
 }
 
-func (h *holder) writeFailed(op StoreOp, err error) {
+func (h *holder) writeFailed(op observe.StoreOp, err error) {
 	e := h.e
 	level := slog.LevelError
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
-		e.cfg.Observer.Observe(h.name, OutcomeFenced)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
 		level = slog.LevelWarn
 	} else {
-		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeStoreError)
 	}
-	if op == StoreComplete {
-		e.cfg.Observer.Observe(h.name, OutcomeCompleteFailed)
+	if op == observe.StoreComplete {
+		e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
 	}
 	e.cfg.Logger.Log(context.Background(), level, "idem: store "+string(op)+" failed after the operation ran",
 		"key", h.key, "fence", h.fence, "err", err)

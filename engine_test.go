@@ -18,6 +18,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -31,7 +32,7 @@ type env struct {
 	mem   *memstore.Store
 	clock *clocktest.Clock
 	clk   idem.Clock // the clock the engines use
-	obs   *idem.Counters
+	obs   *observe.Counters
 	eng   *idem.Engine
 }
 
@@ -40,7 +41,7 @@ func setup(t *testing.T, cfg idem.Config) *env {
 	t.Helper()
 	mem := memstore.New(&memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { _ = mem.Close() })
-	en := &env{store: faultstore.New(mem), mem: mem, clock: clocktest.New(t0), obs: &idem.Counters{}}
+	en := &env{store: faultstore.New(mem), mem: mem, clock: clocktest.New(t0), obs: &observe.Counters{}}
 	if cfg.Clock == nil {
 		cfg.Clock = en.clock
 	}
@@ -89,7 +90,7 @@ func TestReplayIsAFlagNotAnError(t *testing.T) {
 	if runs != 1 {
 		t.Fatalf("ran %d times", runs)
 	}
-	if en.obs.Count(idem.OutcomeAcquired) != 1 || en.obs.Count(idem.OutcomeReplayed) != 1 {
+	if en.obs.Count(observe.OutcomeAcquired) != 1 || en.obs.Count(observe.OutcomeReplayed) != 1 {
 		t.Fatalf("observer: %v", en.obs.Snapshot())
 	}
 }
@@ -290,7 +291,7 @@ func TestErrorPolicy(t *testing.T) {
 		if err != nil || r.Value != 5 || r.Replayed || runs != 2 {
 			t.Fatalf("retry: %+v %v runs=%d", r, err, runs)
 		}
-		if en.obs.Count(idem.OutcomeReleased) != 1 {
+		if en.obs.Count(observe.OutcomeReleased) != 1 {
 			t.Fatalf("observer: %v", en.obs.Snapshot())
 		}
 	})
@@ -342,10 +343,10 @@ func TestErrorPolicy(t *testing.T) {
 			if el := time.Since(start); el < 9*time.Second || el > 10*time.Second {
 				t.Fatalf("gave up on the complete after %v, want just under WriteTimeout", el)
 			}
-			if n := en.store.Calls("complete"); n < 5 || int64(en.obs.Count(idem.OutcomeWriteRetried)) != n-1 {
-				t.Fatalf("%d complete attempts, %d counted retries", n, en.obs.Count(idem.OutcomeWriteRetried))
+			if n := en.store.Calls("complete"); n < 5 || int64(en.obs.Count(observe.OutcomeWriteRetried)) != n-1 {
+				t.Fatalf("%d complete attempts, %d counted retries", n, en.obs.Count(observe.OutcomeWriteRetried))
 			}
-			if en.obs.Count(idem.OutcomeCompleteFailed) != 1 {
+			if en.obs.Count(observe.OutcomeCompleteFailed) != 1 {
 				t.Fatalf("observer: %v", en.obs.Snapshot())
 			}
 			// The claim stays IN_PROGRESS: a duplicate is held off, not re-run.
@@ -389,15 +390,15 @@ func TestCompleteRetriedThroughTransientFaults(t *testing.T) {
 				if method == "complete" && (err != nil || r.Value != "charged") {
 					t.Fatalf("first call: %+v, %v", r, err)
 				}
-				if n := en.store.Calls(method); n < 3 || int64(en.obs.Count(idem.OutcomeWriteRetried)) != n-1 {
-					t.Fatalf("%d %s attempts, %d counted retries; want several", n, method, en.obs.Count(idem.OutcomeWriteRetried))
+				if n := en.store.Calls(method); n < 3 || int64(en.obs.Count(observe.OutcomeWriteRetried)) != n-1 {
+					t.Fatalf("%d %s attempts, %d counted retries; want several", n, method, en.obs.Count(observe.OutcomeWriteRetried))
 				}
 				// A claim being released needs no renewal; an outcome being
 				// recorded does.
 				if n := en.store.Calls("extend"); (method == "release") != (n == 0) || method != "release" && n < 2 {
 					t.Fatalf("lease renewed %d times while the %s was retried", n, method)
 				}
-				if n := en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeStoreError); n != 0 {
+				if n := en.obs.Count(observe.OutcomeCompleteFailed) + en.obs.Count(observe.OutcomeStoreError); n != 0 {
 					t.Fatalf("a write that landed was counted as failed: %v", en.obs.Snapshot())
 				}
 				time.Sleep(10 * time.Second) // fake time: long past the original lease
@@ -447,7 +448,7 @@ func TestLostWriteReplyIsRecognisedAsOwn(t *testing.T) {
 				if n := en.store.Calls(method); n != 2 {
 					t.Fatalf("%d %s calls, want the lost one and one retry", n, method)
 				}
-				bad := en.obs.Count(idem.OutcomeFenced) + en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeStoreError)
+				bad := en.obs.Count(observe.OutcomeFenced) + en.obs.Count(observe.OutcomeCompleteFailed) + en.obs.Count(observe.OutcomeStoreError)
 				if bad != 0 {
 					t.Fatalf("own settled record counted as a failure: %v", en.obs.Snapshot())
 				}
@@ -533,7 +534,7 @@ func TestTerminalErrorTooLargeIsStoredAsABoundedMarker(t *testing.T) {
 			t.Parallel()
 			mem := memstore.New(&memstore.Config{SweepInterval: -1, MaxResultBytes: limit})
 			t.Cleanup(func() { _ = mem.Close() })
-			obs := &idem.Counters{}
+			obs := &observe.Counters{}
 			eng, err := idem.New(mem, &idem.Config{Clock: clocktest.New(t0), Observer: obs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -621,7 +622,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	open := setup(t, idem.Config{FailOpen: true})
 	open.store.FailAlways("claim", down)
 	r, err := idem.Do(ctx, open.eng, req("k"), func(context.Context) (int, error) { return 3, nil })
-	if err != nil || r.Value != 3 || open.obs.Count(idem.OutcomeUnprotected) != 1 {
+	if err != nil || r.Value != 3 || open.obs.Count(observe.OutcomeUnprotected) != 1 {
 		t.Fatalf("FailOpen: %+v %v %v", r, err, open.obs.Snapshot())
 	}
 }
@@ -670,7 +671,7 @@ func TestTakeoverFencesTheZombie(t *testing.T) {
 	if zr.Value != "zombie" {
 		t.Fatalf("zombie's own caller lost its value: %+v", zr)
 	}
-	if en.obs.Count(idem.OutcomeFenced) != 1 {
+	if en.obs.Count(observe.OutcomeFenced) != 1 {
 		t.Fatalf("zombie's complete was not refused: %v", en.obs.Snapshot())
 	}
 	rec, err := en.mem.Get(ctx, r.StoreKey)
@@ -775,7 +776,7 @@ func TestLocalCache(t *testing.T) {
 	if err != nil || !r.Replayed || r.Value != "v" {
 		t.Fatalf("cache hit: %+v %v", r, err)
 	}
-	if en.store.Total() != before || en.obs.Count(idem.OutcomeCacheHit) != 1 {
+	if en.store.Total() != before || en.obs.Count(observe.OutcomeCacheHit) != 1 {
 		t.Fatalf("cache hit made %d store calls", en.store.Total()-before)
 	}
 	// Bounded by entries: a and b, then c evicts a.
@@ -1000,7 +1001,7 @@ func TestOperationCompletedItsOwnRecord(t *testing.T) {
 	if codec.marshals.Load() != 1 {
 		t.Fatalf("value encoded %d times, want once", codec.marshals.Load())
 	}
-	if n := en.obs.Count(idem.OutcomeCompleteFailed) + en.obs.Count(idem.OutcomeFenced); n != 0 {
+	if n := en.obs.Count(observe.OutcomeCompleteFailed) + en.obs.Count(observe.OutcomeFenced); n != 0 {
 		t.Fatalf("self-completed record counted %d failed/fenced writes", n)
 	}
 	again, err := idem.Do(ctx, en.eng, req("self"), func(context.Context) (string, error) { return "second", nil })
@@ -1042,7 +1043,7 @@ func TestUncertainOutcomeKeepsTheClaimUntilItsLeaseEnds(t *testing.T) {
 	if err != nil || r.Value != 2 || r.Fence != 2 || runs != 2 {
 		t.Fatalf("retry after the lease: %+v %v, runs %d", r, err, runs)
 	}
-	if en.obs.Count(idem.OutcomeUncertain) != 1 || en.obs.Count(idem.OutcomeReleased) != 0 {
+	if en.obs.Count(observe.OutcomeUncertain) != 1 || en.obs.Count(observe.OutcomeReleased) != 0 {
 		t.Fatalf("observer: %v", en.obs.Snapshot())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -166,7 +167,7 @@ func terminalFromRecord(r *store.ErrorRecord) *TerminalError {
 // StoreError wraps a store failure seen by the engine.
 type StoreError struct {
 	// Op is the store operation.
-	Op  StoreOp
+	Op  observe.StoreOp
 	Key string
 	Err error
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -17,23 +18,23 @@ func TestStoreResultOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want idem.StoreResult
+		want observe.StoreResult
 	}{
-		{"nil is ok", nil, idem.StoreOK},
-		{"not found", fmt.Errorf("get: %w", store.ErrNotFound), idem.StoreNotFound},
-		{"fenced error", &store.FencedError{Key: "k", Fence: 1, Current: 2}, idem.StoreFenced},
-		{"too large error", &store.TooLargeError{Key: "k", Size: 2, Limit: 1}, idem.StoreTooLarge},
-		{"corrupt error", &store.CorruptError{Key: "k", Reason: "crc"}, idem.StoreCorrupt},
-		{"backend unreachable", unavailable, idem.StoreUnavailable},
-		{"deadline, unwrapped", context.DeadlineExceeded, idem.StoreUnavailable},
-		{"deadline, wrapped as unavailable", fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded), idem.StoreUnavailable},
-		{"caller cancelled, wrapped as unavailable", fmt.Errorf("%w: %w", store.ErrUnavailable, context.Canceled), idem.StoreCanceled},
-		{"untranslated backend error", errors.New("ERR unknown command"), idem.StoreOtherError},
-		{"as the engine wraps it", &idem.StoreError{Op: idem.StoreClaim, Key: "k", Err: unavailable}, idem.StoreUnavailable},
+		{"nil is ok", nil, observe.StoreOK},
+		{"not found", fmt.Errorf("get: %w", store.ErrNotFound), observe.StoreNotFound},
+		{"fenced error", &store.FencedError{Key: "k", Fence: 1, Current: 2}, observe.StoreFenced},
+		{"too large error", &store.TooLargeError{Key: "k", Size: 2, Limit: 1}, observe.StoreTooLarge},
+		{"corrupt error", &store.CorruptError{Key: "k", Reason: "crc"}, observe.StoreCorrupt},
+		{"backend unreachable", unavailable, observe.StoreUnavailable},
+		{"deadline, unwrapped", context.DeadlineExceeded, observe.StoreUnavailable},
+		{"deadline, wrapped as unavailable", fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded), observe.StoreUnavailable},
+		{"caller cancelled, wrapped as unavailable", fmt.Errorf("%w: %w", store.ErrUnavailable, context.Canceled), observe.StoreCanceled},
+		{"untranslated backend error", errors.New("ERR unknown command"), observe.StoreOtherError},
+		{"as the engine wraps it", &idem.StoreError{Op: observe.StoreClaim, Key: "k", Err: unavailable}, observe.StoreUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := idem.StoreResultOf(tc.err); got != tc.want {
+			if got := observe.StoreResultOf(tc.err); got != tc.want {
 				t.Errorf("StoreResultOf(%v) = %q, want %q", tc.err, got, tc.want)
 			}
 		})
@@ -44,13 +45,13 @@ func TestStoreResultOf(t *testing.T) {
 // StoreResultOf can return.
 func TestStoreOpsAndResultsAreComplete(t *testing.T) {
 	t.Parallel()
-	ops := idem.StoreOps()
-	want := []idem.StoreOp{idem.StoreClaim, idem.StoreComplete, idem.StoreFail, idem.StoreRelease, idem.StoreExtend, idem.StoreAttach, idem.StoreGet, idem.StoreClaimBatch}
+	ops := observe.StoreOps()
+	want := []observe.StoreOp{observe.StoreClaim, observe.StoreComplete, observe.StoreFail, observe.StoreRelease, observe.StoreExtend, observe.StoreAttach, observe.StoreGet, observe.StoreClaimBatch}
 	if !slices.Equal(ops, want) {
 		t.Errorf("StoreOps() = %v, want %v", ops, want)
 	}
-	results := idem.StoreResults()
-	seen := map[idem.StoreResult]bool{}
+	results := observe.StoreResults()
+	seen := map[observe.StoreResult]bool{}
 	for _, r := range results {
 		if seen[r] {
 			t.Errorf("StoreResults() lists %q twice", r)
@@ -59,7 +60,7 @@ func TestStoreOpsAndResultsAreComplete(t *testing.T) {
 	}
 	for _, err := range []error{nil, store.ErrNotFound, store.ErrFenced, store.ErrTooLarge, store.ErrCorrupt,
 		context.Canceled, store.ErrUnavailable, errors.New("other")} {
-		if r := idem.StoreResultOf(err); !seen[r] {
+		if r := observe.StoreResultOf(err); !seen[r] {
 			t.Errorf("StoreResultOf(%v) = %q, which StoreResults() does not list", err, r)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -142,7 +143,7 @@ func (h *holder) renewOnce() {
 	// outage, must not let the lease lapse while the work runs (with the
 	// default interval of a third of the lease, three attempts fit in it).
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond)))
-	err := e.timed(StoreExtend, func() error {
+	err := e.timed(observe.StoreExtend, func() error {
 		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
 	})
 	cancel()
@@ -156,12 +157,12 @@ func (h *holder) renewOnce() {
 		// is left to renew.
 		next = -1
 	case fenced || errors.Is(err, store.ErrNotFound):
-		e.cfg.Observer.Observe(h.name, OutcomeFenced)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
 			"key", h.key, "fence", h.fence, "err", err)
 		next, lost = -1, true
 	default:
-		e.cfg.Observer.Observe(h.name, OutcomeStoreError)
+		e.cfg.Observer.Observe(h.name, observe.OutcomeStoreError)
 		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
 		next = max(h.interval()/4, time.Millisecond)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -220,7 +221,7 @@ func (e *TokenError) Is(target error) bool { return target == ErrInvalidToken }
 // no longer in the status the token names.
 type StaleTokenError struct {
 	// Op is the refused write.
-	Op StoreOp
+	Op observe.StoreOp
 	// Token is the token used.
 	Token Token
 	// Status, Fence and Owner describe the record as the store saw it;
@@ -233,7 +234,7 @@ type StaleTokenError struct {
 	Err error
 }
 
-func staleToken(op StoreOp, t Token, err error) error {
+func staleToken(op observe.StoreOp, t Token, err error) error {
 	e := &StaleTokenError{Op: op, Token: t, Err: err}
 	var fe *store.FencedError
 	switch {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -35,7 +36,7 @@ func TestDecide(t *testing.T) {
 		{"invalid key", idem.Result[int]{}, idem.ErrInvalidKey, consume.DeadLetter},
 		{"held elsewhere", idem.Result[int]{}, inProg, consume.RetryAfter},
 		{"retryable", idem.Result[int]{Fence: 1}, errors.New("flaky"), consume.Retry},
-		{"store failed at claim", idem.Result[int]{}, &idem.StoreError{Op: idem.StoreClaim, Err: down}, consume.Retry},
+		{"store failed at claim", idem.Result[int]{}, &idem.StoreError{Op: observe.StoreClaim, Err: down}, consume.Retry},
 		{"uncertain", idem.Result[int]{Fence: 1}, idem.Uncertain(errors.New("reset")), consume.Leave},
 		{"complete refused", idem.Result[int]{Fence: 1, Unrecorded: fenced}, nil, consume.Leave},
 		{"complete found the record gone", idem.Result[int]{Fence: 1, Unrecorded: store.ErrNotFound}, nil, consume.Leave},

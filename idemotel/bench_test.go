@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemotel"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -33,13 +33,13 @@ func BenchmarkObserve(b *testing.B) {
 		obs := idemotel.MustNew(meters(b)[name], &idemotel.Config{Operations: []string{"charge", "refund", "payout"}})
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				obs.Observe("refund", idem.OutcomeReplayed)
+				obs.Observe("refund", observe.OutcomeReplayed)
 			}
 		})
 		b.Run(name+"/parallel", func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					obs.Observe("refund", idem.OutcomeReplayed)
+					obs.Observe("refund", observe.OutcomeReplayed)
 				}
 			})
 		})
@@ -56,7 +56,7 @@ func BenchmarkStoreCall(b *testing.B) {
 		}{{"ok", nil}, {"fenced", fenced}} {
 			b.Run(name+"/"+bc.name, func(b *testing.B) {
 				for b.Loop() {
-					obs.StoreCall(idem.StoreComplete, 1500*time.Microsecond, bc.err)
+					obs.StoreCall(observe.StoreComplete, 1500*time.Microsecond, bc.err)
 				}
 			})
 		}

@@ -1,5 +1,5 @@
 // Package idemotel records idem's outcomes and store latencies with
-// OpenTelemetry metrics: an [idem.Observer] over a [metric.Meter], set up
+// OpenTelemetry metrics: an [observe.Observer] over a [metric.Meter], set up
 // in one line.
 //
 //	eng, err := idem.New(store, &idem.Config{
@@ -14,7 +14,7 @@
 //
 //   - idem.outcomes, an Int64Counter (unit {outcome}) with the attributes
 //     operation (the operation's name, the key's scope; never the key) and
-//     outcome ([idem.Outcome]: acquired, takeover, replayed, cache_hit,
+//     outcome ([observe.Outcome]: acquired, takeover, replayed, cache_hit,
 //     in_progress, mismatch, fenced, store_error, complete_failed, failed,
 //     released, unprotected, uncertain, write_retried, handed_off). The
 //     first outcome of an operation records 0 for all of its outcomes;
@@ -25,9 +25,9 @@
 //     OpenTelemetry database semantic conventions define it, with the
 //     bucket boundaries they advise ([DefaultBuckets]). Attributes:
 //     db.system.name, "idem" unless Config.DBSystem names the backend;
-//     db.operation.name, the [idem.StoreOp] (claim, complete, fail,
+//     db.operation.name, the [observe.StoreOp] (claim, complete, fail,
 //     release, extend, attach, get); error.type on a failed call only, the
-//     [idem.StoreResult] of its error (not_found, fenced, too_large,
+//     [observe.StoreResult] of its error (not_found, fenced, too_large,
 //     corrupt, canceled, unavailable) or "_OTHER". A store call is one call
 //     of the idem store contract: one request to the backend, or a few.
 //

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/observe"
 )
 
 // ScopeName is the instrumentation scope of the Meter that [New] takes
@@ -34,7 +35,7 @@ const (
 	// AttrOperation is the operation's name (the key's scope) on
 	// idem.outcomes.
 	AttrOperation = attribute.Key("operation")
-	// AttrOutcome is the [idem.Outcome] on idem.outcomes.
+	// AttrOutcome is the [observe.Outcome] on idem.outcomes.
 	AttrOutcome = attribute.Key("outcome")
 	// DefaultDBSystem is the default of Config.DBSystem.
 	DefaultDBSystem = "idem"
@@ -95,7 +96,7 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Observer is an [idem.Observer] that records outcomes and store calls
+// Observer is an [observe.Observer] that records outcomes and store calls
 // with OpenTelemetry metric instruments. Set it as idem.Config.Observer;
 // one Observer may serve any number of engines. Its methods are safe for
 // concurrent use and, once an operation has been seen, allocate nothing
@@ -117,9 +118,9 @@ type Observer struct {
 }
 
 var (
-	numOutcomes = len(idem.Outcomes())
-	storeOps    = idem.StoreOps()
-	results     = idem.StoreResults()
+	numOutcomes = len(observe.Outcomes())
+	storeOps    = observe.StoreOps()
+	results     = observe.StoreResults()
 )
 
 // New returns an Observer that makes its instruments with meter, or with
@@ -135,7 +136,7 @@ func New(meter metric.Meter, cfg *Config) (*Observer, error) {
 		meter = otel.Meter(ScopeName)
 	}
 	outcomes, err := meter.Int64Counter(OutcomesName,
-		metric.WithDescription("Outcomes of idempotent calls by operation: acquired, replayed, cache_hit, in_progress, mismatch, released, uncertain, ... (idem.Outcome)."),
+		metric.WithDescription("Outcomes of idempotent calls by operation: acquired, replayed, cache_hit, in_progress, mismatch, released, uncertain, ... (observe.Outcome)."),
 		metric.WithUnit("{outcome}"))
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: %s: %w", OutcomesName, err)
@@ -173,10 +174,10 @@ func MustNew(meter metric.Meter, cfg *Config) *Observer {
 	return o
 }
 
-// Observe implements [idem.Observer]: it adds 1 to idem.outcomes with the
+// Observe implements [observe.Observer]: it adds 1 to idem.outcomes with the
 // attributes operation and outcome. The first outcome of an operation adds
 // 0 to all of its outcomes, so that each has a series.
-func (o *Observer) Observe(operation string, outcome idem.Outcome) {
+func (o *Observer) Observe(operation string, outcome observe.Outcome) {
 	if outcome < 0 || int(outcome) >= numOutcomes {
 		o.outcomes.Add(context.Background(), 1, metric.WithAttributes(AttrOperation.String(labelValue(operation)), AttrOutcome.String(outcome.String())))
 		return
@@ -199,7 +200,7 @@ func (o *Observer) operation(name string) [][]metric.AddOption {
 	c := make([][]metric.AddOption, numOutcomes)
 	label := AttrOperation.String(labelValue(name))
 	for i := range c {
-		c[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(label, AttrOutcome.String(idem.Outcome(i).String())))}
+		c[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(label, AttrOutcome.String(observe.Outcome(i).String())))}
 		o.outcomes.Add(context.Background(), 0, c[i]...)
 	}
 	next := make(map[string][][]metric.AddOption, len(old)+1)
@@ -209,13 +210,13 @@ func (o *Observer) operation(name string) [][]metric.AddOption {
 	return c
 }
 
-// StoreCall implements [idem.Observer]: it records d, in seconds, in
+// StoreCall implements [observe.Observer]: it records d, in seconds, in
 // db.client.operation.duration with the attributes db.system.name
 // (Config.DBSystem), db.operation.name (op) and, when err is not nil,
-// error.type (the [idem.StoreResult] of err, "_OTHER" for
-// [idem.StoreOtherError]).
-func (o *Observer) StoreCall(op idem.StoreOp, d time.Duration, err error) {
-	result := idem.StoreResultOf(err)
+// error.type (the [observe.StoreResult] of err, "_OTHER" for
+// [observe.StoreOtherError]).
+func (o *Observer) StoreCall(op observe.StoreOp, d time.Duration, err error) {
+	result := observe.StoreResultOf(err)
 	i, j := opIndex(op), resultIndex(result)
 	if i < 0 || j < 0 {
 		o.duration.Record(context.Background(), d.Seconds(), metric.WithAttributeSet(o.storeAttrs(op, result)))
@@ -225,11 +226,11 @@ func (o *Observer) StoreCall(op idem.StoreOp, d time.Duration, err error) {
 }
 
 // storeAttrs returns the attributes of one store call.
-func (o *Observer) storeAttrs(op idem.StoreOp, r idem.StoreResult) attribute.Set {
+func (o *Observer) storeAttrs(op observe.StoreOp, r observe.StoreResult) attribute.Set {
 	kv := []attribute.KeyValue{o.dbSystem, semconv.DBOperationNameKey.String(labelValue(string(op)))}
 	switch r {
-	case idem.StoreOK:
-	case idem.StoreOtherError:
+	case observe.StoreOK:
+	case observe.StoreOtherError:
 		kv = append(kv, semconv.ErrorTypeOther)
 	default:
 		kv = append(kv, semconv.ErrorTypeKey.String(string(r)))
@@ -237,9 +238,9 @@ func (o *Observer) storeAttrs(op idem.StoreOp, r idem.StoreResult) attribute.Set
 	return attribute.NewSet(kv...)
 }
 
-func opIndex(op idem.StoreOp) int { return slices.Index(storeOps, op) }
+func opIndex(op observe.StoreOp) int { return slices.Index(storeOps, op) }
 
-func resultIndex(r idem.StoreResult) int { return slices.Index(results, r) }
+func resultIndex(r observe.StoreResult) int { return slices.Index(results, r) }
 
 // labelValue makes s valid UTF-8: the engine's operation names always
 // are, but an Observer may be called by other code.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemotel"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -73,10 +74,10 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]metricdata
 
 // outcomes returns the expected idem.outcomes data: every outcome of each
 // operation, with the given counts and 0 for the others.
-func outcomes(counts map[string]map[idem.Outcome]int64) metricdata.Metrics {
+func outcomes(counts map[string]map[observe.Outcome]int64) metricdata.Metrics {
 	var points []metricdata.DataPoint[int64]
 	for op, byOutcome := range counts {
-		for _, o := range idem.Outcomes() {
+		for _, o := range observe.Outcomes() {
 			points = append(points, metricdata.DataPoint[int64]{
 				Attributes: attribute.NewSet(idemotel.AttrOperation.String(op), idemotel.AttrOutcome.String(o.String())),
 				Value:      byOutcome[o],
@@ -85,7 +86,7 @@ func outcomes(counts map[string]map[idem.Outcome]int64) metricdata.Metrics {
 	}
 	return metricdata.Metrics{
 		Name:        "idem.outcomes",
-		Description: "Outcomes of idempotent calls by operation: acquired, replayed, cache_hit, in_progress, mismatch, released, uncertain, ... (idem.Outcome).",
+		Description: "Outcomes of idempotent calls by operation: acquired, replayed, cache_hit, in_progress, mismatch, released, uncertain, ... (observe.Outcome).",
 		Unit:        "{outcome}",
 		Data:        metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: points},
 	}
@@ -97,13 +98,13 @@ func TestObserveCountsEveryOutcomeOfAnOperationSeen(t *testing.T) {
 	if _, ok := collect(t, e.reader)["idem.outcomes"]; ok {
 		t.Error("idem.outcomes has data before any call")
 	}
-	e.obs.Observe("charge", idem.OutcomeAcquired)
-	e.obs.Observe("charge", idem.OutcomeReplayed)
-	e.obs.Observe("charge", idem.OutcomeReplayed)
-	e.obs.Observe("refund", idem.OutcomeMismatch)
-	want := outcomes(map[string]map[idem.Outcome]int64{
-		"charge": {idem.OutcomeAcquired: 1, idem.OutcomeReplayed: 2},
-		"refund": {idem.OutcomeMismatch: 1},
+	e.obs.Observe("charge", observe.OutcomeAcquired)
+	e.obs.Observe("charge", observe.OutcomeReplayed)
+	e.obs.Observe("charge", observe.OutcomeReplayed)
+	e.obs.Observe("refund", observe.OutcomeMismatch)
+	want := outcomes(map[string]map[observe.Outcome]int64{
+		"charge": {observe.OutcomeAcquired: 1, observe.OutcomeReplayed: 2},
+		"refund": {observe.OutcomeMismatch: 1},
 	})
 	metricdatatest.AssertEqual(t, want, e.metric(t, "idem.outcomes"), metricdatatest.IgnoreTimestamp())
 }
@@ -111,7 +112,7 @@ func TestObserveCountsEveryOutcomeOfAnOperationSeen(t *testing.T) {
 func TestConfigOperationsAreRecordedFromTheStart(t *testing.T) {
 	t.Parallel()
 	e := setup(t, &idemotel.Config{Operations: []string{"charge"}})
-	want := outcomes(map[string]map[idem.Outcome]int64{"charge": {}})
+	want := outcomes(map[string]map[observe.Outcome]int64{"charge": {}})
 	metricdatatest.AssertEqual(t, want, e.metric(t, "idem.outcomes"), metricdatatest.IgnoreTimestamp())
 }
 
@@ -140,12 +141,12 @@ func storePoint(attrs []attribute.KeyValue, d ...float64) metricdata.HistogramDa
 func TestStoreCallFollowsTheDatabaseSemanticConventions(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
-	e.obs.StoreCall(idem.StoreClaim, 2*time.Millisecond, nil)
-	e.obs.StoreCall(idem.StoreClaim, 20*time.Millisecond, nil)
-	e.obs.StoreCall(idem.StoreComplete, time.Millisecond, &store.FencedError{Key: "k"})
-	e.obs.StoreCall(idem.StoreClaim, 2*time.Second, fmt.Errorf("redisstore: claim k: %w: %w", store.ErrUnavailable, errors.New("i/o timeout")))
-	e.obs.StoreCall(idem.StoreGet, 500*time.Microsecond, store.ErrNotFound)
-	e.obs.StoreCall(idem.StoreRelease, time.Millisecond, errors.New("untranslated"))
+	e.obs.StoreCall(observe.StoreClaim, 2*time.Millisecond, nil)
+	e.obs.StoreCall(observe.StoreClaim, 20*time.Millisecond, nil)
+	e.obs.StoreCall(observe.StoreComplete, time.Millisecond, &store.FencedError{Key: "k"})
+	e.obs.StoreCall(observe.StoreClaim, 2*time.Second, fmt.Errorf("redisstore: claim k: %w: %w", store.ErrUnavailable, errors.New("i/o timeout")))
+	e.obs.StoreCall(observe.StoreGet, 500*time.Microsecond, store.ErrNotFound)
+	e.obs.StoreCall(observe.StoreRelease, time.Millisecond, errors.New("untranslated"))
 
 	system := attribute.String("db.system.name", "idem")
 	op := func(s string) attribute.KeyValue { return attribute.String("db.operation.name", s) }
@@ -171,7 +172,7 @@ func TestStoreCallFollowsTheDatabaseSemanticConventions(t *testing.T) {
 func TestDBSystemNamesTheBackend(t *testing.T) {
 	t.Parallel()
 	e := setup(t, &idemotel.Config{DBSystem: "redis"})
-	e.obs.StoreCall(idem.StoreClaim, time.Millisecond, nil)
+	e.obs.StoreCall(observe.StoreClaim, time.Millisecond, nil)
 	m := e.metric(t, "db.client.operation.duration")
 	metricdatatest.AssertHasAttributes(t, m, attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", "claim"))
 }
@@ -181,8 +182,8 @@ func TestDBSystemNamesTheBackend(t *testing.T) {
 func TestUnknownStoreOpAndOutcomeAreRecorded(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
-	e.obs.StoreCall(idem.StoreOp("scan"), time.Millisecond, nil)
-	e.obs.Observe("charge\xff", idem.Outcome(1000))
+	e.obs.StoreCall(observe.StoreOp("scan"), time.Millisecond, nil)
+	e.obs.Observe("charge\xff", observe.Outcome(1000))
 	got := collect(t, e.reader)
 	metricdatatest.AssertHasAttributes(t, got["db.client.operation.duration"], attribute.String("db.operation.name", "scan"))
 	metricdatatest.AssertHasAttributes(t, got["idem.outcomes"], idemotel.AttrOperation.String("charge\uFFFD"), idemotel.AttrOutcome.String("unknown"))
@@ -226,7 +227,7 @@ func TestNilMeterUsesTheGlobalProvider(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	otel.SetMeterProvider(mp)
-	idemotel.MustNew(nil, nil).Observe("charge", idem.OutcomeAcquired)
+	idemotel.MustNew(nil, nil).Observe("charge", observe.OutcomeAcquired)
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -254,7 +255,7 @@ func TestThroughTheEngine(t *testing.T) {
 		}
 	}
 	got := collect(t, e.reader)
-	want := outcomes(map[string]map[idem.Outcome]int64{"charge": {idem.OutcomeAcquired: 1, idem.OutcomeReplayed: 1}})
+	want := outcomes(map[string]map[observe.Outcome]int64{"charge": {observe.OutcomeAcquired: 1, observe.OutcomeReplayed: 1}})
 	metricdatatest.AssertEqual(t, want, got["idem.outcomes"], metricdatatest.IgnoreTimestamp())
 	calls := map[string]uint64{}
 	for _, p := range got["db.client.operation.duration"].Data.(metricdata.Histogram[float64]).DataPoints {
@@ -280,8 +281,8 @@ func TestConcurrentFirstSight(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range per {
-				e.obs.Observe(ops[(g+i)%len(ops)], idem.OutcomeAcquired)
-				e.obs.StoreCall(idem.StoreOps()[(g+i)%len(idem.StoreOps())], time.Microsecond, nil)
+				e.obs.Observe(ops[(g+i)%len(ops)], observe.OutcomeAcquired)
+				e.obs.StoreCall(observe.StoreOps()[(g+i)%len(observe.StoreOps())], time.Microsecond, nil)
 			}
 		})
 	}
@@ -300,7 +301,7 @@ func TestConcurrentFirstSight(t *testing.T) {
 	if acquired != goroutines*per || calls != goroutines*per {
 		t.Errorf("acquired %d, store calls %d, want %d each", acquired, calls, goroutines*per)
 	}
-	if n := len(got["idem.outcomes"].Data.(metricdata.Sum[int64]).DataPoints); n != len(ops)*len(idem.Outcomes()) {
-		t.Errorf("%d outcome series, want %d", n, len(ops)*len(idem.Outcomes()))
+	if n := len(got["idem.outcomes"].Data.(metricdata.Sum[int64]).DataPoints); n != len(ops)*len(observe.Outcomes()) {
+		t.Errorf("%d outcome series, want %d", n, len(ops)*len(observe.Outcomes()))
 	}
 }

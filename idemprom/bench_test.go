@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemprom"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -20,13 +20,13 @@ func BenchmarkObserve(b *testing.B) {
 	obs := idemprom.MustNew(prometheus.NewRegistry(), &idemprom.Config{Operations: []string{"charge", "refund", "payout"}})
 	b.Run("serial", func(b *testing.B) {
 		for b.Loop() {
-			obs.Observe("refund", idem.OutcomeReplayed)
+			obs.Observe("refund", observe.OutcomeReplayed)
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				obs.Observe("refund", idem.OutcomeReplayed)
+				obs.Observe("refund", observe.OutcomeReplayed)
 			}
 		})
 	})
@@ -41,14 +41,14 @@ func BenchmarkStoreCall(b *testing.B) {
 	}{{"ok", nil}, {"fenced", fenced}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				obs.StoreCall(idem.StoreComplete, 1500*time.Microsecond, bc.err)
+				obs.StoreCall(observe.StoreComplete, 1500*time.Microsecond, bc.err)
 			}
 		})
 	}
 	b.Run("ok/parallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				obs.StoreCall(idem.StoreClaim, 1500*time.Microsecond, nil)
+				obs.StoreCall(observe.StoreClaim, 1500*time.Microsecond, nil)
 			}
 		})
 	})
@@ -61,12 +61,12 @@ func BenchmarkWithLabelValues(b *testing.B) {
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "h"}, []string{"op", "result"})
 	b.Run("counter", func(b *testing.B) {
 		for b.Loop() {
-			outcomes.WithLabelValues("refund", idem.OutcomeReplayed.String()).Inc()
+			outcomes.WithLabelValues("refund", observe.OutcomeReplayed.String()).Inc()
 		}
 	})
 	b.Run("histogram", func(b *testing.B) {
 		for b.Loop() {
-			calls.WithLabelValues(string(idem.StoreComplete), "ok").Observe(0.0015)
+			calls.WithLabelValues(string(observe.StoreComplete), "ok").Observe(0.0015)
 		}
 	})
 }

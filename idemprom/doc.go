@@ -1,5 +1,5 @@
 // Package idemprom exports idem's outcomes and store latencies as
-// Prometheus metrics: an [idem.Observer] that is also a
+// Prometheus metrics: an [observe.Observer] that is also a
 // [prometheus.Collector], set up in one line.
 //
 //	eng, err := idem.New(store, &idem.Config{
@@ -9,7 +9,7 @@
 // # Metrics
 //
 //   - idem_outcomes_total{operation, outcome}, a counter: one per outcome
-//     of a call ([idem.Outcome]: acquired, takeover, replayed, cache_hit,
+//     of a call ([observe.Outcome]: acquired, takeover, replayed, cache_hit,
 //     in_progress, mismatch, fenced, store_error, complete_failed, failed,
 //     released, unprotected, uncertain, write_retried, handed_off).
 //     operation is the operation's name (the key's scope, such as an
@@ -18,8 +18,8 @@
 //     Config.Operations exports them from the start.
 //   - idem_store_call_duration_seconds{op, result}, a histogram: the
 //     latency of every store call the engine makes. op is the
-//     [idem.StoreOp] (claim, complete, fail, release, extend, attach, get),
-//     result the [idem.StoreResult] of its error: ok, not_found, fenced,
+//     [observe.StoreOp] (claim, complete, fail, release, extend, attach, get),
+//     result the [observe.StoreResult] of its error: ok, not_found, fenced,
 //     too_large, corrupt, canceled, unavailable or other. A pair is exported
 //     from its first call on. Failed store calls are
 //     idem_store_call_duration_seconds_count{result!="ok"}: there is no

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/observe"
 )
 
 // DefaultBuckets are the store call histogram's buckets, in seconds: from
@@ -25,11 +26,11 @@ const (
 	// LabelOperation is the operation's name (the key's scope) on
 	// idem_outcomes_total.
 	LabelOperation = "operation"
-	// LabelOutcome is the [idem.Outcome] on idem_outcomes_total.
+	// LabelOutcome is the [observe.Outcome] on idem_outcomes_total.
 	LabelOutcome = "outcome"
-	// LabelOp is the [idem.StoreOp] on idem_store_call_duration_seconds.
+	// LabelOp is the [observe.StoreOp] on idem_store_call_duration_seconds.
 	LabelOp = "op"
-	// LabelResult is the [idem.StoreResult] on
+	// LabelResult is the [observe.StoreResult] on
 	// idem_store_call_duration_seconds.
 	LabelResult = "result"
 )
@@ -109,7 +110,7 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Observer is an [idem.Observer] that keeps its counts in Prometheus
+// Observer is an [observe.Observer] that keeps its counts in Prometheus
 // metrics, and the [prometheus.Collector] that exports them. Set it as
 // idem.Config.Observer; one Observer may serve any number of engines. Its methods are safe for concurrent use
 // and, once an operation has been seen, allocate nothing.
@@ -132,9 +133,9 @@ type Observer struct {
 type storeCall struct{ h prometheus.Observer }
 
 var (
-	numOutcomes = len(idem.Outcomes())
-	storeOps    = idem.StoreOps()
-	results     = idem.StoreResults()
+	numOutcomes = len(observe.Outcomes())
+	storeOps    = observe.StoreOps()
+	results     = observe.StoreResults()
 )
 
 // New returns an Observer configured by cfg (nil for the defaults) and
@@ -153,7 +154,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Observer, error) {
 			Namespace:   cfg.Namespace,
 			Subsystem:   "idem",
 			Name:        "outcomes_total",
-			Help:        "Outcomes of idempotent calls by operation: acquired, replayed, cache_hit, in_progress, mismatch, released, uncertain, ... (idem.Outcome).",
+			Help:        "Outcomes of idempotent calls by operation: acquired, replayed, cache_hit, in_progress, mismatch, released, uncertain, ... (observe.Outcome).",
 			ConstLabels: cfg.ConstLabels,
 		}, []string{LabelOperation, LabelOutcome}),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -201,10 +202,10 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.store.Collect(ch)
 }
 
-// Observe implements [idem.Observer]: it counts o in
+// Observe implements [observe.Observer]: it counts o in
 // idem_outcomes_total{operation, outcome}. The first outcome of an
 // operation exports all of that operation's outcomes, at zero.
-func (o *Observer) Observe(operation string, outcome idem.Outcome) {
+func (o *Observer) Observe(operation string, outcome observe.Outcome) {
 	if outcome < 0 || int(outcome) >= numOutcomes {
 		o.outcomes.WithLabelValues(labelValue(operation), outcome.String()).Inc()
 		return
@@ -227,7 +228,7 @@ func (o *Observer) operation(name string) []prometheus.Counter {
 	c := make([]prometheus.Counter, numOutcomes)
 	label := labelValue(name)
 	for i := range c {
-		c[i] = o.outcomes.WithLabelValues(label, idem.Outcome(i).String())
+		c[i] = o.outcomes.WithLabelValues(label, observe.Outcome(i).String())
 	}
 	next := make(map[string][]prometheus.Counter, len(old)+1)
 	maps.Copy(next, old)
@@ -236,11 +237,11 @@ func (o *Observer) operation(name string) []prometheus.Counter {
 	return c
 }
 
-// StoreCall implements [idem.Observer]: it observes d in
+// StoreCall implements [observe.Observer]: it observes d in
 // idem_store_call_duration_seconds{op, result}, result being
-// [idem.StoreResultOf](err).
-func (o *Observer) StoreCall(op idem.StoreOp, d time.Duration, err error) {
-	result := idem.StoreResultOf(err)
+// [observe.StoreResultOf](err).
+func (o *Observer) StoreCall(op observe.StoreOp, d time.Duration, err error) {
+	result := observe.StoreResultOf(err)
 	i, j := opIndex(op), resultIndex(result)
 	if i < 0 || j < 0 {
 		o.store.WithLabelValues(labelValue(string(op)), string(result)).Observe(d.Seconds())
@@ -255,9 +256,9 @@ func (o *Observer) StoreCall(op idem.StoreOp, d time.Duration, err error) {
 	call.h.Observe(d.Seconds())
 }
 
-func opIndex(op idem.StoreOp) int { return slices.Index(storeOps, op) }
+func opIndex(op observe.StoreOp) int { return slices.Index(storeOps, op) }
 
-func resultIndex(r idem.StoreResult) int { return slices.Index(results, r) }
+func resultIndex(r observe.StoreResult) int { return slices.Index(results, r) }
 
 // labelValue makes s a valid label value: the engine's operation names
 // always are, but an Observer may be called by other code.

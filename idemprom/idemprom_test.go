@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemprom"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -71,19 +72,19 @@ func value(t *testing.T, reg *prometheus.Registry, metric string, labels map[str
 func TestObserveCountsByOperationAndOutcome(t *testing.T) {
 	t.Parallel()
 	obs, reg := setup(t, nil)
-	obs.Observe("charge", idem.OutcomeAcquired)
-	obs.Observe("charge", idem.OutcomeReplayed)
-	obs.Observe("charge", idem.OutcomeReplayed)
-	obs.Observe("refund", idem.OutcomeMismatch)
+	obs.Observe("charge", observe.OutcomeAcquired)
+	obs.Observe("charge", observe.OutcomeReplayed)
+	obs.Observe("charge", observe.OutcomeReplayed)
+	obs.Observe("refund", observe.OutcomeMismatch)
 	for _, tc := range []struct {
 		operation string
-		outcome   idem.Outcome
+		outcome   observe.Outcome
 		want      float64
 	}{
-		{"charge", idem.OutcomeAcquired, 1},
-		{"charge", idem.OutcomeReplayed, 2},
-		{"charge", idem.OutcomeUncertain, 0},
-		{"refund", idem.OutcomeMismatch, 1},
+		{"charge", observe.OutcomeAcquired, 1},
+		{"charge", observe.OutcomeReplayed, 2},
+		{"charge", observe.OutcomeUncertain, 0},
+		{"refund", observe.OutcomeMismatch, 1},
 	} {
 		got := value(t, reg, "idem_outcomes_total", map[string]string{"operation": tc.operation, "outcome": tc.outcome.String()})
 		if got != tc.want {
@@ -98,11 +99,11 @@ func TestFirstOutcomeOfAnOperationExportsAllItsOutcomesAtZero(t *testing.T) {
 	if n := testutil.CollectAndCount(obs, "idem_outcomes_total"); n != 0 {
 		t.Fatalf("%d outcome series before any call, want 0", n)
 	}
-	obs.Observe("charge", idem.OutcomeAcquired)
-	if n, want := testutil.CollectAndCount(obs, "idem_outcomes_total"), len(idem.Outcomes()); n != want {
+	obs.Observe("charge", observe.OutcomeAcquired)
+	if n, want := testutil.CollectAndCount(obs, "idem_outcomes_total"), len(observe.Outcomes()); n != want {
 		t.Errorf("%d outcome series after the first call, want %d (every outcome)", n, want)
 	}
-	for _, o := range idem.Outcomes() {
+	for _, o := range observe.Outcomes() {
 		value(t, reg, "idem_outcomes_total", map[string]string{"operation": "charge", "outcome": o.String()})
 	}
 }
@@ -111,7 +112,7 @@ func TestConfigOperationsAreExportedFromTheStart(t *testing.T) {
 	t.Parallel()
 	_, reg := setup(t, &idemprom.Config{Operations: []string{"charge", "refund"}})
 	for _, op := range []string{"charge", "refund"} {
-		for _, o := range idem.Outcomes() {
+		for _, o := range observe.Outcomes() {
 			if v := value(t, reg, "idem_outcomes_total", map[string]string{"operation": op, "outcome": o.String()}); v != 0 {
 				t.Errorf("%s %s = %v before any call", op, o, v)
 			}
@@ -122,21 +123,21 @@ func TestConfigOperationsAreExportedFromTheStart(t *testing.T) {
 func TestStoreCallObservesLatencyByOpAndResult(t *testing.T) {
 	t.Parallel()
 	obs, reg := setup(t, nil)
-	obs.StoreCall(idem.StoreClaim, 2*time.Millisecond, nil)
-	obs.StoreCall(idem.StoreClaim, 3*time.Millisecond, nil)
-	obs.StoreCall(idem.StoreComplete, time.Millisecond, &store.FencedError{Key: "k"})
-	obs.StoreCall(idem.StoreClaim, time.Second, fmt.Errorf("redisstore: claim k: %w: %w", store.ErrUnavailable, errors.New("i/o timeout")))
-	obs.StoreCall(idem.StoreGet, time.Millisecond, store.ErrNotFound)
+	obs.StoreCall(observe.StoreClaim, 2*time.Millisecond, nil)
+	obs.StoreCall(observe.StoreClaim, 3*time.Millisecond, nil)
+	obs.StoreCall(observe.StoreComplete, time.Millisecond, &store.FencedError{Key: "k"})
+	obs.StoreCall(observe.StoreClaim, time.Second, fmt.Errorf("redisstore: claim k: %w: %w", store.ErrUnavailable, errors.New("i/o timeout")))
+	obs.StoreCall(observe.StoreGet, time.Millisecond, store.ErrNotFound)
 
 	for _, tc := range []struct {
-		op     idem.StoreOp
+		op     observe.StoreOp
 		result string
 		want   float64
 	}{
-		{idem.StoreClaim, "ok", 2},
-		{idem.StoreComplete, "fenced", 1},
-		{idem.StoreClaim, "unavailable", 1},
-		{idem.StoreGet, "not_found", 1},
+		{observe.StoreClaim, "ok", 2},
+		{observe.StoreComplete, "fenced", 1},
+		{observe.StoreClaim, "unavailable", 1},
+		{observe.StoreGet, "not_found", 1},
 	} {
 		got := value(t, reg, "idem_store_call_duration_seconds", map[string]string{"op": string(tc.op), "result": tc.result})
 		if got != tc.want {
@@ -174,7 +175,7 @@ idem_store_call_duration_seconds_count{op="get",result="not_found"} 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	o2.StoreCall(idem.StoreGet, time.Millisecond, store.ErrNotFound)
+	o2.StoreCall(observe.StoreGet, time.Millisecond, store.ErrNotFound)
 	if err := testutil.GatherAndCompare(only, strings.NewReader(want), "idem_store_call_duration_seconds"); err != nil {
 		t.Error(err)
 	}
@@ -185,8 +186,8 @@ idem_store_call_duration_seconds_count{op="get",result="not_found"} 1
 func TestUnknownStoreOpAndOutcomeAreCounted(t *testing.T) {
 	t.Parallel()
 	obs, reg := setup(t, nil)
-	obs.StoreCall(idem.StoreOp("scan"), time.Millisecond, nil)
-	obs.Observe("charge", idem.Outcome(1000))
+	obs.StoreCall(observe.StoreOp("scan"), time.Millisecond, nil)
+	obs.Observe("charge", observe.Outcome(1000))
 	if v := value(t, reg, "idem_store_call_duration_seconds", map[string]string{"op": "scan", "result": "ok"}); v != 1 {
 		t.Errorf("scan = %v, want 1", v)
 	}
@@ -198,7 +199,7 @@ func TestUnknownStoreOpAndOutcomeAreCounted(t *testing.T) {
 func TestInvalidUTF8OperationDoesNotPanic(t *testing.T) {
 	t.Parallel()
 	obs, reg := setup(t, nil)
-	obs.Observe("bad\xff", idem.OutcomeAcquired)
+	obs.Observe("bad\xff", observe.OutcomeAcquired)
 	if v := value(t, reg, "idem_outcomes_total", map[string]string{"operation": "bad\uFFFD", "outcome": "acquired"}); v != 1 {
 		t.Errorf("= %v, want 1", v)
 	}
@@ -207,8 +208,8 @@ func TestInvalidUTF8OperationDoesNotPanic(t *testing.T) {
 func TestNamespaceAndConstLabels(t *testing.T) {
 	t.Parallel()
 	obs, reg := setup(t, &idemprom.Config{Namespace: "payments", ConstLabels: prometheus.Labels{"store": "redis"}})
-	obs.Observe("charge", idem.OutcomeAcquired)
-	obs.StoreCall(idem.StoreClaim, time.Millisecond, nil)
+	obs.Observe("charge", observe.OutcomeAcquired)
+	obs.StoreCall(observe.StoreClaim, time.Millisecond, nil)
 	if v := value(t, reg, "payments_idem_outcomes_total", map[string]string{"operation": "charge", "outcome": "acquired", "store": "redis"}); v != 1 {
 		t.Errorf("outcomes = %v, want 1", v)
 	}
@@ -241,8 +242,8 @@ func TestRegisteringTwice(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		a := idemprom.MustNew(reg, &idemprom.Config{ConstLabels: prometheus.Labels{"engine": "a"}})
 		b := idemprom.MustNew(reg, &idemprom.Config{ConstLabels: prometheus.Labels{"engine": "b"}})
-		a.Observe("charge", idem.OutcomeAcquired)
-		b.Observe("charge", idem.OutcomeReplayed)
+		a.Observe("charge", observe.OutcomeAcquired)
+		b.Observe("charge", observe.OutcomeReplayed)
 		if v := value(t, reg, "idem_outcomes_total", map[string]string{"engine": "b", "operation": "charge", "outcome": "replayed"}); v != 1 {
 			t.Errorf("b replayed = %v, want 1", v)
 		}
@@ -264,7 +265,7 @@ func TestNilRegistererLeavesRegistrationToTheCaller(t *testing.T) {
 	obs := idemprom.MustNew(nil, nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(obs)
-	obs.Observe("charge", idem.OutcomeAcquired)
+	obs.Observe("charge", observe.OutcomeAcquired)
 	if v := value(t, reg, "idem_outcomes_total", map[string]string{"operation": "charge", "outcome": "acquired"}); v != 1 {
 		t.Errorf("= %v, want 1", v)
 	}
@@ -342,8 +343,8 @@ func TestConcurrentFirstSight(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range per {
-				obs.Observe(ops[(g+i)%len(ops)], idem.OutcomeAcquired)
-				obs.StoreCall(idem.StoreOps()[(g+i)%len(idem.StoreOps())], time.Microsecond, nil)
+				obs.Observe(ops[(g+i)%len(ops)], observe.OutcomeAcquired)
+				obs.StoreCall(observe.StoreOps()[(g+i)%len(observe.StoreOps())], time.Microsecond, nil)
 			}
 		})
 	}
@@ -356,7 +357,7 @@ func TestConcurrentFirstSight(t *testing.T) {
 		t.Errorf("acquired in total = %v, want %d", total, goroutines*per)
 	}
 	total = 0
-	for _, op := range idem.StoreOps() {
+	for _, op := range observe.StoreOps() {
 		total += value(t, reg, "idem_store_call_duration_seconds", map[string]string{"op": string(op), "result": "ok"})
 	}
 	if total != goroutines*per {

@@ -84,6 +84,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemhttp"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -283,7 +284,7 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 }
 
 // engineConfig is the configuration of the gateway's engine.
-func engineConfig(o *options, log *slog.Logger, obs idem.Observer) *idem.Config {
+func engineConfig(o *options, log *slog.Logger, obs observe.Observer) *idem.Config {
 	cfg := &idem.Config{
 		Expiry: o.expiry, Lease: o.lease, Wait: o.wait,
 		Logger: log, Observer: obs,

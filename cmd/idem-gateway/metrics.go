@@ -19,7 +19,7 @@ import (
 // and the gateway's own.
 type metrics struct {
 	reg       *prometheus.Registry
-	observer  *idemprom.Observer // the engine's idem.Observer
+	observer  *idemprom.Observer // the engine's observe.Observer
 	inFlight  prometheus.Gauge
 	responses *prometheus.CounterVec
 	// byStatus caches the children of responses: [status-100] not

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -52,7 +53,7 @@ type fixture struct {
 	via    store.Store // through the proxy
 	direct store.Store // straight to the server, same records
 	eng    *idem.Engine
-	obs    *idem.Counters
+	obs    *observe.Counters
 	runs   atomic.Int64
 }
 
@@ -65,7 +66,7 @@ func setup(t *testing.T, target string, open Open, cfg *idem.Config) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	f := &fixture{proxy: p, obs: &idem.Counters{}}
+	f := &fixture{proxy: p, obs: &observe.Counters{}}
 	f.direct = open(t, target)
 	f.via = open(t, p.Addr())
 	if cfg == nil {
@@ -178,7 +179,7 @@ func resetDuringComplete(t *testing.T, target string, open Open) {
 	if err != nil || res.Value != 7 || f.runs.Load() != 1 {
 		t.Fatalf("call whose Complete was reset: %+v, %v, runs %d", res, err, f.runs.Load())
 	}
-	if f.proxy.Reset.Load() != 2 || f.obs.Count(idem.OutcomeWriteRetried) < 1 || f.obs.Count(idem.OutcomeCompleteFailed) != 0 {
+	if f.proxy.Reset.Load() != 2 || f.obs.Count(observe.OutcomeWriteRetried) < 1 || f.obs.Count(observe.OutcomeCompleteFailed) != 0 {
 		t.Fatalf("resets %d, observer %v; want 2 resets, retried, nothing failed", f.proxy.Reset.Load(), f.obs.Snapshot())
 	}
 	if rec := f.record(t, r); rec.Status != store.StatusCompleted {
@@ -215,7 +216,7 @@ func resetsDuringCompletePastTheLease(t *testing.T, target string, open Open) {
 	if el := time.Since(start); el < lease {
 		t.Fatalf("Complete landed after %v, while every request was reset for %v", el, lease*3/2)
 	}
-	if f.obs.Count(idem.OutcomeCompleteFailed) != 0 || f.obs.Count(idem.OutcomeWriteRetried) == 0 {
+	if f.obs.Count(observe.OutcomeCompleteFailed) != 0 || f.obs.Count(observe.OutcomeWriteRetried) == 0 {
 		t.Fatalf("observer %v; want retries and no failed complete", f.obs.Snapshot())
 	}
 	if rec := f.record(t, r); rec.Status != store.StatusCompleted {
@@ -246,7 +247,7 @@ func lostCompleteReply(t *testing.T, target string, open Open) {
 	if err != nil || res.Value != 7 || f.proxy.Dropped.Load() != 1 {
 		t.Fatalf("call whose Complete reply was lost: %+v, %v, dropped %d", res, err, f.proxy.Dropped.Load())
 	}
-	if n := f.obs.Count(idem.OutcomeCompleteFailed) + f.obs.Count(idem.OutcomeFenced); n != 0 {
+	if n := f.obs.Count(observe.OutcomeCompleteFailed) + f.obs.Count(observe.OutcomeFenced); n != 0 {
 		t.Fatalf("own COMPLETED record counted as a failure: %v", f.obs.Snapshot())
 	}
 	if rec := f.record(t, r); rec.Status != store.StatusCompleted {
@@ -284,7 +285,7 @@ func lostClaimReply(t *testing.T, target string, open Open) {
 		t.Fatalf("proxy dropped %d replies (err %v)", f.proxy.Dropped.Load(), err)
 	}
 	if err != nil {
-		wantUnavailable(t, "claim whose reply was lost", &idem.StoreError{Op: idem.StoreClaim, Err: err})
+		wantUnavailable(t, "claim whose reply was lost", &idem.StoreError{Op: observe.StoreClaim, Err: err})
 	}
 	res, err := f.via.Claim(context.Background(), p)
 	if err != nil || !res.Acquired || res.Record.Fence != 1 || res.Record.Owner != "owner-1" {

@@ -28,6 +28,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 	"github.com/seed-a1b882c0/idem/store/dynamostore/s3spill"
@@ -336,15 +337,15 @@ func TestS3UnreachableDuringComplete(t *testing.T) {
 		}
 		defer p.Close()
 		f := setup(t, dynamostore.Config{}, "http://"+p.Addr(), noRetry)
-		var c idem.Counters
+		var c observe.Counters
 		e := engine(t, f.s, &idem.Config{WriteTimeout: 10 * time.Second, Observer: &c})
 		big := payload(1<<20, 3)
 		p.ResetRequests(3)
 		if _, err := idem.Do(ctx, e, idem.Request{Operation: "report", Key: "k"}, func(context.Context) ([]byte, error) { return big, nil }); err != nil {
 			t.Fatal(err)
 		}
-		if c.Count(idem.OutcomeWriteRetried) == 0 || c.Count(idem.OutcomeCompleteFailed) != 0 || p.Reset.Load() != 3 {
-			t.Fatalf("retried %d, complete failed %d, resets %d; want retries and a completion", c.Count(idem.OutcomeWriteRetried), c.Count(idem.OutcomeCompleteFailed), p.Reset.Load())
+		if c.Count(observe.OutcomeWriteRetried) == 0 || c.Count(observe.OutcomeCompleteFailed) != 0 || p.Reset.Load() != 3 {
+			t.Fatalf("retried %d, complete failed %d, resets %d; want retries and a completion", c.Count(observe.OutcomeWriteRetried), c.Count(observe.OutcomeCompleteFailed), p.Reset.Load())
 		}
 		r, err := f.s.Get(ctx, mustKey(t, "report", "k"))
 		if err != nil || r.Status != store.StatusCompleted || len(r.Result) < len(big) {
@@ -360,7 +361,7 @@ func TestS3UnreachableDuringComplete(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close() // nothing listens there now
 		f := setup(t, dynamostore.Config{}, "http://"+addr, noRetry)
-		var c idem.Counters
+		var c observe.Counters
 		const wt = 2 * time.Second
 		e := engine(t, f.s, &idem.Config{WriteTimeout: wt, Observer: &c})
 		start := time.Now()
@@ -368,8 +369,8 @@ func TestS3UnreachableDuringComplete(t *testing.T) {
 		if d := time.Since(start); d > wt+time.Second {
 			t.Fatalf("Do took %v with WriteTimeout %v", d, wt)
 		}
-		if c.Count(idem.OutcomeWriteRetried) == 0 || c.Count(idem.OutcomeCompleteFailed) != 1 {
-			t.Fatalf("retried %d, complete failed %d; want retries, then the failure counted", c.Count(idem.OutcomeWriteRetried), c.Count(idem.OutcomeCompleteFailed))
+		if c.Count(observe.OutcomeWriteRetried) == 0 || c.Count(observe.OutcomeCompleteFailed) != 1 {
+			t.Fatalf("retried %d, complete failed %d; want retries, then the failure counted", c.Count(observe.OutcomeWriteRetried), c.Count(observe.OutcomeCompleteFailed))
 		}
 		r, err := f.s.Get(ctx, mustKey(t, "report", "k"))
 		if err != nil || r.Status == store.StatusCompleted {
