@@ -1164,10 +1164,12 @@ func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er
 
 // transient reports whether a failed store write may succeed if retried:
 // anything but an answer about the record (not found, fenced out, too
-// large, corrupt).
+// large, corrupt) or a refusal only a configuration change mends
+// (store.ErrMisconfigured: credentials refused, a bucket gone).
 func transient(err error) bool {
 	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFenced) &&
-		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt)
+		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt) &&
+		!errors.Is(err, store.ErrMisconfigured)
 }
 
 func (h *holder) writeFailed(op StoreOp, err error) {

@@ -255,8 +255,8 @@ func (o *Opened) Lister() store.Lister {
 	return l
 }
 
-// Open opens the store raw names. Close the returned store when done.
-func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
+// open opens the store raw names, without [Open]'s checks.
+func open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 	u, err := Parse(raw)
 	if err != nil {
 		return nil, err
