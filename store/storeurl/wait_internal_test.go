@@ -144,6 +144,3 @@ func TestStartOpenCloseStopsTheWait(t *testing.T) {
 		}
 	})
 }
-
-
-
