@@ -71,8 +71,11 @@ func Migrations(table string) ([]Migration, error) {
 
 // Migrate applies the migrations of table that db has not applied yet,
 // each in its own transaction, recording them in idem_schema_migrations
-// (created in the table's schema). Concurrent callers are serialised by an
-// advisory lock, so every process may call it at start.
+// (created in the table's schema). Concurrent callers, of one table or of
+// several tables of one schema, are serialised by a transaction-scoped
+// advisory lock (pg_advisory_xact_lock) on that schema's migrations table,
+// taken before anything else in each migration's transaction, so every
+// process may call it at start.
 func Migrate(ctx context.Context, db DB, table string) error {
 	ms, err := Migrations(table)
 	if err != nil {
@@ -86,8 +89,12 @@ func Migrate(ctx context.Context, db DB, table string) error {
 	if err != nil {
 		return err
 	}
+	// One lock per migrations table, not per records table: the first
+	// migration of two tables of one schema both create
+	// idem_schema_migrations, and two concurrent CREATE TABLE IF NOT
+	// EXISTS of one name fail (a unique violation on pg_type).
 	h := fnv.New64a()
-	h.Write([]byte("idem migrate " + table))
+	h.Write([]byte("idem migrate " + track))
 	lock := int64(h.Sum64())
 	for _, m := range ms {
 		if err := applyOne(ctx, db, track, table, lock, m); err != nil {
