@@ -2,14 +2,19 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
 
@@ -77,5 +82,74 @@ func TestThreeProcessesMigrateAFreshSchemaAtOnce(t *testing.T) {
 				t.Fatalf("%s: %v", tbl, err)
 			}
 		}
+	}
+}
+
+// TestARoleWithoutRightsIsFoundAtOpen opens a migrated table as a role
+// created for the test: with no grant at all, Open fails while migrating;
+// with USAGE on the schema and SELECT on the migrations table and the
+// records table only, Check names INSERT, UPDATE and DELETE; with those
+// granted, Open succeeds without any DDL right. Each failure is a
+// *PrivilegeError matching idem.ErrInvalidConfig and store.ErrMisconfigured,
+// with the GRANT to run.
+func TestARoleWithoutRightsIsFoundAtOpen(t *testing.T) {
+	addr := hostPort(t)
+	ctx := context.Background()
+	admin := newPoolTimeout(t, addr, 2, 10*time.Second)
+	schema := freshSchema(t, admin)
+	table := schema + ".records"
+	if err := pgstore.Migrate(ctx, admin, table); err != nil {
+		t.Fatal(err)
+	}
+	role := fmt.Sprintf("idem_norights_%x", rand.Uint32())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the schema's drop: revoke, then drop the role
+		for _, q := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := admin.Exec(context.Background(), q); err != nil {
+				t.Errorf("cleanup: %s: %v", q, err)
+			}
+		}
+	})
+	url := fmt.Sprintf("postgres://%s@%s/test?sslmode=disable&connect_timeout=5", role, addr)
+	open := func() error {
+		s, err := pgstore.Open(ctx, url, &pgstore.Config{Table: table, ReapInterval: -1})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	}
+	refused := func(step string, err error, want ...string) {
+		t.Helper()
+		var pe *pgstore.PrivilegeError
+		if !errors.As(err, &pe) || !errors.Is(err, idem.ErrInvalidConfig) || !errors.Is(err, store.ErrMisconfigured) || errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("%s: %v, want a *PrivilegeError", step, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", step, err, w)
+			}
+		}
+		t.Logf("%s: %v", step, err)
+	}
+
+	refused("no grant", open(), "may not migrate", role, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+table+" TO "+role)
+	for _, q := range []string{"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT ON " + schema + ".idem_schema_migrations TO " + role, "GRANT SELECT ON " + table + " TO " + role} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := open()
+	refused("SELECT only", err, "lacks INSERT, UPDATE, DELETE on table "+table, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+table+" TO "+role)
+	if pe := new(pgstore.PrivilegeError); errors.As(err, &pe) && (pe.Role != role || !slices.Equal(pe.Missing, []string{"INSERT", "UPDATE", "DELETE"})) {
+		t.Errorf("SELECT only: %+v", pe)
+	}
+	if _, err := admin.Exec(ctx, "GRANT INSERT, UPDATE, DELETE ON "+table+" TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(); err != nil {
+		t.Fatalf("with the grants: %v", err)
 	}
 }
