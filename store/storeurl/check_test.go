@@ -134,7 +134,9 @@ func TestOpenFindsConfigurationFaults(t *testing.T) {
 			KeySchema:            []dtypes.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: dtypes.KeyTypeHash}}}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+		t.Cleanup(func() {
+			client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+		})
 		raw := fmt.Sprintf("dynamodb://%s?region=us-east-1&endpoint=%s", table, ep)
 		if e := misconfigured[*dynamostore.TableError](t, raw, nil); !errors.Is(e, dynamostore.ErrTTL) {
 			t.Errorf("%v, want ErrTTL", e)
