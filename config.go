@@ -66,7 +66,8 @@ type Config struct {
 	// Cache, when non-nil, enables the local cache of COMPLETED records.
 	Cache *CacheConfig
 
-	// Codec encodes results. Default [JSONCodec].
+	// Codec encodes results. Default [JSONCodec], which stores a []byte or
+	// json.RawMessage result as it is (not base64 or re-encoded JSON).
 	Codec Codec
 
 	// Clock is the source of time. Default [SystemClock].

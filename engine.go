@@ -31,7 +31,7 @@ type Engine struct {
 	seq         atomic.Uint64
 
 	timing   bool // the Observer wants store-call latencies
-	raw      bool // the codec is RawCodec: []byte results skip it
+	raw      bool // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
 	sysClock bool // the clock is SystemClock
 
 	mu       sync.Mutex
@@ -51,7 +51,10 @@ func New(store store.Store, cfg *Config) (*Engine, error) {
 	}
 	e := &Engine{store: store, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
 	_, nop := c.Observer.(nopObserver)
-	_, e.raw = c.Codec.(RawCodec)
+	switch c.Codec.(type) {
+	case RawCodec, JSONCodec: // []byte and json.RawMessage results are stored as they are
+		e.raw = true
+	}
 	_, e.sysClock = c.Clock.(SystemClock)
 	e.timing = !nop
 	e.renewals.init(e)
@@ -289,8 +292,9 @@ func (t *typedCall[T]) runOp(ctx context.Context) (opResult, error) {
 	return out, nil
 }
 
-// encode encodes t.value with the engine's codec; a [RawCodec] engine
-// takes a []byte or json.RawMessage value as it is, without reflection.
+// encode encodes t.value with the engine's codec; a [RawCodec] or
+// [JSONCodec] engine takes a []byte or json.RawMessage value as it is,
+// without reflection.
 func (t *typedCall[T]) encode() ([]byte, error) {
 	if t.e.raw {
 		if b, ok := rawBytes(&t.value); ok {
