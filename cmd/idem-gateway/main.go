@@ -6,12 +6,23 @@
 //
 //	idem-gateway -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000 \
 //	  [-store bolt:///path/idem.db | memory: | redis://… | postgres://… | dynamodb://TABLE?endpoint=…&region=…] \
-//	  [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
+//	  [-store-wait 60s] [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
 //	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
 //	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m] \
 //	  [-status-path /idempotency/status/ -expected-completion 10m]
 //
 // Run idem-gateway -h for every flag.
+//
+// # Starting before the store
+//
+// The gateway listens at once and opens its store in the background,
+// retrying for -store-wait while the store is down or starting
+// (storeurl.StartOpen). Until it is open, covered requests get 503 with
+// Retry-After and never reach the upstream unprotected; the admin
+// listener's /healthz answers 200 (liveness) and /readyz 503 (readiness,
+// 200 once the store is open and answers). When the wait is over the
+// gateway exits, saying so; a configuration fault (a role without rights,
+// a table of another shape…) ends it at once.
 //
 // # Asynchronous work
 //
