@@ -7,7 +7,7 @@ PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
+.PHONY: failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -18,10 +18,14 @@ demo: ## idem-gateway on the embedded file store in front of the example orders 
 demo-reset: ## forget every key the demo stored (removes .cache/demo)
 	rm -rf .cache/demo
 
-test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local, stepfunctions-local and s3rver
-	@scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run $(MAKE) --no-print-directory test-modules
+test: ## run every module's tests with the race detector (the CI command); starts DynamoDB Local, stepfunctions-local, s3rver, a Redis Cluster, a Redis primary + replica + Sentinel and a PostgreSQL primary + standby
+	@$(SERVICES) $(MAKE) --no-print-directory test-modules
 
-test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT)
+# The servers the project's scripts start for the tests, each wrapping the
+# next command with its address in the environment.
+SERVICES := scripts/dynamodb-local run scripts/stepfunctions-local run scripts/s3rver run scripts/redis-cluster run scripts/redis-replicas run scripts/pg-standby run
+
+test-modules: ## run the tests against services already running (IDEM_DYNAMODB_ENDPOINT, IDEM_SFN_ENDPOINT, IDEM_S3_ENDPOINT, IDEM_REDIS_CLUSTER_ADDRS, IDEM_REDIS_SENTINEL_ADDR, IDEM_PG_PRIMARY_ADDR …)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -race -count=1 ./...); done
 
 race: test ## alias of test: tests always run with -race
@@ -53,6 +57,17 @@ bench-engine-before: ## the same at ENGINE_BEFORE (f03a8e3, before issue 17), in
 		git worktree add --detach "$$d" $(ENGINE_BEFORE) >/dev/null; \
 		(cd "$$d" && $(LOCKED) $(GO) test -run '^$$' -bench . -benchmem -count 5 .) >bench/results/engine-before.txt.tmp; \
 		mv bench/results/engine-before.txt.tmp bench/results/engine-before.txt; cat bench/results/engine-before.txt
+
+FAILOVER_ROUNDS ?= 20
+
+failover: ## the failover measurements of docs/failover.md (Redis Cluster, Sentinel, PostgreSQL standby; FAILOVER_ROUNDS rounds per setting, default 20) → bench/results/failover/*.json (the tests' output in log.txt) and the tables of docs/failover.md (bench/failover)
+	@mkdir -p bench/results/failover
+	@scripts/redis-cluster run scripts/redis-replicas run scripts/pg-standby run sh -c '\
+		export IDEM_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) IDEM_FAILOVER_OUT=$(CURDIR)/bench/results/failover; \
+		(cd store/redisstore && $(GO) test -count=1 -timeout 2h -run "^Test(Cluster|Sentinel)FailoverUnderLoad$$" -v .) && \
+		(cd store/pgstore && $(GO) test -count=1 -timeout 2h -run "^TestStandbyFailoverUnderLoad$$" -v .)' \
+		>bench/results/failover/log.txt 2>&1 || { tail -40 bench/results/failover/log.txt; exit 1; }
+	cd bench && $(GO) run ./failover
 
 bench-plots: ## draw docs/img/*.png from bench/results (bench/plot, gonum/plot)
 	cd bench && $(GO) run ./plot

@@ -22,17 +22,6 @@ const (
 	StatusFailed     = store.StatusFailed
 )
 
-// ErrNotFound: no live record for the key ([Engine.Status]). It is
-// store.ErrNotFound, the same error value.
-var ErrNotFound = store.ErrNotFound
-
-// MaxRefLen is the longest execution reference [Engine.Attach] accepts:
-// room for any AWS ARN (2,048 characters) and a URL.
-const MaxRefLen = 2048
-
-// MaxLockedByLen is the longest label [WithLockedBy] keeps.
-const MaxLockedByLen = 128
-
 // State is a key's record as callers and operators read it: its status,
 // who claimed it and when, the execution it was handed to, when it should
 // be done and when it was, and its outcome.
@@ -67,14 +56,15 @@ type State struct {
 	// Err is the stored terminal error of a FAILED record.
 	Err *TerminalError
 
-	codec Codec
+	codec  Codec
+	engine *Engine // signs Token with its Config.TokenKey
 }
 
 func (e *Engine) state(r *store.Record) *State {
 	s := &State{
 		Key: r.Key, Status: r.Status, Fence: r.Fence, LockedBy: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
 		CreatedAt: store.FromMillis(r.CreatedAt), ExpectedCompletion: store.FromMillis(r.LeaseUntil),
-		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, codec: e.cfg.Codec,
+		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, codec: e.cfg.Codec, engine: e,
 	}
 	if r.CompletedAt != 0 {
 		s.CompletedAt = store.FromMillis(r.CompletedAt)
@@ -111,7 +101,11 @@ func (s *State) Overdue(now time.Time) bool {
 // code entitled to settle the key.
 func (s *State) Token() Token {
 	k, _ := ParseStoreKey(s.Key)
-	return Token{Key: k, Fence: s.Fence, Owner: s.LockedBy, Status: s.Status}
+	t := Token{Key: k, Fence: s.Fence, Owner: s.LockedBy, Status: s.Status}
+	if s.engine != nil {
+		t = s.engine.sign(t)
+	}
+	return t
 }
 
 // Status returns the record of key, read with strong consistency: for
@@ -220,7 +214,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 			e.cfg.Observer.Observe(c.name, OutcomeTakeover)
 			e.cfg.Logger.Info("idem: took over a claim whose expected completion had passed", "key", c.key, "fence", res.Record.Fence)
 		}
-		b.Token = Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress}
+		b.Token = e.sign(Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress})
 	case res.Record.Status == store.StatusInProgress:
 		e.cfg.Observer.Observe(c.name, OutcomeInProgress)
 	default:
@@ -284,6 +278,9 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
 	if e.cfg.Disabled {
 		return nil
 	}
+	if err := e.verify(t); err != nil {
+		return err
+	}
 	b, err := e.cfg.Codec.Marshal(v)
 	if err != nil {
 		return &encodeError{err}
@@ -304,6 +301,9 @@ func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
 	if err == nil {
 		return errors.New("idem: Fail needs an error to store")
 	}
+	if verr := e.verify(t); verr != nil {
+		return verr
+	}
 	var term *TerminalError
 	if !errors.As(err, &term) {
 		term = &TerminalError{Message: err.Error()}
@@ -318,6 +318,9 @@ func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
 func (e *Engine) Release(ctx context.Context, t Token) error {
 	if e.cfg.Disabled {
 		return nil
+	}
+	if err := e.verify(t); err != nil {
+		return err
 	}
 	return tokenWrite(StoreRelease, t, e.tokenHolder(t).release(ctx))
 }
@@ -350,6 +353,9 @@ func (e *Engine) Attach(ctx context.Context, t Token, ref string) error {
 func (e *Engine) touch(ctx context.Context, t Token, op StoreOp, set func(*store.ExtendParams)) error {
 	if e.cfg.Disabled {
 		return nil
+	}
+	if err := e.verify(t); err != nil {
+		return err
 	}
 	h := e.tokenHolder(t)
 	err := h.write(ctx, writeExtend, 0, nil, nil, set)
@@ -420,7 +426,7 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 	if err != nil {
 		return Token{}, err
 	}
-	t := Token{Key: k, Fence: h.fence, Owner: h.owner, Status: StatusInProgress}
+	t := e.sign(Token{Key: k, Fence: h.fence, Owner: h.owner, Status: StatusInProgress})
 	// No renewal may move the lease back once it is handed off; if the
 	// hand-off fails the operation goes on in its caller, renewed again.
 	h.stopRenewal()

@@ -352,6 +352,15 @@ func FuzzParseToken(f *testing.F) {
 	f.Add(idem.Token{Key: k, Fence: 1 << 60, Owner: "ü", Status: idem.StatusFailed}.String())
 	f.Add("AQE")
 	f.Add("")
+	signer, err := idem.New(memstore.New(&memstore.Config{SweepInterval: -1}), &idem.Config{TokenKey: []byte("fuzz-token-key-0123456789")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	b, err := signer.Begin(context.Background(), idem.Request{Operation: "charge", Key: "k"}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b.Token.String())
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := idem.ParseToken(s, "")
 		if err != nil {
@@ -363,6 +372,11 @@ func FuzzParseToken(f *testing.F) {
 		again, err := idem.ParseToken(tok.String(), tok.Key.Operation)
 		if err != nil || again != tok {
 			t.Fatalf("round trip of %+v: %+v, %v", tok, again, err)
+		}
+		// A signing engine takes it only if it is the token it signed; it
+		// never panics, and refuses before any store call.
+		if err := signer.Release(context.Background(), tok); err != nil && !errors.Is(err, idem.ErrInvalidToken) && !errors.Is(err, idem.ErrStaleToken) {
+			t.Fatalf("release through a parsed token: %v", err)
 		}
 	})
 }

@@ -93,6 +93,15 @@ type Config struct {
 	// Disabled runs every operation directly, with no store calls. Also
 	// set by the IDEM_DISABLED environment variable. For tests only.
 	Disabled bool
+
+	// TokenKey, when set, signs every token the engine hands out ([Token]:
+	// an HMAC-SHA256 of its contents) and makes every write through a
+	// token check the signature before any store call, refusing a forged,
+	// altered or unsigned token with [ErrInvalidToken]. Set it where tokens
+	// cross a trust boundary; engines that share tokens share the key. At
+	// least 16 bytes of a secret. Default none: tokens are not
+	// authenticated.
+	TokenKey []byte
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -146,6 +155,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
 	switch {
+	case len(c.TokenKey) > 0 && len(c.TokenKey) < 16:
+		return bad("TokenKey has %d bytes; use a secret of at least 16 random bytes", len(c.TokenKey))
 	case c.Expiry < time.Second:
 		return bad("Expiry is %v; it must be at least 1s (records must outlive their claims)", c.Expiry)
 	case c.Lease < 10*time.Millisecond:

@@ -11,7 +11,7 @@
 //
 // # The engine
 //
-// An [Engine] runs over a [Store]. [Do] runs a func(ctx) (T, error) under the
+// An [Engine] runs over a [store.Store]. [Do] runs a func(ctx) (T, error) under the
 // key a [Request] names; [NewOp] wraps a func(ctx, In) (Out, error) and takes
 // the key from the input. The [Result] says whether the value was replayed:
 // a replay is a flag, not an error.
@@ -99,9 +99,9 @@
 //
 // # Stores
 //
-// The [Store] contract is six single-key atomic operations, each documented
+// The [store.Store] contract is six single-key atomic operations, each documented
 // with what it returns for absent, expired, conflicting and fenced-out
-// records; [Lister] and [Deleter] are optional powers for operators, and
+// records; [store.Lister] and [store.Deleter] are optional powers for operators, and
 // [store.BatchClaimer] for consumers of batches. Package
 // memstore is the in-memory store; the durable stores are their own modules
 // under store/: boltstore (an embedded file, the single-machine default),

@@ -95,6 +95,14 @@ type Result[T any] struct {
 	// kept (uncertain) or handed off — and on a replay. Adapters that
 	// acknowledge a message by the outcome read it instead of the store.
 	Recorded Status
+	// Unrecorded is the store's last answer when this call ran the
+	// operation but its outcome write (the Complete or Fail, or the
+	// Release of a retryable error) did not land, after the engine's
+	// retries: an error matching store.ErrFenced or store.ErrNotFound when
+	// the key was taken over meanwhile (the write was refused), or
+	// store.ErrUnavailable when the store failed for all of WriteTimeout.
+	// Nil otherwise. The consumers' verdict (package consume) reads it.
+	Unrecorded error
 }
 
 // Do runs fn at most once for the key that req names. See [DoIdentity].
@@ -236,7 +244,7 @@ func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Resu
 		res.Value = v
 		return res, ferr
 	}
-	res.Replayed, res.Fence, res.Recorded = out.replayed, out.fence, out.recorded
+	res.Replayed, res.Fence, res.Recorded, res.Unrecorded = out.replayed, out.fence, out.recorded, out.unrecorded
 	switch {
 	case t.ran:
 		res.Value = t.value
@@ -336,11 +344,12 @@ func isClaimFailure(err error) bool {
 
 // outcome is what run hands back to the typed layer.
 type outcome struct {
-	replayed bool
-	result   []byte       // encoded value to decode, on a replay
-	value    any          // the value itself, from the local cache
-	fence    uint64       // fence held while running, when this call ran fn
-	recorded store.Status // the status the outcome write left, when it landed
+	replayed   bool
+	result     []byte       // encoded value to decode, on a replay
+	value      any          // the value itself, from the local cache
+	fence      uint64       // fence held while running, when this call ran fn
+	recorded   store.Status // the status the outcome write left, when it landed
+	unrecorded error        // the outcome write's last error, when it did not land
 }
 
 // call is one call through the engine, before it holds a claim: what every
@@ -872,7 +881,7 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 				h.cachePut(res.value)
 			}
 		} else {
-			_ = h.complete(ctx, res.result, res.value)
+			out.unrecorded = h.complete(ctx, res.result, res.value)
 		}
 		out.recorded = h.wrote
 		e.land(h.key, h.flight, h)
@@ -885,12 +894,12 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	)
 	switch {
 	case errors.As(opErr, &encErr):
-		_ = h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
+		out.unrecorded = h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
 		out.recorded = h.wrote
 		e.land(h.key, h.flight, h)
 		return out, nil
 	case errors.As(opErr, &term):
-		_ = h.fail(ctx, term.record())
+		out.unrecorded = h.fail(ctx, term.record())
 		out.recorded = h.wrote
 		e.land(h.key, h.flight, h)
 		return out, opErr
@@ -906,7 +915,7 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 		// A claim being given up needs no renewal: a lapsed lease only
 		// lets a retry in sooner.
 		h.stopRenewal()
-		h.release(ctx)
+		out.unrecorded = h.release(ctx)
 		e.land(h.key, h.flight, nil)
 		return out, opErr
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Limits on the parts of a key.
+// Limits on what a call names.
 const (
 	// MaxOperationLen is the longest operation name accepted.
 	MaxOperationLen = 128
@@ -14,6 +14,13 @@ const (
 	MaxTenantLen = 256
 	// MaxKeyLen is the longest explicit key material accepted.
 	MaxKeyLen = 4096
+	// MaxTokenLen is the longest token string [ParseToken] reads.
+	MaxTokenLen = 4096
+	// MaxRefLen is the longest execution reference [Engine.Attach]
+	// accepts: room for any AWS ARN (2,048 characters) and a URL.
+	MaxRefLen = 2048
+	// MaxLockedByLen is the longest label [WithLockedBy] keeps.
+	MaxLockedByLen = 128
 )
 
 // StoreKey is a parsed store key, "<scope>#<digest>" where the scope is the

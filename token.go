@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -19,6 +21,21 @@ import (
 //
 // Its string form ([Token.String]) is opaque and URL-safe; read it back
 // with [ParseToken].
+//
+// # A token is a capability
+//
+// Whoever holds a token can settle its claim. A token is not authenticated
+// unless the engine signs it: its fence and owner are not secret (an
+// owner is host/pid/engine/sequence), so a token can be made up or
+// altered by anyone who knows a key, and a write through a token whose
+// claim is not the record's is refused only by the store's fence check —
+// and idemsfn settles a key whose token is stale through the record's
+// current claim. Where tokens cross a trust boundary (the gateway's
+// Idem-Token header, a Step Functions execution's input, an admin
+// endpoint), set [Config.TokenKey]: every token the engine hands out then
+// carries an HMAC-SHA256 of its contents, and every write through a token
+// checks it before any store call, refusing a forged, altered or unsigned
+// token with [ErrInvalidToken].
 type Token struct {
 	// Key is the claimed key.
 	Key StoreKey
@@ -32,24 +49,76 @@ type Token struct {
 	// (a workflow redriven to success, an operator resolving a key by
 	// hand) and is refused if anything changed in between.
 	Status Status
+
+	// mac is the HMAC-SHA256 of the token's unsigned form under the
+	// engine's Config.TokenKey, when signed is set.
+	mac    [sha256.Size]byte
+	signed bool
 }
 
-// MaxTokenLen is the longest token string [ParseToken] reads.
-const MaxTokenLen = 4096
-
-// tokenVersion is the first byte of every encoded token.
-const tokenVersion = 1
+// The first byte of every encoded token: its version. A signed token has
+// its MAC between the key and the owner.
+const (
+	tokenVersion       = 1
+	signedTokenVersion = 2
+)
 
 // String returns the token's opaque, URL-safe form (base64url, no padding).
 func (t Token) String() string {
+	return base64.RawURLEncoding.EncodeToString(t.encode(t.signed))
+}
+
+// encode returns the token's bytes, with its MAC when signed.
+func (t Token) encode(signed bool) []byte {
 	key := t.Key.String()
-	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(key)+len(t.Owner))
-	b = append(b, tokenVersion, byte(t.Status))
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(key)+sha256.Size+len(t.Owner))
+	v := byte(tokenVersion)
+	if signed {
+		v = signedTokenVersion
+	}
+	b = append(b, v, byte(t.Status))
 	b = binary.AppendUvarint(b, t.Fence)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
-	b = append(b, t.Owner...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	if signed {
+		b = append(b, t.mac[:]...)
+	}
+	return append(b, t.Owner...)
+}
+
+// tokenMAC is the MAC of t's unsigned form under key.
+func tokenMAC(key []byte, t Token) [sha256.Size]byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("idem-token\x00"))
+	m.Write(t.encode(false))
+	var out [sha256.Size]byte
+	m.Sum(out[:0])
+	return out
+}
+
+// sign returns t signed with the engine's Config.TokenKey, or t as it is
+// without one.
+func (e *Engine) sign(t Token) Token {
+	if len(e.cfg.TokenKey) == 0 {
+		return t
+	}
+	t.mac, t.signed = tokenMAC(e.cfg.TokenKey, t), true
+	return t
+}
+
+// verify checks t's signature against the engine's Config.TokenKey (any
+// token passes without one), before any store call.
+func (e *Engine) verify(t Token) error {
+	if len(e.cfg.TokenKey) == 0 {
+		return nil
+	}
+	if !t.signed {
+		return &TokenError{Token: t.String(), Reason: "not signed, and this engine takes only tokens signed with its TokenKey"}
+	}
+	if want := tokenMAC(e.cfg.TokenKey, t); !hmac.Equal(want[:], t.mac[:]) {
+		return &TokenError{Token: t.String(), Reason: "its signature does not match its contents under this engine's TokenKey: forged or altered"}
+	}
+	return nil
 }
 
 // IsZero reports whether t is the zero Token (no claim).
@@ -58,7 +127,8 @@ func (t Token) IsZero() bool { return t.Fence == 0 && t.Owner == "" }
 // ParseToken reads a token made by [Token.String]. When operation is not
 // empty, the token must name a key of that operation: a worker that
 // finishes one kind of work refuses a token of another before any store
-// write. A token is a capability: whoever holds it may settle its claim,
+// write. A signed token's signature is checked where it is used, by an
+// engine with the TokenKey (see [Token]). A token is a capability: whoever holds it may settle its claim,
 // whatever tenant the key names, so hand it only to the work it is for;
 // a caller that knows the tenant may compare Key.Tenant itself. Errors
 // are a [*TokenError].
@@ -74,10 +144,10 @@ func ParseToken(s, operation string) (Token, error) {
 	if err != nil {
 		return bad("not base64url: " + err.Error())
 	}
-	if len(b) < 2 || b[0] != tokenVersion {
+	if len(b) < 2 || (b[0] != tokenVersion && b[0] != signedTokenVersion) {
 		return bad("unknown token version")
 	}
-	t := Token{Status: Status(b[1])}
+	t := Token{Status: Status(b[1]), signed: b[0] == signedTokenVersion}
 	if t.Status == 0 || !t.Status.Valid() {
 		return bad(fmt.Sprintf("unknown status %d", b[1]))
 	}
@@ -95,7 +165,15 @@ func ParseToken(s, operation string) (Token, error) {
 	if t.Key, err = ParseStoreKey(string(b[:klen])); err != nil {
 		return bad("its key is invalid: " + err.Error())
 	}
-	t.Owner = string(b[klen:])
+	b = b[klen:]
+	if t.signed {
+		if len(b) < sha256.Size {
+			return bad("truncated signature")
+		}
+		copy(t.mac[:], b)
+		b = b[sha256.Size:]
+	}
+	t.Owner = string(b)
 	if t.Owner == "" || !utf8.ValidString(t.Owner) {
 		return bad("no valid owner")
 	}
@@ -105,14 +183,20 @@ func ParseToken(s, operation string) (Token, error) {
 	return t, nil
 }
 
-// ErrInvalidToken: a token is malformed or names another operation. The
-// error is a [*TokenError]; nothing was written.
-var ErrInvalidToken = errors.New("idem: invalid token")
-
-// ErrStaleToken: a write through a token was refused because the token's
-// claim is no longer the record's (the key was taken over, settled,
-// released or expired). The error is a [*StaleTokenError].
-var ErrStaleToken = errors.New("idem: stale token")
+// Errors of work handed elsewhere ([Engine.Begin] and its tokens).
+var (
+	// ErrInvalidToken: a token is malformed, names another operation, or
+	// (with Config.TokenKey) is not signed by the key. The error is a
+	// [*TokenError]; nothing was written.
+	ErrInvalidToken = errors.New("idem: invalid token")
+	// ErrStaleToken: a write through a token was refused because the
+	// token's claim is no longer the record's (the key was taken over,
+	// settled, released or expired). The error is a [*StaleTokenError].
+	ErrStaleToken = errors.New("idem: stale token")
+	// ErrNotFound: no live record for the key ([Engine.Status]). It is
+	// store.ErrNotFound, the same error value.
+	ErrNotFound = store.ErrNotFound
+)
 
 // TokenError describes a token that cannot be used.
 type TokenError struct {

@@ -45,7 +45,7 @@ func BenchmarkConsume(b *testing.B) {
 		for _, sk := range stores() {
 			b.Run(sk.name+"/c"+strconv.Itoa(conc), func(b *testing.B) {
 				consumeBench(b, conc, func(b *testing.B, conn *amqp.Connection, queue string, handled func()) {
-					c, err := idemamqp.New(engine(b, sk.new(b), idem.Config{}), &idemamqp.Config{Name: "bench"},
+					c, err := idemamqp.New(engine(b, sk.new(b), idem.Config{}), &idemamqp.Config{Operation: "bench"},
 						func(context.Context, amqp.Delivery) error { handled(); return nil })
 					if err != nil {
 						b.Fatal(err)

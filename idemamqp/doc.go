@@ -9,13 +9,18 @@
 //
 // # Outcomes
 //
-//	handler succeeded (now or replayed)        Ack
-//	terminal error (idem.Terminal, or replayed) Reject, no requeue → dead-letter exchange
-//	key reused with another body, no key        Reject, no requeue
-//	in progress elsewhere (after Config.Wait)   Delay queue, else hold Backoff + requeue
-//	retryable error, store error               Delay queue, else hold Backoff + requeue
-//	uncertain (idem.Uncertain)                  Delay queue, else hold Backoff + requeue
-//	consumer shutting down (ctx done)           Nack + requeue at once
+// The engine's answer becomes a verdict by consume.Decide, the one rule
+// of every idem consumer (its package doc has the full table and the
+// reasons), carried out so:
+//
+//	consume.Done        handler succeeded (now or replayed)          Ack
+//	consume.DeadLetter  terminal error (idem.Terminal, or replayed), Reject, no requeue → dead-letter exchange
+//	                    key reused with another body
+//	consume.RetryAfter  in progress elsewhere (after Config.Wait)    Delay queue, else hold Backoff + requeue
+//	consume.Retry       retryable error, store error                 Delay queue, else hold Backoff + requeue
+//	consume.Leave       uncertain (idem.Uncertain), key taken over   Delay queue, else hold Backoff + requeue
+//	(no key)                                                         Reject, no requeue
+//	(consumer shutting down: ctx done)                               Nack + requeue at once
 //
 // A delivery is never acknowledged before its handler succeeded, nor left
 // unsettled. An uncertain outcome keeps the key's claim until its lease

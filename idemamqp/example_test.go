@@ -60,8 +60,8 @@ func Example() {
 	}
 	done := make(chan struct{}, 2)
 	c, err := idemamqp.New(eng, &idemamqp.Config{
-		Name:  "ship-order",
-		Delay: delay,
+		Operation: "ship-order",
+		Delay:     delay,
 		Settled: func(d amqp.Delivery, s idemamqp.Settlement) {
 			fmt.Printf("%s: %s replayed=%t\n", d.MessageId, s.Action, s.Replayed)
 			done <- struct{}{}

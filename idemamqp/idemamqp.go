@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
 )
 
 // DefaultConsumerTimeout is RabbitMQ's default consumer_timeout: a delivery
@@ -19,9 +20,10 @@ const DefaultConsumerTimeout = 30 * time.Minute
 
 // Config configures a [Consumer]. Every field documents its default.
 type Config struct {
-	// Name is the operation scope of the keys (required), such as
-	// "ship-order". Two consumers with the same Name share keys.
-	Name string
+	// Operation is the idem operation name, the scope of the keys
+	// (required), such as "ship-order". Two consumers with the same
+	// Operation share keys.
+	Operation string
 
 	// Key returns the idempotency key of a message from its body, to catch
 	// a producer that published the same thing twice under two message
@@ -97,8 +99,13 @@ type Settlement struct {
 	// Replayed is true when an Ack or Reject came from an earlier
 	// execution: the handler did not run.
 	Replayed bool
+	// Verdict is the verdict the delivery was settled by (consume.Decide),
+	// zero for a delivery settled before the engine ran (no key, shutting
+	// down).
+	Verdict consume.Verdict
 	// Err is why the delivery was not acknowledged (the handler's or the
-	// engine's error), joined with any error settling it.
+	// engine's error), or that its outcome could not be recorded, joined
+	// with any error settling it.
 	Err error
 }
 
@@ -121,8 +128,8 @@ func New(eng *idem.Engine, cfg *Config, fn func(context.Context, amqp.Delivery) 
 		return nil, bad("engine, config and handler are required")
 	}
 	c := *cfg
-	if c.Name == "" {
-		return nil, bad("Config.Name (the operation scope) is required")
+	if c.Operation == "" {
+		return nil, bad("Config.Operation (the operation name, the scope of the keys) is required")
 	}
 	if c.ConsumerTimeout == 0 {
 		c.ConsumerTimeout = DefaultConsumerTimeout
@@ -148,30 +155,33 @@ func New(eng *idem.Engine, cfg *Config, fn func(context.Context, amqp.Delivery) 
 	return &Consumer{eng: eng, cfg: c, fn: fn, log: log}, nil
 }
 
-// Handle runs fn for d under its key, unless it ran already, and settles d:
+// Handle runs fn for d under its key, unless it ran already, and settles d
+// by the verdict of [consume.Decide], the one rule of every idem consumer
+// (its package doc has the table and the reasons):
 //
-//   - fn succeeded, now or before (a replay) → Ack;
-//   - fn returned a terminal error ([idem.Terminal]), now or before → Reject
-//     without requeue (to the queue's dead-letter exchange, if any); later
-//     copies are rejected too, without running fn;
-//   - the key is held by another consumer (after the engine's Config.Wait),
-//     fn returned another error, the store failed, or the outcome is
-//     uncertain ([idem.Uncertain]) → tried later: to the Delay queue when
-//     there is one, else held for Backoff and requeued. An uncertain
-//     outcome keeps its claim until the lease ends, so the copies that come
-//     back before then are delayed again, and the first after it runs fn
-//     again (as after a crash). Idem never leaves a delivery unsettled: an
-//     unacknowledged message holds a prefetch slot and comes back only when
-//     the channel closes;
-//   - the message has no key, or its key was used with another body →
-//     Reject;
+//   - consume.Done → Ack;
+//   - consume.DeadLetter (a terminal error now or replayed, the key reused
+//     with another body) → Reject without requeue (to the queue's
+//     dead-letter exchange, if any); later copies are rejected too, without
+//     running fn;
+//   - consume.RetryAfter (the key held by another consumer, after the
+//     engine's Config.Wait), consume.Retry (fn returned another error, the
+//     store failed) and consume.Leave (an uncertain outcome
+//     ([idem.Uncertain]), or a key taken over while fn ran) → tried later:
+//     to the Delay queue when there is one, else held for Backoff and
+//     requeued. Leave cannot be left to the broker here: an unacknowledged
+//     delivery holds a prefetch slot and comes back only when the channel
+//     closes. An uncertain outcome keeps its claim until the lease ends, so
+//     the copies that come back before then are delayed again, and the
+//     first after it runs fn again (as after a crash);
+//   - the message has no key → Reject;
 //   - ctx is done → Requeue at once.
 //
 // Never is a delivery acknowledged before fn succeeded.
 func (c *Consumer) Handle(ctx context.Context, d amqp.Delivery) Settlement {
 	s := c.handle(ctx, d)
 	if s.Action != Acked {
-		c.log.Info("idemamqp: delivery not acknowledged", "scope", c.cfg.Name, "message_id", d.MessageId, "action", s.Action.String(), "err", s.Err)
+		c.log.Info("idemamqp: delivery not acknowledged", "scope", c.cfg.Operation, "message_id", d.MessageId, "action", s.Action.String(), "err", s.Err)
 	}
 	if c.cfg.Settled != nil {
 		c.cfg.Settled(d, s)
@@ -197,20 +207,25 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) Settlement {
 	if body == nil {
 		body = []byte{}
 	}
-	req := idem.Request{Operation: c.cfg.Name, Key: key, Payload: body, RawPayload: true}
+	req := idem.Request{Operation: c.cfg.Operation, Key: key, Payload: body, RawPayload: true}
 	res, err := idem.Do(ctx, c.eng, req, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.fn(ctx, d)
 	})
+	v := consume.Decide(res, err, c.eng.Config().Clock.Now())
+	replayed := res.Replayed
 	var te *idem.TerminalError
-	switch {
-	case err == nil:
-		return settle(Settlement{Action: Acked, Replayed: res.Replayed}, d.Ack(false))
-	case errors.As(err, &te):
-		return settle(Settlement{Action: Rejected, Replayed: te.Replayed, Err: err}, d.Reject(false))
-	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
-		return settle(Settlement{Action: Rejected, Err: err}, d.Reject(false))
+	if errors.As(err, &te) {
+		replayed = te.Replayed
 	}
-	return c.later(ctx, d, err)
+	switch v.Action {
+	case consume.Done:
+		return settle(Settlement{Action: Acked, Replayed: replayed, Verdict: v, Err: v.Err}, d.Ack(false))
+	case consume.DeadLetter:
+		return settle(Settlement{Action: Rejected, Replayed: replayed, Verdict: v, Err: v.Err}, d.Reject(false))
+	}
+	s := c.later(ctx, d, v.Err)
+	s.Verdict = v
+	return s
 }
 
 // later settles d to be tried again.
@@ -277,7 +292,7 @@ func (c *Consumer) Run(ctx context.Context, ch *amqp.Channel, a ConsumeArgs) err
 	}
 	tag := a.Consumer
 	if tag == "" {
-		tag = "idemamqp-" + c.cfg.Name + "-" + fmt.Sprint(time.Now().UnixNano())
+		tag = "idemamqp-" + c.cfg.Operation + "-" + fmt.Sprint(time.Now().UnixNano())
 	}
 	deliveries, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), a.Queue, tag, false, a.Exclusive, false, false, a.Args)
 	if err != nil {

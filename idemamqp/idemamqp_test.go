@@ -214,7 +214,7 @@ func TestThreeConsumersExactlyOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				e := engine(t, s, idem.Config{Owner: "consumer-" + strconv.Itoa(i), Lease: 5 * time.Second})
-				c, err := idemamqp.New(e, &idemamqp.Config{Name: "effect", Delay: delay, Settled: cnt.settled},
+				c, err := idemamqp.New(e, &idemamqp.Config{Operation: "effect", Delay: delay, Settled: cnt.settled},
 					func(ctx context.Context, d amqp.Delivery) error {
 						time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
 						cnt.effect(d.MessageId)
@@ -277,7 +277,7 @@ func TestTerminalErrorDeadLettered(t *testing.T) {
 			work, dead := queues(t, conn)
 			cnt := newCounter()
 			var runs atomic.Int32
-			c, err := idemamqp.New(engine(t, sk.new(t), idem.Config{}), &idemamqp.Config{Name: "terminal", Settled: cnt.settled},
+			c, err := idemamqp.New(engine(t, sk.new(t), idem.Config{}), &idemamqp.Config{Operation: "terminal", Settled: cnt.settled},
 				func(ctx context.Context, d amqp.Delivery) error {
 					runs.Add(1)
 					return idem.Terminal(errors.New("card declined"), "declined")
@@ -326,7 +326,7 @@ func TestInProgressDoesNotSpin(t *testing.T) {
 			started := make(chan struct{}, 2)
 			for i := range 2 {
 				conn := dial(t)
-				cfg := &idemamqp.Config{Name: "slow", Settled: cnt.settled, Backoff: 100 * time.Millisecond}
+				cfg := &idemamqp.Config{Operation: "slow", Settled: cnt.settled, Backoff: 100 * time.Millisecond}
 				if delayed {
 					d, err := idemamqp.DeclareDelay(channel(t, conn), work, 100*time.Millisecond)
 					if err != nil {
@@ -382,7 +382,7 @@ func TestRetryableErrorRetriedLater(t *testing.T) {
 	cnt := newCounter()
 	var runs atomic.Int32
 	c, err := idemamqp.New(engine(t, memstore.New(&memstore.Config{SweepInterval: -1}), idem.Config{}),
-		&idemamqp.Config{Name: "flaky", Delay: delay, Settled: cnt.settled},
+		&idemamqp.Config{Operation: "flaky", Delay: delay, Settled: cnt.settled},
 		func(ctx context.Context, d amqp.Delivery) error {
 			if runs.Add(1) < 3 {
 				return errors.New("downstream unavailable")
@@ -409,7 +409,7 @@ func TestMismatchAndMissingKeyRejected(t *testing.T) {
 	work, dead := queues(t, conn)
 	cnt := newCounter()
 	c, err := idemamqp.New(engine(t, memstore.New(&memstore.Config{SweepInterval: -1}), idem.Config{}),
-		&idemamqp.Config{Name: "m", Settled: cnt.settled},
+		&idemamqp.Config{Operation: "m", Settled: cnt.settled},
 		func(ctx context.Context, d amqp.Delivery) error { cnt.effect(d.MessageId); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +433,7 @@ func TestKeyFromBody(t *testing.T) {
 	work, _ := queues(t, conn)
 	cnt := newCounter()
 	c, err := idemamqp.New(engine(t, memstore.New(&memstore.Config{SweepInterval: -1}), idem.Config{}),
-		&idemamqp.Config{Name: "k", Settled: cnt.settled, Key: func(b []byte) (string, error) { return string(b), nil }},
+		&idemamqp.Config{Operation: "k", Settled: cnt.settled, Key: func(b []byte) (string, error) { return string(b), nil }},
 		func(ctx context.Context, d amqp.Delivery) error { cnt.effect(string(d.Body)); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -457,9 +457,9 @@ func TestConfigRefused(t *testing.T) {
 		eng idem.Config
 		cfg idemamqp.Config
 	}{
-		"lease over default consumer timeout": {idem.Config{Expiry: 2 * time.Hour, Lease: 31 * time.Minute}, idemamqp.Config{Name: "x"}},
-		"lease equal to consumer timeout":     {idem.Config{Lease: 10 * time.Second}, idemamqp.Config{Name: "x", ConsumerTimeout: 10 * time.Second}},
-		"wait over consumer timeout":          {idem.Config{Wait: 20 * time.Second, Lease: time.Second}, idemamqp.Config{Name: "x", ConsumerTimeout: 10 * time.Second}},
+		"lease over default consumer timeout": {idem.Config{Expiry: 2 * time.Hour, Lease: 31 * time.Minute}, idemamqp.Config{Operation: "x"}},
+		"lease equal to consumer timeout":     {idem.Config{Lease: 10 * time.Second}, idemamqp.Config{Operation: "x", ConsumerTimeout: 10 * time.Second}},
+		"wait over consumer timeout":          {idem.Config{Wait: 20 * time.Second, Lease: time.Second}, idemamqp.Config{Operation: "x", ConsumerTimeout: 10 * time.Second}},
 		"no name":                             {idem.Config{}, idemamqp.Config{}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -470,7 +470,7 @@ func TestConfigRefused(t *testing.T) {
 			t.Log(err)
 		})
 	}
-	c, err := idemamqp.New(engine(t, s, idem.Config{}), &idemamqp.Config{Name: "x"}, fn)
+	c, err := idemamqp.New(engine(t, s, idem.Config{}), &idemamqp.Config{Operation: "x"}, fn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +517,7 @@ func TestUncertainRunsAgainAfterLease(t *testing.T) {
 	var firstAt, secondAt time.Time
 	const lease = 500 * time.Millisecond
 	c, err := idemamqp.New(engine(t, memstore.New(&memstore.Config{SweepInterval: -1}), idem.Config{Lease: lease}),
-		&idemamqp.Config{Name: "uncertain", Delay: delay, Settled: cnt.settled},
+		&idemamqp.Config{Operation: "uncertain", Delay: delay, Settled: cnt.settled},
 		func(ctx context.Context, d amqp.Delivery) error {
 			if runs.Add(1) == 1 {
 				firstAt = time.Now()

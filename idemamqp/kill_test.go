@@ -50,7 +50,7 @@ func TestChildConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	mode := os.Getenv(envChildMode)
-	c, err := idemamqp.New(engine(t, s, idem.Config{Lease: killLease, Owner: "child"}), &idemamqp.Config{Name: "kill"},
+	c, err := idemamqp.New(engine(t, s, idem.Config{Lease: killLease, Owner: "child"}), &idemamqp.Config{Operation: "kill"},
 		func(ctx context.Context, d amqp.Delivery) error {
 			if mode == "in-handler" {
 				fmt.Println("started")
@@ -128,7 +128,7 @@ func TestSIGKILL(t *testing.T) {
 			var effects atomic.Int32
 			cnt := newCounter()
 			c, err := idemamqp.New(engine(t, s, idem.Config{Lease: killLease, Owner: "survivor"}),
-				&idemamqp.Config{Name: "kill", Backoff: 100 * time.Millisecond, Settled: cnt.settled},
+				&idemamqp.Config{Operation: "kill", Backoff: 100 * time.Millisecond, Settled: cnt.settled},
 				func(ctx context.Context, d amqp.Delivery) error { effects.Add(1); return nil })
 			if err != nil {
 				t.Fatal(err)

@@ -3,10 +3,8 @@ package idemlambda
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -18,59 +16,25 @@ import (
 // package idemhttp's middleware, so they answer exactly as it does: the
 // Idempotency-Key header (an RFC 8941 string, or a bare token), refusals as
 // problem+json proxy responses, replays marked "Idempotent-Replayed: true".
-// Each field but Principal, which reads the event, is the idemhttp.Config
-// field of the same name; the route is the event's. E is the event type.
+// It is idemhttp.Config itself, with Principal reading the event; the
+// route is the event's. E is the event type.
 type HTTPConfig[E any] struct {
-	// Operation is the operation name; default as in [Config].
-	Operation string
-	// Methods covered, in upper case (a lower-case one is a configuration
-	// error); others run unprotected. Default POST and PATCH.
-	Methods []string
-	// Required answers 400 to a covered request without a key.
-	Required bool
-	// Principal names the caller (for instance from the authorizer's
-	// claims), so that two callers' keys never meet; an error answers 401.
-	// Nil: all callers share one key space.
+	// Config is idemhttp's configuration, which the adapter runs as it is
+	// (every idemhttp field reaches Lambda, the asynchronous mode's
+	// StatusPath and ExpectedCompletion among them), except that: the
+	// adapter sets Route (the event's route) and MemoryBodyBytes (the body
+	// is in memory already); MaxBodyBytes defaults to 6 MiB, Lambda's own
+	// limit on an invocation's payload, so that by default no event is
+	// refused; Operation defaults as in [Config]; and Principal is the
+	// field below. StatusPath's path is the event's path (rawPath, or path
+	// for a REST API), which is also the Location: where a stage or base
+	// path prefixes the URL clients see, they see the Location without it;
+	// route GET events for StatusPath + id to this function.
+	idemhttp.Config
+	// Principal names the caller from the event (for instance from the
+	// authorizer's claims), so that two callers' keys never meet; an error
+	// answers 401. Nil: all callers share one key space.
 	Principal func(E) (string, error)
-	// FingerprintHeaders are request headers fingerprinted with the
-	// method, path, query and body.
-	FingerprintHeaders []string
-	// ReplayHeaders, when set, are the only response headers replayed.
-	// By default every header is, but those in idemhttp.NeverReplayed.
-	// (Keys are scoped by Principal: a replay only reaches the caller
-	// that sent the first request.)
-	ReplayHeaders []string
-	// MaxBodyBytes caps the request body (decoded from base64 where it
-	// was); a larger one gets 413. Default 6 MiB, Lambda's own limit on an
-	// invocation's payload, so that by default no event is refused.
-	MaxBodyBytes int64
-	// MaxResponseBytes caps a stored response body; retries of a larger
-	// one get 410. Default 1 MiB.
-	MaxResponseBytes int
-	// Release decides from the status that a response is not final.
-	// Default: status >= 500.
-	Release func(status int) bool
-	// StoreRetryAfter is the Retry-After sent with 503 when the store
-	// cannot be reached. Default 1s.
-	StoreRetryAfter time.Duration
-	// Logger receives refusals with status 500 and above. Default
-	// slog.Default().
-	Logger *slog.Logger
-	// StatusPath, when set ("/idempotency/status/"), turns on idemhttp's
-	// asynchronous mode: the handler may accept work with
-	// idemhttp.AcceptContext(ctx) and answer 202 with the Location and
-	// Retry-After it returns; retries get 202 and the status until a
-	// worker settles the key, and the adapter answers GET events for
-	// StatusPath + id with the status resource (route them to this
-	// function). The path is the event's path (rawPath, or path for a REST
-	// API), which is also the Location: where a stage or base path
-	// prefixes the URL clients see, they see the Location without it.
-	// Default: no asynchronous mode.
-	StatusPath string
-	// ExpectedCompletion is how long handed-off work should take before a
-	// retry may take its key over; at most the engine's Expiry. Default
-	// as idemhttp's: 10 minutes, or the engine's Expiry when that is shorter.
-	ExpectedCompletion time.Duration
 }
 
 // lambdaPayloadLimit is the largest request payload Lambda accepts for a
@@ -175,30 +139,19 @@ func newHTTPAdapter[E, R any](eng *idem.Engine, name string, fn func(context.Con
 	if err != nil {
 		return nil, err
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = lambdaPayloadLimit
+	hc := c.Config
+	hc.Operation = scope
+	if hc.MaxBodyBytes == 0 {
+		hc.MaxBodyBytes = lambdaPayloadLimit
 	}
-	hc := &idemhttp.Config{
-		Operation:          scope,
-		Methods:            c.Methods,
-		Required:           c.Required,
-		Route:              func(r *http.Request) string { return invocationOf[E, R](r).route },
-		FingerprintHeaders: c.FingerprintHeaders,
-		MaxBodyBytes:       c.MaxBodyBytes,
-		// The body is in the event, in memory already: never spooled.
-		MemoryBodyBytes:    c.MaxBodyBytes,
-		MaxResponseBytes:   c.MaxResponseBytes,
-		ReplayHeaders:      c.ReplayHeaders,
-		Release:            c.Release,
-		StoreRetryAfter:    c.StoreRetryAfter,
-		Logger:             c.Logger,
-		StatusPath:         c.StatusPath,
-		ExpectedCompletion: c.ExpectedCompletion,
-	}
+	hc.Route = func(r *http.Request) string { return invocationOf[E, R](r).route }
+	// The body is in the event, in memory already: never spooled.
+	hc.MemoryBodyBytes = hc.MaxBodyBytes
+	hc.Principal = nil
 	if p := c.Principal; p != nil {
 		hc.Principal = func(r *http.Request) (string, error) { return p(invocationOf[E, R](r).event) }
 	}
-	mw, err := idemhttp.New(eng, hc)
+	mw, err := idemhttp.New(eng, &hc)
 	if err != nil {
 		return nil, err
 	}

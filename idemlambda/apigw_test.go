@@ -127,7 +127,7 @@ func TestAPIGatewayV2AndFunctionURL(t *testing.T) {
 		runs.Add(1)
 		return events.APIGatewayV2HTTPResponse{StatusCode: 201, Body: "created", Cookies: []string{"s=1"},
 			Headers: map[string]string{"content-type": "text/plain"}}, nil
-	}, &idemlambda.HTTPConfig[events.APIGatewayV2HTTPRequest]{Required: true})
+	}, &idemlambda.HTTPConfig[events.APIGatewayV2HTTPRequest]{Config: idemhttp.Config{Required: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,12 +204,12 @@ func TestHTTPConfigIsCheckedAsIdemhttpChecksIt(t *testing.T) {
 		return events.LambdaFunctionURLResponse{}, nil
 	}
 	for name, cfg := range map[string]idemlambda.HTTPConfig[events.LambdaFunctionURLRequest]{
-		"lower-case method":    {Methods: []string{"post"}},
-		"negative body limit":  {MaxBodyBytes: -1},
-		"negative response":    {MaxResponseBytes: -1},
-		"negative retry-after": {StoreRetryAfter: -time.Second},
-		"never replayed":       {ReplayHeaders: []string{"set-cookie"}},
-		"scope":                {Operation: "has space"},
+		"lower-case method":    {Config: idemhttp.Config{Methods: []string{"post"}}},
+		"negative body limit":  {Config: idemhttp.Config{MaxBodyBytes: -1}},
+		"negative response":    {Config: idemhttp.Config{MaxResponseBytes: -1}},
+		"negative retry-after": {Config: idemhttp.Config{StoreRetryAfter: -time.Second}},
+		"never replayed":       {Config: idemhttp.Config{ReplayHeaders: []string{"set-cookie"}}},
+		"scope":                {Config: idemhttp.Config{Operation: "has space"}},
 	} {
 		if _, err := idemlambda.FunctionURL(eng, "orders", fn, &cfg); !errors.Is(err, idem.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)

@@ -66,7 +66,7 @@ func TestAPIGatewayV2AcceptsWork(t *testing.T) {
 		return events.APIGatewayV2HTTPResponse{StatusCode: 202, Body: `{"queued":true}`, Headers: map[string]string{
 			"Content-Type": "application/json", "Location": acc.Location, "Retry-After": "600"}}, nil
 	}, &idemlambda.HTTPConfig[events.APIGatewayV2HTTPRequest]{
-		Operation: "transfers", Required: true, StatusPath: "/idempotency/status/",
+		Config: idemhttp.Config{Operation: "transfers", Required: true, StatusPath: "/idempotency/status/"},
 		Principal: func(e events.APIGatewayV2HTTPRequest) (string, error) {
 			return e.RequestContext.Authorizer.JWT.Claims["sub"], nil
 		},

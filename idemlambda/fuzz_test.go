@@ -108,7 +108,7 @@ func FuzzHTTPAdapter(f *testing.F) {
 	v2, err := idemlambda.APIGatewayV2(eng, "fuzz-v2", func(ctx context.Context, e events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		p := echo(201, decodeEventBody(e.Body, e.IsBase64Encoded)).proxy(false)
 		return events.APIGatewayV2HTTPResponse{StatusCode: 201, Headers: p.header, Body: p.body, IsBase64Encoded: p.base64}, nil
-	}, &idemlambda.HTTPConfig[events.APIGatewayV2HTTPRequest]{MaxBodyBytes: 64, Logger: quiet})
+	}, &idemlambda.HTTPConfig[events.APIGatewayV2HTTPRequest]{Config: idemhttp.Config{MaxBodyBytes: 64, Logger: quiet}})
 	if err != nil {
 		f.Fatal(err)
 	}

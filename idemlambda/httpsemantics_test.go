@@ -350,8 +350,8 @@ var middleware = transport{name: "idemhttp", fields: true, start: func(t *testin
 // config is sem as an adapter's HTTPConfig; principal reads the
 // Authorization header from the event.
 func config[E any](sem semantics, principal func(E) string) *idemlambda.HTTPConfig[E] {
-	c := &idemlambda.HTTPConfig[E]{Required: sem.required, ReplayHeaders: sem.replayHeaders, FingerprintHeaders: sem.fingerprint, MaxBodyBytes: sem.maxBody,
-		MaxResponseBytes: sem.maxResponse, StoreRetryAfter: sem.retryAfter, Logger: quiet}
+	c := &idemlambda.HTTPConfig[E]{Config: idemhttp.Config{Required: sem.required, ReplayHeaders: sem.replayHeaders, FingerprintHeaders: sem.fingerprint, MaxBodyBytes: sem.maxBody,
+		MaxResponseBytes: sem.maxResponse, StoreRetryAfter: sem.retryAfter, Logger: quiet}}
 	if sem.principal {
 		c.Principal = func(e E) (string, error) { return principalOf(principal(e)) }
 	}

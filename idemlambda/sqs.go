@@ -3,7 +3,6 @@ package idemlambda
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
 )
 
 // SQSConfig configures [SQS].
@@ -30,20 +30,33 @@ type SQSConfig struct {
 	// FIFO queue's batch (source ARN ending in ".fifo") always runs in
 	// order, one record at a time.
 	Concurrency int
+	// Settled, when set, is called with every record and the verdict it
+	// was settled by (consume.Decide): Done records are not reported, all
+	// others are. For metrics and tests.
+	Settled func(events.SQSMessage, consume.Verdict)
 }
 
 // SQS makes a per-record SQS handler idempotent and reports partial batch
-// failures (enable ReportBatchItemFailures on the event source mapping):
+// failures (enable ReportBatchItemFailures on the event source mapping).
+// Each record is settled by the verdict of consume.Decide, the one rule of
+// every idem consumer (its package doc has the table and the reasons): a
+// record whose verdict is consume.Done is not reported, so SQS deletes it;
+// every other record is reported as a batch item failure, so SQS delivers
+// it again after its visibility timeout, until the queue's redrive policy
+// moves it aside:
 //
 //   - a record already processed is replayed: fn does not run, and it is
 //     not reported;
-//   - a record whose key another invocation holds is reported as a batch
-//     item failure, so SQS delivers it again later;
+//   - a record whose fn succeeded is not reported once its outcome is
+//     recorded, nor when the store failed for all of WriteTimeout after fn
+//     ran (a redelivery would run it again after the lease; the stuck
+//     record is for an operator); it is reported when its outcome write was
+//     refused because the key was taken over while fn ran;
+//   - a record whose key another invocation holds is reported;
 //   - a record whose fn fails is reported (a terminal error is stored and
-//     reported on every delivery without running fn again, until the
-//     queue's redrive policy moves it aside);
-//   - in a FIFO batch, the first failure stops the batch and every later
-//     record is reported too, to keep the order.
+//     reported on every delivery without running fn again);
+//   - in a FIFO batch, the first record not Done stops the batch and every
+//     later record is reported too, to keep the order.
 //
 // The returned error is nil unless the event itself is unusable.
 func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessage) error, cfg *SQSConfig) (func(context.Context, events.SQSEvent) (events.SQSEventResponse, error), error) {
@@ -61,8 +74,10 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 	if err != nil {
 		return nil, err
 	}
-	one := func(ctx context.Context, m events.SQSMessage) error {
-		return record(ctx, eng, k, m, func(ctx context.Context) error { return fn(ctx, m) })
+	settled := func(m events.SQSMessage, v consume.Verdict) {
+		if c.Settled != nil {
+			c.Settled(m, v)
+		}
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		var resp events.SQSEventResponse
@@ -71,8 +86,10 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 		}
 		if len(ev.Records) > 0 && strings.HasSuffix(ev.Records[0].EventSourceARN, ".fifo") {
 			for i, m := range ev.Records {
-				if err := one(ctx, m); err != nil {
-					logFailure(k, m.MessageId, err)
+				v := record(ctx, eng, k, m, func(ctx context.Context) error { return fn(ctx, m) })
+				settled(m, v)
+				if v.Action != consume.Done {
+					logFailure(k, m.MessageId, v)
 					for _, rest := range ev.Records[i:] {
 						fail(rest.MessageId)
 					}
@@ -84,7 +101,7 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 		// The records' keys are claimed together (one round trip over a
 		// store with batch claims, such as Redis's pipeline); records
 		// without a key run unprotected, as single records do.
-		errs := make([]error, len(ev.Records))
+		vs := make([]consume.Verdict, len(ev.Records))
 		var (
 			ids         []idem.Identity
 			at          []int // ids[j] is the key of ev.Records[at[j]]
@@ -94,18 +111,19 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 			id, ok, err := recordIdentity(k, m)
 			switch {
 			case err != nil:
-				errs[i] = err
+				vs[i] = consume.Verdict{Action: consume.DeadLetter, Err: err}
 			case !ok:
 				unprotected = append(unprotected, i)
 			default:
 				ids, at = append(ids, id), append(at, i)
 			}
 		}
-		_, berrs := idem.DoBatch(ctx, eng, ids, c.Concurrency, func(ctx context.Context, j int) (struct{}, error) {
+		results, berrs := idem.DoBatch(ctx, eng, ids, c.Concurrency, func(ctx context.Context, j int) (struct{}, error) {
 			return struct{}{}, fn(ctx, ev.Records[at[j]])
 		})
-		for j, err := range berrs {
-			errs[at[j]] = err
+		now := eng.Config().Clock.Now()
+		for j := range berrs {
+			vs[at[j]] = consume.Decide(results[j], berrs[j], now)
 		}
 		sem := make(chan struct{}, c.Concurrency)
 		var wg sync.WaitGroup
@@ -113,13 +131,14 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				errs[i] = fn(ctx, ev.Records[i])
+				vs[i] = unprotectedVerdict(fn(ctx, ev.Records[i]))
 			})
 		}
 		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				logFailure(k, ev.Records[i].MessageId, err)
+		for i, v := range vs {
+			settled(ev.Records[i], v)
+			if v.Action != consume.Done {
+				logFailure(k, ev.Records[i].MessageId, v)
 				fail(ev.Records[i].MessageId)
 			}
 		}
@@ -127,12 +146,17 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 	}, nil
 }
 
-func logFailure(k *keyer, id string, err error) {
-	level := "failed"
-	if errors.Is(err, idem.ErrInProgress) {
-		level = "in progress elsewhere"
+func logFailure(k *keyer, id string, v consume.Verdict) {
+	k.log.Info("idemlambda: record reported as a batch item failure", "scope", k.scope, "message_id", id, "verdict", v.Action.String(), "err", v.Err)
+}
+
+// unprotectedVerdict is the verdict of a record run without a key: done,
+// or to be tried again.
+func unprotectedVerdict(err error) consume.Verdict {
+	if err != nil {
+		return consume.Verdict{Action: consume.Retry, Err: err}
 	}
-	k.log.Info("idemlambda: record reported as a batch item failure", "scope", k.scope, "message_id", id, "reason", level, "err", err)
+	return consume.Verdict{Action: consume.Done}
 }
 
 // recordIdentity derives the identity of one record (of any source); ok is
@@ -149,26 +173,29 @@ func recordIdentity[M any](k *keyer, m M) (idem.Identity, bool, error) {
 	return k.identity(event)
 }
 
-// record runs one record (of any source) under its key.
-func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run func(context.Context) error) error {
+// record runs one record (of any source) under its key and returns its
+// verdict.
+func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run func(context.Context) error) consume.Verdict {
 	id, ok, err := recordIdentity(k, m)
 	if err != nil {
-		return err
+		return consume.Verdict{Action: consume.DeadLetter, Err: err}
 	}
 	if !ok {
-		return run(ctx)
+		return unprotectedVerdict(run(ctx))
 	}
-	_, err = idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (struct{}, error) {
+	res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, run(ctx)
 	})
-	return err
+	return consume.Decide(res, err, eng.Config().Clock.Now())
 }
 
 // EventBridge makes an EventBridge (CloudWatch Events) handler idempotent.
 // The default key is the event's id; select from the event instead with
 // KeyJMESPath, such as "detail.orderId", to catch a producer that put the
-// same event twice. A duplicate while the first runs fails with
-// *idem.InProgressError, so EventBridge retries it later.
+// same event twice. The event is settled by consume.Decide's verdict: nil
+// for consume.Done, else its error, so that EventBridge (for an
+// asynchronous invocation, Lambda's retries) tries it again: a duplicate
+// while the first runs fails with *idem.InProgressError.
 func EventBridge(eng *idem.Engine, name string, fn func(context.Context, events.EventBridgeEvent) error, cfg *Config) (func(context.Context, events.EventBridgeEvent) error, error) {
 	if eng == nil || fn == nil {
 		return nil, fmt.Errorf("%w: idemlambda: engine and handler are required", idem.ErrInvalidConfig)
@@ -178,6 +205,10 @@ func EventBridge(eng *idem.Engine, name string, fn func(context.Context, events.
 		return nil, err
 	}
 	return func(ctx context.Context, ev events.EventBridgeEvent) error {
-		return record(ctx, eng, k, ev, func(ctx context.Context) error { return fn(ctx, ev) })
+		v := record(ctx, eng, k, ev, func(ctx context.Context) error { return fn(ctx, ev) })
+		if v.Action == consume.Done {
+			return nil
+		}
+		return v.Err
 	}, nil
 }

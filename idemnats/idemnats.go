@@ -5,25 +5,21 @@
 // # Acknowledgement follows the outcome
 //
 // The message's key (the Nats-Msg-Id header by default, or Config.Key)
-// names the record; the payload is fingerprinted. Then:
+// names the record; the payload is fingerprinted. The engine's answer is
+// turned into a verdict by [consume.Decide], the one rule every idem
+// consumer follows (its package doc has the table and the reasons), and
+// carried out so:
 //
-//   - fn succeeded and the record is COMPLETED under this call's claim, or
-//     an earlier success is replayed: Ack;
-//   - fn returned a terminal error ([idem.Terminal]) and it is stored under
-//     this call's claim, or a stored terminal error is replayed: Term, so
-//     JetStream stops redelivering it;
-//   - another worker holds the key: NakWithDelay until its lease ends;
-//   - fn returned any other error (the engine released the claim), or the
-//     store failed: Nak, so the message comes again;
-//   - the outcome is uncertain ([idem.Uncertain]): nothing; the claim is
-//     kept until its lease ends and JetStream redelivers after AckWait;
-//   - the claim was taken over while fn ran (its context was cancelled with
-//     [idem.ErrLeaseLost]) or the outcome write was refused: nothing. This
-//     worker is a zombie; an ack from it would settle a delivery that the
-//     new holder is still working on.
+//	consume.Done        Ack
+//	consume.DeadLetter  Term, so JetStream stops redelivering it
+//	consume.RetryAfter  NakWithDelay until the other holder's lease ends
+//	consume.Retry       Nak, so the message comes again at once
+//	consume.Leave       nothing: JetStream redelivers after AckWait
 //
-// Whether the outcome was recorded comes from the engine (Result.Recorded),
-// which returns a successful value even when its Complete was refused.
+// A message without a key is terminated. Leave is an uncertain outcome (the
+// claim is kept until its lease ends) or a zombie's: the key was taken over
+// while fn ran, and an ack would settle a delivery the new holder is still
+// working on.
 //
 // While fn runs, the engine renews the claim's lease and the wrapper calls
 // msg.InProgress every Config.Heartbeat, so JetStream does not redeliver a
@@ -40,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
 )
 
 // ErrInvalidConfig is returned by [Wrap] and [Handler] for an unusable
@@ -165,7 +162,8 @@ type Process func(ctx context.Context, msg jetstream.Msg) (Disposition, error)
 // Wrap returns fn made idempotent: Process runs fn at most once per key
 // (see the package documentation), acknowledges the message according to
 // the outcome and returns what it did with the error that led there (nil
-// for Acked; the ack's own error when it failed). ctx must have no
+// for Acked, or consume.ErrOutcomeNotRecorded when the store failed after
+// fn succeeded; the ack's own error when it failed). ctx must have no
 // deadline, or the engine does not renew the lease.
 func Wrap[T any](e *idem.Engine, cfg *Config, fn Func[T]) (Process, error) {
 	if e == nil || fn == nil {
@@ -195,15 +193,6 @@ type wrapper[T any] struct {
 	fn  Func[T]
 }
 
-// delivery is one message's pass through the engine.
-type delivery struct {
-	msg     jetstream.Msg
-	ran     bool
-	claim   idem.Claim
-	claimed bool
-	lost    bool // the operation's context ended with ErrLeaseLost
-}
-
 func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition, error) {
 	key, err := w.cfg.Key(m)
 	if err != nil {
@@ -214,17 +203,23 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 	if err != nil {
 		return w.settle(m, Termed, err)
 	}
-	d := &delivery{msg: m}
 	res, err := idem.DoIdentity(ctx, w.e, id, func(ctx context.Context) (T, error) {
-		d.ran = true
-		d.claim, d.claimed = idem.FromContext(ctx)
 		stop := w.heartbeat(ctx, m)
-		v, ferr := w.fn(ctx, m)
-		stop()
-		d.lost = errors.Is(context.Cause(ctx), idem.ErrLeaseLost)
-		return v, ferr
+		defer stop()
+		return w.fn(ctx, m)
 	})
-	return w.decide(d, res.Replayed, res.Recorded, err)
+	v := consume.Decide(res, err, w.e.Config().Clock.Now())
+	switch v.Action {
+	case consume.Done:
+		return w.settle(m, Acked, v.Err)
+	case consume.DeadLetter:
+		return w.settle(m, Termed, v.Err)
+	case consume.RetryAfter:
+		return w.settleDelay(m, v.Delay, v.Err)
+	case consume.Retry:
+		return w.settle(m, Nakked, v.Err)
+	}
+	return w.settle(m, Left, v.Err)
 }
 
 // heartbeat sends msg.InProgress every Heartbeat until stop or ctx ends.
@@ -251,56 +246,6 @@ func (w *wrapper[T]) heartbeat(ctx context.Context, m jetstream.Msg) (stop func(
 	return func() { close(done); <-exited }
 }
 
-// decide maps the engine's answer to the message's disposition.
-func (w *wrapper[T]) decide(d *delivery, replayed bool, recorded idem.Status, err error) (Disposition, error) {
-	m := d.msg
-	var term *idem.TerminalError
-	var inProg *idem.InProgressError
-	switch {
-	case d.lost:
-		return w.settle(m, Left, fmt.Errorf("idemnats: claim taken over while the handler ran: %w", idem.ErrLeaseLost))
-	case err == nil && (replayed || !d.ran):
-		return w.settle(m, Acked, nil)
-	case err == nil:
-		if !d.claimed { // engine disabled or fail-open: nothing to check
-			return w.settle(m, Acked, nil)
-		}
-		return w.settleRecorded(d, recorded, idem.StatusCompleted, Acked, nil)
-	case errors.As(err, &term) && (term.Replayed || !d.ran):
-		return w.settle(m, Termed, err)
-	case errors.As(err, &term):
-		if !d.claimed {
-			return w.settle(m, Termed, err)
-		}
-		return w.settleRecorded(d, recorded, idem.StatusFailed, Termed, err)
-	case errors.As(err, &inProg):
-		return w.settleDelay(m, inProg.RetryAfter(w.e.Config().Clock.Now()), err)
-	case errors.Is(err, idem.ErrUncertain):
-		return w.settle(m, Left, err)
-	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
-		return w.settle(m, Termed, err)
-	default:
-		// A retryable error (the claim was released) or a store failure.
-		return w.settle(m, Nakked, err)
-	}
-}
-
-// settleRecorded acks or terms only when the engine recorded this
-// delivery's outcome (Result.Recorded) as want; a refused or failed outcome
-// write leaves the message, and the redelivery replays or runs again.
-func (w *wrapper[T]) settleRecorded(d *delivery, recorded, want idem.Status, disp Disposition, opErr error) (Disposition, error) {
-	switch {
-	case recorded == idem.StatusFailed && want == idem.StatusCompleted:
-		// A success whose result could not be stored (too large, not
-		// encodable): the engine recorded a terminal marker instead.
-		return w.settle(d.msg, Termed, fmt.Errorf("idemnats: result not stored: %w", idem.ErrResultTooLarge))
-	case recorded != want:
-		return w.settle(d.msg, Left, fmt.Errorf("idemnats: outcome not recorded under claim %d (taken over, or the store failed): %w",
-			d.claim.Fence, idem.ErrLeaseLost))
-	}
-	return w.settle(d.msg, disp, opErr)
-}
-
 func (w *wrapper[T]) settleDelay(m jetstream.Msg, delay time.Duration, cause error) (Disposition, error) {
 	if err := m.NakWithDelay(delay); err != nil {
 		return Delayed, errors.Join(cause, fmt.Errorf("idemnats: nak: %w", err))
@@ -318,8 +263,8 @@ func (w *wrapper[T]) settle(m jetstream.Msg, d Disposition, cause error) (Dispos
 	case Nakked:
 		err = m.Nak()
 	}
-	if d != Acked {
-		w.cfg.Logger.Info("idemnats: message not acked", "op", w.cfg.Operation, "subject", m.Subject(), "disposition", d.String(), "err", cause)
+	if d != Acked || cause != nil {
+		w.cfg.Logger.Info("idemnats: message settled", "op", w.cfg.Operation, "subject", m.Subject(), "disposition", d.String(), "err", cause)
 	}
 	if err != nil {
 		return d, errors.Join(cause, fmt.Errorf("idemnats: %s: %w", d, err))

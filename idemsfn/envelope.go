@@ -18,7 +18,7 @@ import (
 // its last step (states with a ResultPath keep it), which completes the
 // key: an activity worker or a Lambda function hands $.idem.token to
 // [Starter.Complete] or [Starter.Fail], or the Task state of
-// [DynamoDBCompleteState] writes the record itself from $.idem.key,
+// [DynamoDBCompleteStates] writes the record itself from $.idem.key,
 // $.idem.fence and $.idem.owner. The fence is a string of decimal digits,
 // as DynamoDB's "N" values are, so it needs no conversion and keeps all 64
 // bits.

@@ -20,6 +20,6 @@
 // internal packages would compile against whatever core version its user
 // selects, and the kits are as usable for a store written outside this
 // repository. No production package imports them (deps_test.go checks
-// every module). Like [github.com/seed-a1b882c0/idem/storetest], they are
+// every module). Like [github.com/seed-a1b882c0/idem/store/storetest], they are
 // for tests only and change with the module's version.
 package idemtest

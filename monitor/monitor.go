@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -110,6 +111,51 @@ type Snapshot struct {
 	Truncated bool
 	// Err is the listing's failure; the counts are then those read before it.
 	Err error
+
+	// byOp breaks the counts down by operation (see ByOperation); a
+	// pointer, so that a Snapshot stays comparable.
+	byOp *map[string]Counts
+}
+
+// ByOperation returns the snapshot's counts by operation (the store key's
+// operation name; "" for a key that does not parse), which add up to its
+// totals; nil when the sweep counted nothing. The operator console shows
+// it. The map is a copy.
+func (s Snapshot) ByOperation() map[string]Counts {
+	if s.byOp == nil {
+		return nil
+	}
+	return maps.Clone(*s.byOp)
+}
+
+// Counts are one operation's share of a [Snapshot].
+type Counts struct {
+	InProgress, Stuck, Failed int
+	OldestInProgress          time.Duration
+}
+
+// count adds r to the snapshot's counts of its operation.
+func (s *Snapshot) count(r *store.Record, now time.Time) {
+	op := ""
+	if sk, err := idem.ParseStoreKey(r.Key); err == nil {
+		op = sk.Operation
+	}
+	if s.byOp == nil {
+		m := make(map[string]Counts)
+		s.byOp = &m
+	}
+	c := (*s.byOp)[op]
+	switch r.Status {
+	case store.StatusInProgress:
+		c.InProgress++
+		c.OldestInProgress = max(c.OldestInProgress, now.Sub(store.FromMillis(r.CreatedAt)))
+		if r.LeaseExpired(store.Millis(now)) {
+			c.Stuck++
+		}
+	case store.StatusFailed:
+		c.Failed++
+	}
+	(*s.byOp)[op] = c
 }
 
 // Kind says why an [Event] was raised.
@@ -175,7 +221,7 @@ type seenKey struct {
 }
 
 // New returns a monitor of l that sweeps only when [Monitor.Sweep] is
-// called; [Monitor.Start] starts its own sweeps.
+// called; [Start] returns one that sweeps by itself.
 func New(l store.Lister, cfg *Config) (*Monitor, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: monitor needs a store.Lister", idem.ErrInvalidConfig)
@@ -251,6 +297,7 @@ func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 	var events []Event
 	for _, status := range []store.Status{store.StatusInProgress, store.StatusFailed} {
 		err := m.list(ctx, status, now, &budget, &snap.Truncated, func(r *store.Record) {
+			snap.count(r, now)
 			switch {
 			case r.Status == store.StatusInProgress:
 				snap.InProgress++

@@ -270,3 +270,42 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The per-operation counts add up to the totals the gauges show.
+func TestSweepCountsByOperation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.begin(t, "a", time.Minute, "") // charge, stuck below
+	b, err := f.engine.Begin(ctx, idem.Request{Operation: "refund", Key: "r"}, &idem.BeginOptions{ExpectedCompletion: time.Hour})
+	if err != nil || !b.Acquired {
+		t.Fatal(b, err)
+	}
+	failed, err := f.engine.Begin(ctx, idem.Request{Operation: "refund", Key: "f"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.engine.Fail(ctx, failed.Token, idem.Terminal(errors.New("no"), "declined")); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(2 * time.Minute)
+	m, err := monitor.New(f.store, f.config(monitor.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	snap, err := m.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]monitor.Counts{
+		"charge": {InProgress: 1, Stuck: 1, OldestInProgress: 2 * time.Minute},
+		"refund": {InProgress: 1, Failed: 1, OldestInProgress: 2 * time.Minute},
+	}
+	if got := snap.ByOperation(); len(got) != len(want) || got["charge"] != want["charge"] || got["refund"] != want["refund"] {
+		t.Fatalf("by operation: %+v, want %+v", got, want)
+	}
+	if snap.InProgress != 2 || snap.Stuck != 1 || snap.Failed != 1 {
+		t.Fatalf("totals: %+v", snap)
+	}
+}

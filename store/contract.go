@@ -343,7 +343,7 @@ func ApplyExtend(r *Record, p ExtendParams) {
 // body), the figure stores compare with their size limit (as [Record.Size]
 // does). The code is a short identifier and does not count, so the
 // engine's bounded marker for an outcome too large to store
-// ([CodeResultTooLarge] with its message cut to the limit) fits any limit.
+// ([github.com/seed-a1b882c0/idem.CodeResultTooLarge] with its message cut to the limit) fits any limit.
 func (e ErrorRecord) Size() int { return len(e.Message) + len(e.Body) }
 
 // Every calls fn every interval, timed by after (a clock's After), until

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 )
 
 // The fleet's load and chaos.
@@ -39,6 +41,10 @@ const (
 // at once, and a random gateway is killed (SIGKILL, at a moment it is
 // passing a request upstream) and restarted every few dozen executions.
 //
+// On the Redis Cluster (every write waiting for a replica), a master is
+// also SIGKILLed half way through the load: its replica takes over, and the
+// killed node is started again and rejoins as a replica.
+//
 // Per key: the upstream ran it at most once, plus once for every kill of a
 // gateway while the key was in flight there; no run started before the
 // previous run's claim could have lost its lease; every 2xx answer carries
@@ -46,10 +52,13 @@ const (
 // happens while that gateway's path to the store is down: it must wait
 // (-store-wait), answering 503, and serve once the path is back.
 func TestFleetUnderStoreFaultsAndKills(t *testing.T) {
-	for _, kind := range []string{"redis", "postgres"} {
+	for _, kind := range []string{"redis", "redis-cluster", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			addr, via := sharedStore(t, kind)
 			f := newFleet(t, addr, via)
+			if kind == "redis-cluster" {
+				f.midway = f.failoverMaster
+			}
 			f.run()
 			f.check()
 		})
@@ -81,6 +90,7 @@ type fleet struct {
 	dead     []*proc         // killed gateways, for their logs
 	timeline []time.Time     // start of each phase: load, sweep, end
 	outages  []time.Duration // restarts with the store down: start to store open
+	midway   func()          // when set, run once half the keys' executions have happened
 }
 
 // fleetSlot is one gateway position: its proxy to the store and the
@@ -167,8 +177,31 @@ func (f *fleet) run() {
 		})
 	}()
 	f.arm()
+	half := make(chan struct{}) // closed once half the keys' executions have happened
+	if f.midway != nil {
+		go func() {
+			for {
+				f.mu.Lock()
+				n := len(f.execs)
+				f.mu.Unlock()
+				select {
+				case <-loaded:
+					return
+				default:
+				}
+				if n >= fleetKeys/2 {
+					close(half)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
 	for done := false; !done; {
 		select {
+		case <-half:
+			f.midway() // on the test's goroutine, which may fail the test
+			half = nil
 		case k := <-f.victims:
 			f.killAndRestart(k)
 			if len(f.kills) < fleetKills {
@@ -325,6 +358,29 @@ func (f *fleet) fault(px *faultproxy.Proxy) {
 		px.SetLatency(time.Duration(rand.IntN(30)) * time.Millisecond)
 		f.faults["latency changes"]++
 	}
+}
+
+// failoverMaster SIGKILLs a master of the Redis Cluster (by the PID
+// scripts/redis-cluster recorded), waits until its replica serves as
+// master, starts the killed node again and waits until it has rejoined as
+// a linked replica.
+func (f *fleet) failoverMaster() {
+	addrs := clusterAddrs(f.t)
+	dir := os.Getenv("IDEM_REDIS_CLUSTER_DIR")
+	if dir == "" {
+		f.t.Error("IDEM_REDIS_CLUSTER_DIR is not set: run the cluster with scripts/redis-cluster")
+		return
+	}
+	masters := redisnodes.Masters(f.t, addrs[0])
+	victim := masters[rand.IntN(len(masters))]
+	replica := redisnodes.ReplicaOf(f.t, addrs[0], victim)
+	redisnodes.Kill(f.t, redisnodes.Dir(dir, victim))
+	f.mu.Lock()
+	f.faults["master failovers"]++
+	f.mu.Unlock()
+	redisnodes.WaitRole(f.t, replica, "master", time.Minute)
+	redisnodes.Restart(f.t, redisnodes.Dir(dir, victim))
+	redisnodes.WaitLinked(f.t, victim, time.Minute)
 }
 
 // arm picks the next victim: the gateway at a random slot, at its first

@@ -9,7 +9,17 @@
 //	  [-store-wait 60s] [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
 //	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
 //	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m] \
-//	  [-status-path /idempotency/status/ -expected-completion 10m]
+//	  [-status-path /idempotency/status/ -expected-completion 10m] \
+//	  [-console [-console-write -console-auth-file FILE]]
+//
+// # Operator console
+//
+// With -console, the admin listener also serves the operator console
+// (package console) at /console/, over the gateway's own store: the only
+// way to look into the bolt file while the gateway holds it. It is
+// read-only unless -console-write, which needs sign-in credentials from
+// -console-auth-file or $IDEM_CONSOLE_AUTH (USER:PASSWORD or a token, one
+// a line). See docs/operations.md.
 //
 // Run idem-gateway -h for every flag.
 //
@@ -85,6 +95,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
@@ -123,6 +134,7 @@ type options struct {
 	logLevel                       slog.Level
 	statusPath                     string
 	expectedCompletion             time.Duration
+	console                        consoleOptions
 }
 
 func parseFlags(args []string, out io.Writer) (*options, error) {
@@ -155,6 +167,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.statusPath, "status-path", "", "turns on asynchronous mode: covered requests reach the upstream with an "+tokenHeader+" header, an upstream 202 hands the key off and is answered 202 with the Location of a status resource under this path (e.g. /idempotency/status/), and workers settle keys through -admin (required); empty: off")
 	fs.DurationVar(&o.expectedCompletion, "expected-completion", idemhttp.DefaultExpectedCompletion, "with -status-path: how long handed-off work may take before a retry may take its key over (at most -expiry; a worker extends it through -admin)")
+	o.console.define(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -195,6 +208,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	if o.statusPath != "" && o.admin == "" {
 		return nil, errors.New("-status-path needs -admin: workers settle handed-off work through the admin listener")
+	}
+	if err := o.console.check(o.admin, os.Getenv); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -250,7 +266,8 @@ type gateway struct {
 type ready struct {
 	store   store.Store
 	mw      *idemhttp.Middleware
-	handler http.Handler // the middleware in front of the proxy
+	handler http.Handler     // the middleware in front of the proxy
+	console *console.Console // -console
 }
 
 // newGateway returns a gateway on store, ready.
@@ -318,7 +335,11 @@ func (g *gateway) attach(store store.Store) error {
 	if err != nil {
 		return err
 	}
-	g.ready.Store(&ready{store: store, mw: mw, handler: mw.Handler(g.pass)})
+	rd := &ready{store: store, mw: mw, handler: mw.Handler(g.pass)}
+	if rd.console, err = g.openConsole(store); err != nil {
+		return err
+	}
+	g.ready.Store(rd)
 	return nil
 }
 
@@ -464,6 +485,7 @@ func (g *gateway) adminHandler() http.Handler {
 		mux.HandleFunc("POST /idem/v1/tokens/{token}/{action}", g.settle)
 	}
 	mux.Handle("GET /metrics", g.metrics.handler())
+	g.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -519,6 +541,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Error("closing the store", "err", err)
 		}
 	}()
+	defer g.closeConsole() // before the store closes
 	srv := o.server(g.handler, log)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()

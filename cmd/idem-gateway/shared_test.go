@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // Redis or PostgreSQL store and sends every key to all of them at once:
 // each key reaches the upstream exactly once.
 func TestThreeGatewaysShareOneStore(t *testing.T) {
-	for _, kind := range []string{"redis", "postgres"} {
+	for _, kind := range []string{"redis", "redis-cluster", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			addr, via := sharedStore(t, kind)
 			url := via(addr)
@@ -63,8 +64,8 @@ func TestThreeGatewaysShareOneStore(t *testing.T) {
 }
 
 // sharedStore gives t a store several gateways can share: a fresh key
-// prefix on Redis, or a fresh table on PostgreSQL (kind "redis" or
-// "postgres"), removed when t ends. addr is the server's host:port; via
+// prefix on Redis or on the Redis Cluster, or a fresh table on PostgreSQL
+// (kind "redis", "redis-cluster" or "postgres"), removed when t ends. addr is the server's host:port; via
 // returns the -store URL that reaches the store through hostport (addr
 // itself, or a proxy in front of it).
 func sharedStore(t *testing.T, kind string) (addr string, via func(hostport string) string) {
@@ -74,20 +75,17 @@ func sharedStore(t *testing.T, kind string) (addr string, via func(hostport stri
 	case "redis":
 		addr = testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 		via = func(hp string) string { return fmt.Sprintf("redis://%s/0?prefix=gwtest-%d:", hp, stamp) }
-		t.Cleanup(func() {
-			ctx := context.Background()
-			s, closeStore, err := openStore(ctx, via(addr))
-			if err != nil {
-				t.Errorf("cleanup: %v", err)
-				return
-			}
-			defer closeStore()
-			for _, r := range listRecords(t, s) {
-				if err := s.(store.Deleter).Delete(ctx, r.Key); err != nil {
-					t.Errorf("cleanup: deleting %s: %v", r.Key, err)
-				}
-			}
-		})
+		t.Cleanup(func() { deleteAll(t, via(addr)) })
+	case "redis-cluster":
+		// The proxy, if any, stands in front of the first seed node: the
+		// client's first look at the cluster goes through it, the rest
+		// straight to the nodes. Every write waits for a replica.
+		addrs := clusterAddrs(t)
+		addr = addrs[0]
+		via = func(hp string) string {
+			return fmt.Sprintf("redis+cluster://%s?addr=%s&prefix=gwtest-%d:&waitreplicas=1", hp, strings.Join(addrs[1:], "&addr="), stamp)
+		}
+		t.Cleanup(func() { deleteAll(t, via(addr)) })
 	case "postgres":
 		addr = testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
 		table := fmt.Sprintf("gwtest_%d", stamp)
@@ -135,4 +133,30 @@ func pgUser() string {
 		return u
 	}
 	return "postgres"
+}
+
+// deleteAll deletes every record of the store url names.
+func deleteAll(t *testing.T, url string) {
+	ctx := context.Background()
+	s, closeStore, err := openStore(ctx, url)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	defer closeStore()
+	for _, r := range listRecords(t, s) {
+		if err := s.(store.Deleter).Delete(ctx, r.Key); err != nil {
+			t.Errorf("cleanup: deleting %s: %v", r.Key, err)
+		}
+	}
+}
+
+// clusterAddrs are the seed nodes of the Redis Cluster scripts/redis-cluster
+// started (IDEM_REDIS_CLUSTER_ADDRS).
+func clusterAddrs(t *testing.T) []string {
+	v := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
+	if v == "" {
+		testenv.Missing(t, "no Redis Cluster: set IDEM_REDIS_CLUSTER_ADDRS (make test starts one with scripts/redis-cluster)")
+	}
+	return strings.Split(v, ",")
 }

@@ -3,6 +3,8 @@ module github.com/seed-a1b882c0/idem/cmd/idemctl
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/seed-a1b882c0/idem v0.1.0
 	github.com/seed-a1b882c0/idem/store/storeurl v0.1.0
@@ -32,6 +34,7 @@ require (
 	github.com/aws/smithy-go v1.28.8 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect

@@ -1,8 +1,9 @@
 // Command idemctl inspects and settles the records of an idem store: it
 // lists stuck and failed work, shows a key's record, resolves or releases
 // it by hand (refusing if the record changed underneath), applies the
-// PostgreSQL schema, creates the DynamoDB table, and watches a store for
-// Prometheus. See docs/idemctl.md.
+// PostgreSQL schema, creates the DynamoDB table, watches a store for
+// Prometheus, and serves the operator console in the browser (serve). See
+// docs/idemctl.md.
 package main
 
 import (

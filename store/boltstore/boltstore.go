@@ -107,6 +107,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -121,6 +122,10 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
+
+// ErrReadOnly is returned by every write of a store opened with
+// Config.ReadOnly.
+var ErrReadOnly = errors.New("boltstore: the store was opened read-only")
 
 // ErrLocked is returned by [Open] when another process holds the file
 // (wrapping idem.ErrUnavailable).
@@ -161,18 +166,29 @@ type Config struct {
 	// outlives a crash of the process; only power loss or an OS crash can
 	// take it, with its holder (see the package doc).
 	SyncEveryClaim bool
+	// ReadOnly opens the file for reading only, for tools that inspect a
+	// store another process owns or owned (idemctl list, show, watch):
+	// bbolt's read-only open (a shared lock, the file opened O_RDONLY, so a
+	// file the user may only read opens too), no bucket created, no
+	// sweeper, no committer. The claim journal is read but neither replayed
+	// into the file nor truncated: the claims a crashed writer held are
+	// shown as its next Open would restore them. Every write fails with
+	// [ErrReadOnly]; the file and the journal keep their bytes. A writer
+	// holding the file keeps a read-only open waiting, as another writer.
+	ReadOnly bool
 	// ClaimJournalMaxBytes is the size past which the committer writes the
 	// held claims into the file (one synced commit) and empties the claim
 	// journal. Default 64 MiB.
 	ClaimJournalMaxBytes int64
 }
 
-// Store is an [idem.Store] in one bbolt file. It also implements
-// [idem.Lister] and [idem.Deleter].
+// Store is an [store.Store] in one bbolt file. It also implements
+// [store.Lister] and [store.Deleter].
 type Store struct {
-	db     *bolt.DB
-	bucket []byte
-	cfg    Config
+	readOnly bool // Config.ReadOnly: every write fails with ErrReadOnly
+	db       *bolt.DB
+	bucket   []byte
+	cfg      Config
 
 	// mu guards slots: one per key that an operation is working on or
 	// whose Local claim is held in memory.
@@ -230,6 +246,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 	if c.ClaimJournalMaxBytes <= 0 {
 		c.ClaimJournalMaxBytes = 64 << 20
 	}
+	if c.ReadOnly {
+		return openReadOnly(path, c)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
@@ -282,6 +301,44 @@ func Open(path string, cfg *Config) (*Store, error) {
 	return s, nil
 }
 
+// openReadOnly opens path for Config.ReadOnly: see there.
+func openReadOnly(path string, c Config) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: c.LockTimeout, ReadOnly: true})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: open %s read-only: %w", path, err)
+	}
+	s := &Store{db: db, bucket: []byte(c.Bucket), cfg: c, readOnly: true, slots: map[string]*slot{}, stop: make(chan struct{}), done: make(chan struct{})}
+	close(s.done)
+	// The claims a crashed writer held, where its next Open would restore
+	// them (see restore), stand as held claims in front of the file.
+	b, err := os.ReadFile(journalPath(path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: read claim journal: %w", err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		for _, j := range parseJournal(b) {
+			if j == nil {
+				continue
+			}
+			if r, err := s.read(tx, j.Key); err == nil && (r == nil || r.Fence < j.Fence) {
+				sl := &slot{}
+				sl.held.Store(j)
+				s.slots[j.Key] = sl
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: read %s: %w", path, err)
+	}
+	return s, nil
+}
+
 // Path returns the file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
@@ -290,6 +347,9 @@ func (s *Store) Path() string { return s.db.Path() }
 // shutdown keeps them), empties the claim journal and closes the file. Calls still running when Close is
 // called fail with idem.ErrUnavailable.
 func (s *Store) Close() error {
+	if s.readOnly {
+		return s.db.Close()
+	}
 	first := false
 	s.once.Do(func() { first = true; close(s.stop) })
 	<-s.done
@@ -418,7 +478,11 @@ func (s *Store) current(sl *slot, key string) (*store.Record, error) {
 
 // read decodes the record under key in tx, nil when absent.
 func (s *Store) read(tx *bolt.Tx, key string) (*store.Record, error) {
-	v := tx.Bucket(s.bucket).Get([]byte(key))
+	b := tx.Bucket(s.bucket)
+	if b == nil { // a read-only open of a file no writer has set up
+		return nil, nil
+	}
+	v := b.Get([]byte(key))
 	if v == nil {
 		return nil, nil
 	}
@@ -459,10 +523,13 @@ func (s *Store) commit(ctx context.Context, key string, r *store.Record) error {
 	}))
 }
 
-// Claim implements [idem.Store]. A claim that meets a live record writes
+// Claim implements [store.Store]. A claim that meets a live record writes
 // nothing. A Local claim that acquires is held in memory (see the package
 // doc); any other is committed before Claim returns.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if s.readOnly {
+		return store.ClaimResult{}, ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -508,6 +575,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // true to delete it. The write is durable when fenced returns, the held
 // claim it settles included.
 func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, from store.Status, now int64, change func(r *store.Record) (del bool)) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -566,7 +636,7 @@ func (s *Store) inFile(key string) (bool, error) {
 	return found, translate(err)
 }
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
@@ -577,7 +647,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	})
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
@@ -588,12 +658,12 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	})
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(*store.Record) bool { return true })
 }
 
-// Extend implements [idem.Store]. Extending a held Local claim writes it to
+// Extend implements [store.Store]. Extending a held Local claim writes it to
 // the file: from then on it survives a crash.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fenced(ctx, p.Key, p.Fence, p.Owner, 0, p.Now, func(r *store.Record) bool {
@@ -602,7 +672,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	})
 }
 
-// Get implements [idem.Store].
+// Get implements [store.Store].
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -637,7 +707,7 @@ func (s *Store) heldAfter(cursor string) []*store.Record {
 	return out
 }
 
-// List implements [idem.Lister]: records in key order, the held Local
+// List implements [store.Lister]: records in key order, the held Local
 // claims among them; the cursor is the last key of the previous page. A
 // damaged record fails the listing with idem.ErrCorrupt naming its key.
 func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
@@ -648,12 +718,20 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	limit := p.PageSize()
 	held := s.heldAfter(p.Cursor)
 	err := s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(s.bucket).Cursor()
-		k, v := c.First()
-		if p.Cursor != "" {
-			k, v = c.Seek([]byte(p.Cursor))
-			if k != nil && bytes.Equal(k, []byte(p.Cursor)) {
-				k, v = c.Next()
+		var (
+			c    *bolt.Cursor
+			k, v []byte
+		)
+		// No bucket: a read-only open of a file no writer has set up; its
+		// held claims only (k stays nil, so c is never used).
+		if b := tx.Bucket(s.bucket); b != nil {
+			c = b.Cursor()
+			k, v = c.First()
+			if p.Cursor != "" {
+				k, v = c.Seek([]byte(p.Cursor))
+				if k != nil && bytes.Equal(k, []byte(p.Cursor)) {
+					k, v = c.Next()
+				}
 			}
 		}
 		for k != nil || len(held) > 0 {
@@ -688,8 +766,11 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	return out, nil
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -721,6 +802,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // and forgets held claims expired at now; it returns how many. Damaged
 // records are left for an operator.
 func (s *Store) Sweep(now int64) (int, error) {
+	if s.readOnly {
+		return 0, ErrReadOnly
+	}
 	total := s.sweepHeld(now)
 	for {
 		n := 0

@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		journalChild()
 		return
 	}
+	if os.Getenv("IDEM_READONLY_CHILD") != "" {
+		readOnlyChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

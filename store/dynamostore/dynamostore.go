@@ -33,6 +33,22 @@
 // did not write (no "v" attribute) are skipped by listings and never
 // replayed.
 //
+// # Global tables
+//
+// Every decision is a conditional write, evaluated by the Region that
+// receives it. Under multi-Region eventual consistency (a global table's
+// default) that Region checks the condition against its own copy of the
+// item, and replication settles conflicting writes by last writer wins:
+// two Regions can both claim one key. The safe configurations are one
+// writing Region (every idem process sends its writes to the same Region;
+// a Region failover then loses what had not yet replicated, as an
+// asynchronous standby does), or multi-Region strong consistency, whose
+// conditional writes are evaluated against the latest version of the item
+// whatever the Region. idem uses no transactions; it uses TTL only to
+// reclaim storage (expiry is decided from the item's expiration_ms), so a
+// table without TTL answers correctly and keeps expired items until they
+// are deleted. docs/failover.md has the details.
+//
 // # Listing and the open index
 //
 // With Config.OpenIndex, IN_PROGRESS and FAILED items also carry
@@ -50,7 +66,7 @@
 //
 // Results are stored as one binary attribute, never as a map of
 // attributes. DynamoDB items are limited to 400 KB: a result over
-// Config.MaxResultBytes fails before any write with an [*idem.TooLargeError]
+// Config.MaxResultBytes fails before any write with an [*store.TooLargeError]
 // (the engine then stores a terminal "result too large" error, so retries
 // never re-run), unless a [Spiller] is configured to keep large results
 // elsewhere.
@@ -258,8 +274,8 @@ const (
 	attrVersion   = "v"
 )
 
-// Store is an [idem.Store] on one DynamoDB table. It also implements
-// [idem.Lister] and [idem.Deleter]. It holds no goroutines: expired items
+// Store is an [store.Store] on one DynamoDB table. It also implements
+// [store.Lister] and [store.Deleter]. It holds no goroutines: expired items
 // are removed by the table's TTL.
 type Store struct {
 	api API
@@ -348,7 +364,7 @@ const (
 	takeoverRest = " REMOVE #data, #dref, #completed, #ecode, #emsg, #ebody, #ref ADD #fence :one"
 )
 
-// Claim implements [idem.Store] in one conditional PutItem for a new key
+// Claim implements [store.Store] in one conditional PutItem for a new key
 // or a duplicate (DynamoDB returns the live item with the failed
 // condition), and at most one more request, which always decides: a
 // contended claim never loops, so it cannot run out of attempts.
@@ -461,7 +477,7 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 // the write expects.
 const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :from AND #expms > :now"
 
-// Complete implements [idem.Store]. It removes a stored error and the
+// Complete implements [store.Store]. It removes a stored error and the
 // other form of a stored result (inline or spilled), which a settled item
 // corrected by its claim (From) may hold, and the item's open-index entry.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
@@ -488,7 +504,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
 }
 
-// Fail implements [idem.Store]. It removes a stored result (inline or
+// Fail implements [store.Store]. It removes a stored result (inline or
 // spilled), which a settled item corrected by its claim (From) may hold,
 // and puts the item in the open index under FAILED.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
@@ -504,7 +520,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
 }
 
-// Extend implements [idem.Store]. With neither a lease nor a Ref it sets
+// Extend implements [store.Store]. With neither a lease nor a Ref it sets
 // the lease to itself: a write that changes nothing, for its condition.
 // With an open index it also sets the item's IN_PROGRESS entry, which the
 // item has unless it was claimed before the index was added: a record
@@ -561,7 +577,7 @@ func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, o
 	return &store.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
 }
 
-// Release implements [idem.Store] with a conditional DeleteItem.
+// Release implements [store.Store] with a conditional DeleteItem.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                aws.String(s.cfg.Table),
@@ -576,7 +592,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Owner, p.From, p.Now, err)
 }
 
-// Get implements [idem.Store] with a strongly consistent GetItem.
+// Get implements [store.Store] with a strongly consistent GetItem.
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.cfg.Table),
@@ -596,7 +612,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	return r, nil
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	out, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:    aws.String(s.cfg.Table),

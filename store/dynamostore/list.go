@@ -17,7 +17,7 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// List implements [idem.Lister] for operators. The access path, cheapest
+// List implements [store.Lister] for operators. The access path, cheapest
 // first:
 //
 //   - with Config.OpenIndex (and no StatusIndex) and a filter on

@@ -26,7 +26,10 @@ type TableAPI interface {
 // TTL on cfg.ExpiryAttr. An existing table is left as it is: it gains no
 // index. It waits until the table is ACTIVE (at most maxWait).
 // Production tables belong in infrastructure code; the README has
-// CloudFormation and Terraform equivalents.
+// CloudFormation and Terraform equivalents. The table is in one Region: to
+// make it a global table, give it one writing Region or multi-Region
+// strong consistency, never writers in several Regions under eventual
+// consistency (see the package doc, "Global tables").
 func CreateTable(ctx context.Context, api TableAPI, cfg Config, maxWait time.Duration) error {
 	c, err := cfg.withDefaults()
 	if err != nil {

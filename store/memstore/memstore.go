@@ -37,8 +37,8 @@ type Config struct {
 	Clock idem.Clock
 }
 
-// Store is an in-memory [idem.Store]. It also implements [idem.Lister] and
-// [idem.Deleter].
+// Store is an in-memory [store.Store]. It also implements [store.Lister] and
+// [store.Deleter].
 type Store struct {
 	cfg Config
 
@@ -118,7 +118,7 @@ func (s *Store) Len() int {
 	return len(s.m)
 }
 
-// Claim implements [idem.Store].
+// Claim implements [store.Store].
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, err
@@ -168,7 +168,7 @@ func (s *Store) held(key string, fence uint64, owner string, from store.Status, 
 	return r, nil
 }
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -186,7 +186,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	return nil
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -204,7 +204,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	return nil
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -218,7 +218,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return nil
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -233,7 +233,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return nil
 }
 
-// Get implements [idem.Store].
+// Get implements [store.Store].
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -247,7 +247,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	return r.Clone(), nil
 }
 
-// List implements [idem.Lister]: records in key order, the cursor being the
+// List implements [store.Lister]: records in key order, the cursor being the
 // last key of the previous page.
 func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
 	if err := ctx.Err(); err != nil {
@@ -271,7 +271,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult,
 	return out, nil
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err

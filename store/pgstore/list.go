@@ -7,7 +7,7 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// List implements [idem.Lister], in key order (the cursor is the last key
+// List implements [store.Lister], in key order (the cursor is the last key
 // of the previous page). A status or stuck filter uses the (status,
 // lease_until) index.
 func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {

@@ -78,8 +78,8 @@ type Config struct {
 	Clock idem.Clock
 }
 
-// Store is an [idem.Store] on one PostgreSQL table. It also implements
-// [idem.Lister] and [idem.Deleter].
+// Store is an [store.Store] on one PostgreSQL table. It also implements
+// [store.Lister] and [store.Deleter].
 type Store struct {
 	db    DB
 	cfg   Config
@@ -289,7 +289,7 @@ func claimUpsert(t string) string {
 		" RETURNING (cur.status = 1 AND cur.owner = $2 AND cur.fingerprint = $5), " + columns
 }
 
-// Claim implements [idem.Store]. It sends at most three statements and
+// Claim implements [store.Store]. It sends at most three statements and
 // never loops on what it reads, so contention cannot exhaust it: the
 // last statement always decides.
 //
@@ -502,7 +502,7 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 	}
 }
 
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	return s.complete(ctx, s.db, p)
 }
@@ -525,7 +525,7 @@ func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) err
 	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, result)
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
@@ -533,17 +533,17 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Owner, p.From, p.Now)
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
 }
 
-// Get implements [idem.Store].
+// Get implements [store.Store].
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	r, _, err := scanRecord(s.db.QueryRow(ctx, s.sql.get, key), nil)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -559,7 +559,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	return r, nil
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	tag, err := s.db.Exec(ctx, s.sql.del, key)
 	if err != nil {

@@ -1,27 +1,16 @@
 -- idem claim, the path a SET NX GET could not settle: a record present
--- that may have to be taken over (expired, or lease passed), or one in the
--- previous layout (a hash). KEYS[1] = the record.
+-- that may have to be taken over (expired, or lease passed). KEYS[1] = the
+-- record.
 -- ARGV: now, the new record after its fence digits (see layout.go),
 -- expires_at (ms).
--- Replies: {1, fence, takeover} when written; {0, record} on conflict (the
--- value, or HGETALL of a previous-layout hash); {-1, reason} when the
--- stored record is damaged.
+-- Replies: {1, fence, takeover} when written; {0, record} on conflict;
+-- {-1, reason} when the stored record is damaged.
 local k = KEYS[1]
 local now = tonumber(ARGV[1])
 local fence, takeover = 1, 0
 local v = redis.pcall('GET', k)
 if type(v) == 'table' then
-  -- Not a string: the previous layout (a hash), or not ours (HMGET fails).
-  local cur = redis.call('HMGET', k, 'st', 'f', 'l', 'e')
-  local st, f, l, e = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3]), tonumber(cur[4])
-  if not (st and f and l and e) then
-    return {-1, 'hash fields st, f, l, e missing or not numbers'}
-  end
-  if now < e and not (st == 1 and now >= l) then
-    return {0, redis.call('HGETALL', k)}
-  end
-  fence = f + 1
-  if now < e then takeover = 1 end
+  return {-1, 'the key holds another type than a record'}
 elseif v then
   -- 'R' fence ':' len(owner) ':' owner status expires ';' len(keep) ':' lease ';' ...
   local a = string.find(v, ':', 2, true)

@@ -6,13 +6,12 @@
 --   extend:  lease_until (0: keep the lease), ref ("": keep the ref)
 -- Replies: 0 done; 1 absent or expired; the record (a string) when it
 -- holds another claim or is in another status (the client decodes it, and
--- also answers expired from it); 3 when the record is in the previous
--- layout (a hash): the client sends fenced_hash.lua instead; an error
--- 'idem: ...' when the stored record is damaged.
+-- also answers expired from it); an error 'idem: ...' when the stored
+-- record is damaged or the key holds another type.
 local k, t = KEYS[1], ARGV[2]
 local v = redis.pcall('GET', k)
 if not v then return 1 end
-if type(v) == 'table' then return 3 end
+if type(v) == 'table' then return redis.error_reply('idem: the key holds another type than a record') end
 if string.sub(v, 1, #t) ~= t then return v end
 local p = #t + 1
 local st = string.byte(v, p) - 48

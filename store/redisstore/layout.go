@@ -20,10 +20,7 @@ import (
 //	payload                                COMPLETED: the result;
 //	                                       FAILED: len(code) ':' code len(msg) ':' msg body
 //
-// Numbers are decimal. The previous layout, a hash of fields (st, f, o, l,
-// e, fp, c, v, ref, d, r, ec, em, eb), is still read and written: the
-// scripts recognise it (a GET on a hash fails), a claim that takes one over
-// writes this layout, and [decodeHash] reads it.
+// Numbers are decimal.
 
 // appendTag appends the tag of the claim (fence, owner).
 func appendTag(b []byte, fence uint64, owner string) []byte {

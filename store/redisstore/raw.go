@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,43 +20,121 @@ type reply struct {
 	n    int64  // an integer
 }
 
-// do sends one command and returns its reply. The hot paths (a claim, a
-// fenced write) use go-redis's RawCmd rather than typed commands: a nil
-// reply (the answer to every claim of an absent key) or an error reply
-// then returns without go-redis classifying it as a retryable error,
+// do sends one command about key and returns its reply. The hot paths (a
+// claim, a fenced write) use go-redis's RawCmd rather than typed commands:
+// a nil reply (the answer to every claim of an absent key) or an error
+// reply then returns without go-redis classifying it as a retryable error,
 // which costs some twenty allocations a call. An error reply is a reply
 // here (kind '-'), not an error: err is the failure to get a reply.
 //
+// On Redis Cluster that also means go-redis does not see a MOVED or ASK
+// reply, so it neither follows it nor refreshes its map of the slots: do
+// does both (see [Store.redirected]).
+//
 // With Config.WaitReplicas, a WAIT follows the command in the same
 // pipeline (see [Store.send]); check it with [Store.waited].
-func (s *Store) do(ctx context.Context, args ...any) (reply, *redis.IntCmd, error) {
+func (s *Store) do(ctx context.Context, key string, args ...any) (reply, *redis.IntCmd, error) {
 	cmd := redis.NewRawCmd(ctx, args...)
-	w := s.send(ctx, cmd)
+	w := s.send(ctx, key, cmd)
 	b, err := cmd.Result()
 	if err != nil {
 		return reply{}, w, err
 	}
 	r, err := parseReply(b)
+	if err == nil && r.kind == '-' && s.redirected(r.str) && w == nil {
+		// The slot moved (a failover, a resharding): send the command once
+		// more as a typed command, which the cluster client routes to the
+		// slot's new owner itself. With WaitReplicas the write went to one
+		// node's connection, which cannot follow: the caller sees the
+		// error reply (unavailable) and retries once the map is fresh.
+		c := redis.NewCmd(ctx, args...)
+		_ = s.c.Process(ctx, c)
+		return typedReply(c)
+	}
 	return r, w, err
 }
 
-// send sends cmd and, with Config.WaitReplicas, a WAIT right after it in
-// one pipeline, which go-redis sends down one connection: WAIT counts the
-// replicas holding the writes of its own connection, so it must follow
-// the write on the connection that sent it (a WAIT on another pooled
-// connection would not wait for it). The WAIT is returned, nil without
-// WaitReplicas.
-func (s *Store) send(ctx context.Context, cmd redis.Cmder) *redis.IntCmd {
+// typedReply converts a typed command's answer to a reply.
+func typedReply(c *redis.Cmd) (reply, *redis.IntCmd, error) {
+	v, err := c.Result()
+	var re redis.Error
+	switch {
+	case err == redis.Nil:
+		return reply{kind: '_'}, nil, nil
+	case err != nil && errors.As(err, &re) && !isNetErr(err):
+		return reply{kind: '-', str: err.Error()}, nil, nil
+	case err != nil:
+		return reply{}, nil, err
+	}
+	switch v := v.(type) {
+	case string:
+		return reply{kind: '$', str: v}, nil, nil
+	case int64:
+		return reply{kind: ':', n: v}, nil, nil
+	}
+	return reply{kind: '*'}, nil, nil
+}
+
+// redirected reports whether an error reply says the key's slot is served
+// elsewhere or the cluster cannot serve it now (MOVED, ASK, TRYAGAIN,
+// CLUSTERDOWN), and on Redis Cluster asks the client to refresh its map of
+// the slots.
+func (s *Store) redirected(msg string) bool {
+	for _, p := range [...]string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			s.refresh()
+			return s.cluster != nil
+		}
+	}
+	return false
+}
+
+// refresh asks a cluster client to reload its map of the slots (go-redis
+// does it by itself only on a MOVED it sees, and every
+// ClusterStateReloadInterval, 60 s by default: a master that died answers
+// "connection refused" until then). Reloads are coalesced by go-redis.
+func (s *Store) refresh() {
+	if s.cluster != nil {
+		s.cluster.ReloadState(context.Background())
+	}
+}
+
+// send sends cmd about key and, with Config.WaitReplicas, a WAIT right
+// after it in one pipeline, which go-redis sends down one connection: WAIT
+// counts the replicas holding the writes of its own connection, so it
+// must follow the write on the connection that sent it (a WAIT on another
+// pooled connection would not wait for it). On Redis Cluster the pipeline
+// is the client of the master that holds key's slot: the cluster client
+// would send a WAIT, which names no key, to any node. The WAIT is
+// returned, nil without WaitReplicas.
+func (s *Store) send(ctx context.Context, key string, cmd redis.Cmder) *redis.IntCmd {
 	if s.cfg.WaitReplicas <= 0 {
 		_ = s.c.Process(ctx, cmd)
 		return nil
 	}
-	pipe := s.c.Pipeline()
+	pipe, err := s.pipeFor(ctx, key)
+	if err != nil {
+		cmd.SetErr(err)
+		return nil
+	}
 	_ = pipe.Process(ctx, cmd)
 	w := s.waitCmd(ctx)
 	_ = pipe.Process(ctx, w)
 	_, _ = pipe.Exec(ctx) // errors are per command
 	return w
+}
+
+// pipeFor returns a pipeline to the node that holds key: on Redis Cluster
+// its slot's master, elsewhere the client's own.
+func (s *Store) pipeFor(ctx context.Context, key string) (redis.Pipeliner, error) {
+	if s.cluster == nil {
+		return s.c.Pipeline(), nil
+	}
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return node.Pipeline(), nil
 }
 
 func (s *Store) waitCmd(ctx context.Context) *redis.IntCmd {
@@ -70,11 +149,11 @@ func (s *Store) script(ctx context.Context, sc *redis.Script, key string, args .
 	a = append(a, "evalsha", sc.Hash(), 1, key)
 	a = append(a, args...)
 	cmd := redis.NewCmd(ctx, a...)
-	w := s.send(ctx, cmd)
+	w := s.send(ctx, key, cmd)
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		a[0], a[1] = "eval", scriptSources[sc]
 		cmd = redis.NewCmd(ctx, a...)
-		w = s.send(ctx, cmd)
+		w = s.send(ctx, key, cmd)
 	}
 	return cmd, w
 }
@@ -117,18 +196,20 @@ func (s *Store) evalsha(ctx context.Context, sc *redis.Script, key string, args 
 	a := make([]any, 0, 4+len(args))
 	a = append(a, "evalsha", sc.Hash(), 1, key)
 	a = append(a, args...)
-	r, w, err := s.do(ctx, a...)
+	r, w, err := s.do(ctx, key, a...)
 	if err == nil && r.kind == '-' && strings.HasPrefix(r.str, "NOSCRIPT") {
 		a[0], a[1] = "eval", scriptSources[sc]
-		r, w, err = s.do(ctx, a...)
+		r, w, err = s.do(ctx, key, a...)
 	}
 	return r, w, err
 }
 
 // errorReply translates an error reply for op on key, as translate does a
 // go-redis error: a type or script error is a damaged record; anything
-// else (LOADING, READONLY, OOM...) is the server unable to serve the call.
-func errorReply(op, key string, r reply) error {
+// else (LOADING, READONLY, OOM, MOVED...) is the server unable to serve
+// the call.
+func (s *Store) errorReply(op, key string, r reply) error {
+	s.redirected(r.str)
 	if strings.HasPrefix(r.str, "WRONGTYPE") || strings.Contains(r.str, "user_script") || strings.HasPrefix(r.str, "idem: ") {
 		return &store.CorruptError{Key: key, Reason: r.str}
 	}

@@ -19,14 +19,22 @@
 //
 // Expiry is checked from the caller's Now; the key also carries a native
 // expiry (PXAT expires_at), which only reclaims memory. No operation
-// touches two keys, so the store is safe on Redis Cluster.
+// touches two keys.
 //
-// Records written by earlier builds (a hash of fields) are still read
-// and written: a fenced write on one runs the earlier script, and a claim
-// that takes one over writes the current layout. A process of an earlier
-// build, though, cannot read the current layout and fails closed on it
-// (ErrCorrupt; nothing runs twice): upgrade every process of a fleet
-// before relying on it.
+// # Redis Cluster
+//
+// Give [New] a *redis.ClusterClient, or [Open] a redis+cluster:// URL. Every
+// operation but listing names one key, so the cluster routes it to the
+// key's master. Listing scans every master in turn (see [Store.List]).
+// WaitReplicas sends its WAIT on the connection of the master that took
+// the write (see [Config]). A MOVED or ASK reply is followed, and after any
+// error that may mean the client's map of the slots is stale (a dead
+// master's "connection refused", MOVED, CLUSTERDOWN) the store asks the
+// client to reload the map: go-redis does so by itself only on a MOVED it
+// sees and every ClusterStateReloadInterval (60 s by default), which left
+// a dead master's keys failing for up to a minute after its replica took
+// over. The whole contract, the fault suite and a failover under load run
+// on a real 3+3 cluster in the tests (scripts/redis-cluster).
 //
 // # Many calls in flight
 //
@@ -35,7 +43,9 @@
 // share pipelines, which saves most of the per-command system calls on
 // both sides (docs/benchmarks.md has the figures). A command queued there
 // no longer follows its context's deadline; the client's timeouts bound
-// it.
+// it. An AutoPipeliner hides the client it pipelines for: on Redis Cluster
+// name the cluster client in Config.Cluster too, so that listing, WAIT and
+// the map refresh reach the nodes.
 //
 // # Durability: what Redis does and does not promise
 //
@@ -43,12 +53,16 @@
 // With persistence off (or appendfsync everysec) a crash loses the last
 // writes; with replicas, replication is asynchronous, so a failover can
 // promote a replica that never received an acknowledged claim or
-// completion — a duplicate may then run a second time. WAIT n timeout
-// (see [Store.WaitReplicas]) blocks until n replicas have the write, which
-// narrows that window, but it does not make Redis strongly consistent: a
-// write WAIT timed out on is still applied on the primary, and a failover
-// can still pick a replica that lags. Where losing a claim is not
-// acceptable, use PostgreSQL or DynamoDB.
+// completion — a duplicate may then run a second time. The failover tests
+// measured it (docs/failover.md): with WaitReplicas 0 a failover under load
+// lost some acknowledged outcomes; with WaitReplicas 1 (every master with
+// one replica) it lost none. WAIT n timeout (see Config.WaitReplicas)
+// blocks until n replicas have the write; it is not consensus: a write
+// WAIT timed out on is still applied on the primary (the call reports it
+// unavailable and the engine retries or fails closed), and with more
+// replicas than WaitReplicas a failover can still promote one that lags.
+// WaitReplicas equal to the replicas each master has closes that gap, at
+// the price of refusing writes to a shard while it has fewer replicas.
 package redisstore
 
 import (
@@ -57,8 +71,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,17 +88,13 @@ var claimSrc string
 //go:embed fenced.lua
 var fencedSrc string
 
-//go:embed fenced_hash.lua
-var fencedHashSrc string
-
 var (
-	claimScript      = redis.NewScript(claimSrc)
-	fencedScript     = redis.NewScript(fencedSrc)
-	fencedHashScript = redis.NewScript(fencedHashSrc)
+	claimScript  = redis.NewScript(claimSrc)
+	fencedScript = redis.NewScript(fencedSrc)
 
 	// scriptSources are the sources [Store.evalsha] and [Store.script]
 	// send on NOSCRIPT.
-	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc, fencedHashScript: fencedHashSrc}
+	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc}
 )
 
 // Config configures a [Store]. A nil *Config means all defaults.
@@ -93,20 +105,27 @@ type Config struct {
 	// MaxResultBytes bounds a stored result or error. Default 16 MiB.
 	MaxResultBytes int
 	// WaitReplicas, when > 0, makes every write wait (Redis WAIT, sent in
-	// one pipeline with the write) until that many replicas acknowledged it, at most WaitTimeout (default 1s); a
-	// write not acknowledged in time fails with idem.ErrUnavailable (it
-	// may still have been applied on the primary). See the package doc.
+	// one pipeline with the write, on the connection of the node that took
+	// it) until that many replicas acknowledged it, at most WaitTimeout
+	// (default 1s); a write not acknowledged in time fails with
+	// store.ErrUnavailable (it may still have been applied on the
+	// primary). See the package doc and docs/failover.md.
 	WaitReplicas int
 	// WaitTimeout bounds WaitReplicas.
 	WaitTimeout int // ms
+	// Cluster is the Redis Cluster client behind the client given to
+	// [New], when that client is not the *redis.ClusterClient itself (an
+	// AutoPipeliner of one). Nil otherwise.
+	Cluster *redis.ClusterClient
 }
 
-// Store is an [idem.Store] on Redis. It also implements [idem.Lister],
-// [idem.Deleter] and [Store.ClaimBatch].
+// Store is an [store.Store] on Redis. It also implements [store.Lister],
+// [store.Deleter] and [Store.ClaimBatch].
 type Store struct {
-	c     redis.UniversalClient
-	cfg   Config
-	owned bool // Close closes c
+	c       redis.UniversalClient
+	cluster *redis.ClusterClient // c, when it is a cluster client; else nil
+	cfg     Config
+	owned   bool // Close closes c
 }
 
 var (
@@ -139,22 +158,106 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if conf.WaitTimeout == 0 {
 		conf.WaitTimeout = 1000
 	}
-	return &Store{c: c, cfg: conf}, nil
+	cluster, _ := c.(*redis.ClusterClient)
+	if conf.Cluster != nil {
+		cluster = conf.Cluster
+	}
+	return &Store{c: c, cluster: cluster, cfg: conf}, nil
 }
 
-// Open connects to a Redis URL (redis://[user:pass@]host:port/db, or
-// rediss:// for TLS) and returns a store that owns the client.
+// Open connects to Redis by URL and returns a store that owns the client:
+//
+//	redis://[user:pass@]host:port/db            one server (rediss:// for TLS)
+//	redis+cluster://[user:pass@]host:port?addr=host:port&addr=…
+//	                                            Redis Cluster from seed nodes (rediss+cluster:// for TLS)
+//	redis+sentinel://[user:pass@]host:port/db?master_name=NAME&addr=host:port&…
+//	                                            the primary named NAME, found by asking the
+//	                                            Sentinels (rediss+sentinel:// for TLS)
+//
+// The URL's user and password are the Redis servers' in the first two
+// forms and the Sentinels' in the third (password= and username= in the
+// query are the servers'). The query takes go-redis's client options by
+// their snake-case names (dial_timeout, read_timeout, pool_size, …): see
+// go-redis's ParseURL, ParseClusterURL and ParseFailoverURL. A cluster
+// client's map of the slots is refreshed every
+// cluster_state_reload_interval (a duration; default here 5s, go-redis's
+// own 60s) and by the store after any error that may mean the map is
+// stale: see docs/failover.md.
 func Open(url string, cfg *Config) (*Store, error) {
-	opt, err := redis.ParseURL(url)
+	c, err := NewClient(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w: %w", idem.ErrInvalidConfig, err)
+		return nil, err
 	}
-	s, err := New(redis.NewClient(opt), cfg)
+	s, err := New(c, cfg)
 	if err != nil {
+		c.Close()
 		return nil, err
 	}
 	s.owned = true
 	return s, nil
+}
+
+// NewClient returns the go-redis client for a URL in one of the forms
+// [Open] takes, without connecting.
+func NewClient(raw string) (redis.UniversalClient, error) {
+	bad := func(err error) error { return fmt.Errorf("redisstore: %w: %w", idem.ErrInvalidConfig, err) }
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, bad(fmt.Errorf("URL %q has no scheme: write redis://, rediss://, redis+cluster:// or redis+sentinel://", raw))
+	}
+	base, kind, _ := strings.Cut(strings.ToLower(scheme), "+")
+	if base != "redis" && base != "rediss" {
+		return nil, bad(fmt.Errorf("URL scheme %q: write redis://, rediss://, redis+cluster:// or redis+sentinel://", scheme))
+	}
+	u := base + "://" + rest
+	switch kind {
+	case "":
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, bad(err)
+		}
+		return redis.NewClient(opt), nil
+	case "cluster":
+		reload, u, err := takeParam(u, "cluster_state_reload_interval")
+		if err != nil {
+			return nil, bad(err)
+		}
+		opt, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opt.ClusterStateReloadInterval = 5 * time.Second
+		if reload != "" {
+			if opt.ClusterStateReloadInterval, err = time.ParseDuration(reload); err != nil || opt.ClusterStateReloadInterval <= 0 {
+				return nil, bad(fmt.Errorf("cluster_state_reload_interval=%q: a positive duration such as 5s", reload))
+			}
+		}
+		return redis.NewClusterClient(opt), nil
+	case "sentinel":
+		opt, err := redis.ParseFailoverURL(u)
+		if err != nil {
+			return nil, bad(err)
+		}
+		if opt.MasterName == "" {
+			return nil, bad(fmt.Errorf("URL %q names no primary: add master_name=NAME, as the Sentinels know it", raw))
+		}
+		return redis.NewFailoverClient(opt), nil
+	}
+	return nil, bad(fmt.Errorf("URL scheme %q: write redis://, rediss://, redis+cluster:// or redis+sentinel://", scheme))
+}
+
+// takeParam removes the query parameter name from the URL raw and returns
+// its value.
+func takeParam(raw, name string) (string, string, error) {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "", "", err
+	}
+	q := u.Query()
+	v := q.Get(name)
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	return v, u.String(), nil
 }
 
 // Close closes the client if the store opened it ([Open]).
@@ -175,24 +278,22 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }
 
-// Claim implements [idem.Store]. A key that is absent takes one SET NX GET
+// Claim implements [store.Store]. A key that is absent takes one SET NX GET
 // (no script): the reply is nil when the claim was written, or the live
 // record otherwise, which answers a conflict or the caller's own retried
 // claim in the same round trip. Only a record that may have to be taken
-// over (expired, or its lease passed), or one in the previous layout,
-// costs a second round trip: the claim script, which decides atomically.
+// over (expired, or its lease passed) costs a second round trip: the claim script, which decides atomically.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	r, w, err := s.do(ctx, "set", s.rkey(p.Key), encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
+	k := s.rkey(p.Key)
+	r, w, err := s.do(ctx, k, "set", k, encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
 	switch {
 	case err != nil:
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
 	case r.kind == '_': // written
 		res, _ := store.ApplyClaim(nil, p)
 		return res, s.waited("claim", p.Key, w)
-	case r.kind == '-' && strings.HasPrefix(r.str, "WRONGTYPE"): // the previous layout: the script reads it
-		return s.claimScripted(ctx, p)
 	case r.kind != '$':
-		return store.ClaimResult{}, errorReply("claim", p.Key, r)
+		return store.ClaimResult{}, s.errorReply("claim", p.Key, r)
 	}
 	rec, err := decodeValue(p.Key, r.str)
 	if err != nil {
@@ -248,17 +349,12 @@ func (s *Store) claimResult(p store.ClaimParams, v []any) (store.ClaimResult, er
 			return store.ClaimResult{}, &store.CorruptError{Key: p.Key, Reason: "claim script and client disagree"}
 		}
 		return res, nil
-	case 0: // conflict: {0, value} or {0, HGETALL}
-		var rec *store.Record
-		var err error
-		switch cur := v[1].(type) {
-		case string:
-			rec, err = decodeValue(p.Key, cur)
-		case []any:
-			rec, err = decodeFlat(p.Key, cur)
-		default:
-			err = scriptCorrupt(p.Key, v)
+	case 0: // conflict: {0, value}
+		cur, ok := v[1].(string)
+		if !ok {
+			return store.ClaimResult{}, scriptCorrupt(p.Key, v)
 		}
+		rec, err := decodeValue(p.Key, cur)
 		if err != nil {
 			return store.ClaimResult{}, err
 		}
@@ -290,8 +386,9 @@ func scriptCorrupt(key string, v []any) error {
 func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
 	res := make([]store.ClaimResult, len(ps))
 	errs := make([]error, len(ps))
-	run := func(idx []int) []int {
-		pipe := s.c.Pipeline()
+	// run sends the claims idx in one pipeline and returns those Redis did
+	// not have the script for.
+	run := func(pipe redis.Pipeliner, idx []int) []int {
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
 			cmds[j] = claimScript.EvalSha(ctx, pipe, []string{s.rkey(ps[i].Key)}, s.claimArgs(ps[i])...)
@@ -323,42 +420,78 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		}
 		return noscript
 	}
-	all := make([]int, len(ps))
-	for i := range all {
-		all[i] = i
-	}
-	if again := run(all); len(again) > 0 {
+	for _, g := range s.groups(ctx, ps, errs) {
+		again := run(g.pipe(), g.idx)
+		if len(again) == 0 {
+			continue
+		}
 		// Not executed (Redis ran none of the script calls, so the order
 		// of the keys still holds): load the script and send those again.
-		if err := claimScript.Load(ctx, s.c).Err(); err != nil {
+		if err := g.load(ctx); err != nil {
 			for _, i := range again {
 				errs[i] = s.translate("claim", ps[i].Key, err)
 			}
 		} else {
-			run(again)
+			run(g.pipe(), again)
 		}
 	}
 	return res, errs
 }
 
+// group is the claims of a batch that one pipeline sends.
+type group struct {
+	idx  []int
+	pipe func() redis.Pipeliner
+	load func(context.Context) error // loads the claim script where pipe sends
+}
+
+// groups splits a batch into the pipelines that send it: one, through the
+// client; but with Config.WaitReplicas on Redis Cluster, one per master,
+// on that master's own client, so that each master's WAIT follows the
+// writes on the connection that sent them (see send). A key whose master
+// cannot be found has its error set in errs and is in no group.
+func (s *Store) groups(ctx context.Context, ps []store.ClaimParams, errs []error) []group {
+	if s.cluster == nil || s.cfg.WaitReplicas <= 0 {
+		all := make([]int, len(ps))
+		for i := range all {
+			all[i] = i
+		}
+		return []group{{idx: all, pipe: s.c.Pipeline, load: func(ctx context.Context) error { return claimScript.Load(ctx, s.c).Err() }}}
+	}
+	var out []group
+	at := map[*redis.Client]int{}
+	for i, p := range ps {
+		node, err := s.cluster.MasterForKey(ctx, s.rkey(p.Key))
+		if err != nil {
+			errs[i] = s.translate("claim", p.Key, err)
+			continue
+		}
+		j, ok := at[node]
+		if !ok {
+			j = len(out)
+			at[node] = j
+			out = append(out, group{pipe: node.Pipeline, load: func(ctx context.Context) error { return claimScript.Load(ctx, node).Err() }})
+		}
+		out[j].idx = append(out[j].idx, i)
+	}
+	return out
+}
+
 // fenced runs the fenced script for op ("settle", "release", "extend") by
 // the claim (fence, owner) on a record that must be in status from
-// (IN_PROGRESS when zero). A record in the previous layout is written by
-// the hash script instead, with hashArgs (see fenced_hash.lua).
-func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, extra []any, hashOp string, hashArgs []any) error {
+// (IN_PROGRESS when zero); name is the operation's name in errors.
+func (s *Store) fenced(ctx context.Context, op, name, key string, fence uint64, owner string, from store.Status, now int64, extra ...any) error {
 	tag := appendTag(make([]byte, 0, 32+len(owner)), fence, owner)
 	args := append([]any{op, tag, now, int(from.OrInProgress())}, extra...)
 	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(key), args...)
 	if err != nil {
-		return s.translate(hashOp, key, err)
+		return s.translate(name, key, err)
 	}
 	switch {
 	case r.kind == ':' && r.n == 0:
-		return s.waited(hashOp, key, w)
+		return s.waited(name, key, w)
 	case r.kind == ':' && r.n == 1:
 		return store.ErrNotFound
-	case r.kind == ':' && r.n == 3:
-		return s.fencedHash(ctx, hashOp, key, fence, owner, from, now, hashArgs...)
 	case r.kind == '$':
 		rec, err := decodeValue(key, r.str)
 		if err != nil {
@@ -369,86 +502,50 @@ func (s *Store) fenced(ctx context.Context, op, key string, fence uint64, owner 
 		}
 		return &store.CorruptError{Key: key, Reason: "fenced script refused a write the record allows"}
 	}
-	return errorReply(hashOp, key, r)
+	return s.errorReply(name, key, r)
 }
 
-// fencedHash runs the fenced script of the previous layout (a hash).
-func (s *Store) fencedHash(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, extra ...any) error {
-	args := append([]any{op, fence, owner, now, int(from.OrInProgress())}, extra...)
-	cmd, w := s.script(ctx, fencedHashScript, s.rkey(key), args...)
-	v, err := cmd.Slice()
-	if err != nil {
-		return s.translate(op, key, err)
-	}
-	code, _ := v[0].(int64)
-	switch code {
-	case 0:
-		return s.waited(op, key, w)
-	case 1:
-		return store.ErrNotFound
-	case 2:
-		cur, _ := v[1].(int64)
-		st, _ := v[2].(int64)
-		o, _ := v[3].(string)
-		return &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(cur), CurrentOwner: o, Status: store.Status(st)}
-	}
-	return scriptCorrupt(key, v)
-}
-
-// Complete implements [idem.Store].
+// Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "settle", p.Key, p.Fence, p.Owner, p.From, p.Now,
-		[]any{"2", p.ExpiresAt, completeTail(p.Now, p.Result)},
-		"complete", []any{p.ExpiresAt, p.Result})
+	return s.fenced(ctx, "settle", "complete", p.Key, p.Fence, p.Owner, p.From, p.Now,
+		"2", p.ExpiresAt, completeTail(p.Now, p.Result))
 }
 
-// Fail implements [idem.Store].
+// Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "settle", p.Key, p.Fence, p.Owner, p.From, p.Now,
-		[]any{"3", p.ExpiresAt, failTail(p.Now, p.Err)},
-		"fail", []any{p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body})
+	return s.fenced(ctx, "settle", "fail", p.Key, p.Fence, p.Owner, p.From, p.Now,
+		"3", p.ExpiresAt, failTail(p.Now, p.Err))
 }
 
-// Release implements [idem.Store].
+// Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, "release", p.Key, p.Fence, p.Owner, p.From, p.Now, nil, "release", nil)
+	return s.fenced(ctx, "release", "release", p.Key, p.Fence, p.Owner, p.From, p.Now)
 }
 
-// Extend implements [idem.Store].
+// Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now,
-		[]any{p.LeaseUntil, p.Ref}, "extend", []any{p.LeaseUntil, p.Ref})
+	return s.fenced(ctx, "extend", "extend", p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
 }
 
-// Get implements [idem.Store] with one GET (and an HGETALL for a record in
-// the previous layout).
+// Get implements [store.Store] with one GET.
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	v, err := s.c.Get(ctx, s.rkey(key)).Result()
 	switch {
 	case err == redis.Nil:
 		return nil, store.ErrNotFound
-	case err != nil && isWrongType(err):
-		m, err := s.c.HGetAll(ctx, s.rkey(key)).Result()
-		if err != nil {
-			return nil, s.translate("get", key, err)
-		}
-		if len(m) == 0 {
-			return nil, store.ErrNotFound
-		}
-		return decodeHash(key, m)
 	case err != nil:
 		return nil, s.translate("get", key, err)
 	}
 	return decodeValue(key, v)
 }
 
-// Delete implements [idem.Deleter].
+// Delete implements [store.Deleter].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	n, err := s.c.Del(ctx, s.rkey(key)).Result()
 	if err != nil {
@@ -480,6 +577,9 @@ func (s *Store) waited(op, key string, w *redis.IntCmd) error {
 // translate maps go-redis errors at the store boundary: a script or type
 // error on the key is a damaged record; everything else (network, timeout,
 // pool exhausted, server loading, read-only replica) is unavailable.
+//
+// On Redis Cluster a network error asks the client to refresh its map of
+// the slots: the node may have died and its slots moved to a replica.
 func (s *Store) translate(op, key string, err error) error {
 	var re redis.Error
 	if errors.As(err, &re) && !isNetErr(err) {
@@ -487,6 +587,9 @@ func (s *Store) translate(op, key string, err error) error {
 		if strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script") {
 			return &store.CorruptError{Key: key, Reason: msg}
 		}
+		s.redirected(msg)
+	} else {
+		s.refresh()
 	}
 	return fmt.Errorf("redisstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }
@@ -499,75 +602,6 @@ func isNetErr(err error) bool {
 func isWrongType(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
-}
-
-// decodeFlat reads a record in the previous layout from HGETALL's flat
-// reply.
-func decodeFlat(key string, fields []any) (*store.Record, error) {
-	m := make(map[string]string, len(fields)/2)
-	for i := 0; i+1 < len(fields); i += 2 {
-		k, _ := fields[i].(string)
-		v, _ := fields[i+1].(string)
-		m[k] = v
-	}
-	return decodeHash(key, m)
-}
-
-// decodeHash reads a record in the previous layout, a hash. A damaged
-// record fails closed.
-func decodeHash(key string, m map[string]string) (*store.Record, error) {
-	bad := func(field string) error {
-		return &store.CorruptError{Key: key, Reason: "hash field " + field + " missing or malformed"}
-	}
-	i64 := func(f string) (int64, error) {
-		n, err := strconv.ParseInt(m[f], 10, 64)
-		if err != nil {
-			return 0, bad(f)
-		}
-		return n, nil
-	}
-	r := &store.Record{Key: key, Owner: m["o"], Fingerprint: m["fp"], Ref: m["ref"]}
-	var err error
-	var st, f, v int64
-	if st, err = i64("st"); err != nil || !store.Status(st).Valid() {
-		return nil, bad("st")
-	}
-	r.Status = store.Status(st)
-	if f, err = i64("f"); err != nil || f < 1 {
-		return nil, bad("f")
-	}
-	r.Fence = uint64(f)
-	if v, err = i64("v"); err != nil || v != store.RecordVersion {
-		return nil, bad("v")
-	}
-	r.Version = int(v)
-	for _, x := range []struct {
-		f   string
-		dst *int64
-	}{{"l", &r.LeaseUntil}, {"e", &r.ExpiresAt}, {"c", &r.CreatedAt}} {
-		if *x.dst, err = i64(x.f); err != nil {
-			return nil, err
-		}
-	}
-	if d, ok := m["d"]; ok {
-		if r.CompletedAt, err = strconv.ParseInt(d, 10, 64); err != nil {
-			return nil, bad("d")
-		}
-	}
-	switch r.Status {
-	case store.StatusCompleted:
-		res, ok := m["r"]
-		if !ok {
-			return nil, bad("r")
-		}
-		r.Result = []byte(res)
-	case store.StatusFailed:
-		r.Err = &store.ErrorRecord{Code: m["ec"], Message: m["em"]}
-		if b := m["eb"]; b != "" {
-			r.Err.Body = []byte(b)
-		}
-	}
-	return r, nil
 }
 
 // Prefix is the key prefix in use.

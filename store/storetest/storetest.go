@@ -4,8 +4,10 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Features{MaxResultBytes: 1 << 20},
-//			func(t *testing.T) idem.Store { return newIsolatedStore(t) })
+//			func(t *testing.T) store.Store { return newIsolatedStore(t) })
 //	}
+//
+// (The example of Run has it in full, compiled with the package's tests.)
 //
 // Every case is also exported on its own (TestClaim, TestFencing, ...), so a
 // store can run a subset while it is being built. The constructor must give
@@ -1141,7 +1143,10 @@ func TestManyKeysWithRepeats(t *testing.T, f Features, newStore NewStore) {
 
 // TestAdmin: a store with the optional Lister and Deleter powers lists by
 // status and stuck-past-lease, pages through everything, and deletes one
-// record. Skipped for stores without them.
+// record. Skipped for stores without them. The listing of everything covers
+// 45 records (a store that lists only one node of a cluster, or one shard
+// of anything, misses some of them: the chance that 45 random keys all
+// fall on one of three nodes is 3^-44).
 func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	lister, okL := s.(store.Lister)
@@ -1176,17 +1181,22 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 	for k := range stuck {
 		mine[k] = true
 	}
+	spread := map[string]bool{} // in progress, so no status or stuck filter lists them
+	for range 40 {
+		k := mk(store.StatusInProgress, lease)
+		spread[k], mine[k] = true, true
+	}
 	if okL {
 		collect := func(p store.ListParams) map[string]store.Status {
 			got := map[string]store.Status{}
-			p.Now, p.Limit = now, 2
+			p.Now, p.Limit = now, 7
 			for range 10_000 {
 				page, err := lister.List(ctx, p)
 				if err != nil {
 					t.Fatalf("List(%+v): %v", p, err)
 				}
-				if len(page.Records) > 2 {
-					t.Fatalf("List returned %d records with Limit 2", len(page.Records))
+				if len(page.Records) > 7 {
+					t.Fatalf("List returned %d records with Limit 7", len(page.Records))
 				}
 				for _, r := range page.Records {
 					if mine[r.Key] {
@@ -1203,7 +1213,10 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 		}
 		all := collect(store.ListParams{})
 		if len(all) != len(mine) {
-			t.Errorf("List of everything found %d of this test's %d records", len(all), len(mine))
+			t.Errorf("List of everything found %d of this test's %d records (a store on several nodes must list every node)", len(all), len(mine))
+		}
+		if got := collect(store.ListParams{Status: store.StatusInProgress}); len(got) != 3+len(spread) {
+			t.Errorf("List(IN_PROGRESS) found %d of this test's %d in-progress records", len(got), 3+len(spread))
 		}
 		if got := collect(store.ListParams{Status: store.StatusFailed}); len(got) != 1 || got[failed] != store.StatusFailed {
 			t.Errorf("List(FAILED) = %v, want only %s", got, failed)

@@ -3,6 +3,7 @@ package storetest_test
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"os/exec"
 	"reflect"
@@ -32,6 +33,7 @@ var broken = map[string]struct {
 	"gives-up-under-contention":  {func(m *memstore.Store) store.Store { return &givesUp{Store: m} }, "Linearizability"},
 	"resettles-any-status":       {func(m *memstore.Store) store.Store { return &anyStatus{Store: m} }, "Resettle"},
 	"attach-resets-lease":        {func(m *memstore.Store) store.Store { return &attachResets{Store: m} }, "Attach"},
+	"lists-one-shard":            {func(m *memstore.Store) store.Store { return &oneShard{Store: m} }, "Admin"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -209,4 +211,20 @@ func (s *attachResets) Extend(ctx context.Context, p store.ExtendParams) error {
 		p.LeaseUntil = p.Now
 	}
 	return s.Store.Extend(ctx, p)
+}
+
+// oneShard lists only the records of one shard in three, by the key's hash,
+// as a store on a cluster that scans one node would.
+type oneShard struct{ *memstore.Store }
+
+func (s *oneShard) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
+	res, err := s.Store.List(ctx, p)
+	kept := res.Records[:0]
+	for _, r := range res.Records {
+		if crc32.ChecksumIEEE([]byte(r.Key))%3 == 0 {
+			kept = append(kept, r)
+		}
+	}
+	res.Records = kept
+	return res, err
 }

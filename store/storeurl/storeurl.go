@@ -4,6 +4,9 @@
 //	memory:                                   in-process, lost on exit
 //	bolt:///abs/path.db, bolt:rel/path.db     embedded file (bolt:// alone: Options.DefaultBoltPath)
 //	redis://host:port/db?prefix=idem:         (rediss:// for TLS)
+//	redis+cluster://host:port?addr=host:port&prefix=…    Redis Cluster, from seed nodes
+//	redis+sentinel://host:port?master_name=NAME&addr=…   the primary Sentinel names
+//	redis…?waitreplicas=1&waittimeout=1000    every write waits for a replica (Config.WaitReplicas)
 //	postgres://user@host/db?table=idem_records
 //	dynamodb://TABLE?region=…&endpoint=…&index=…&openindex=…&create=true
 //	dynamodb://TABLE?spill=s3://BUCKET/PREFIX&spillendpoint=…&spillsse=aws:kms&spillkmskey=…&spillover=BYTES
@@ -63,7 +66,7 @@ const (
 	DynamoDB = "dynamodb"
 )
 
-const schemes = "use memory:, bolt://, redis://, postgres:// or dynamodb://"
+const schemes = "use memory:, bolt://, redis:// (redis+cluster://, redis+sentinel://), postgres:// or dynamodb://"
 
 // Error says what is wrong with a store URL.
 type Error struct {
@@ -88,6 +91,9 @@ type URL struct {
 	Path string
 	// Prefix is the Redis key prefix (prefix=).
 	Prefix string
+	// WaitReplicas and WaitTimeout are redisstore's Config.WaitReplicas and
+	// WaitTimeout (waitreplicas=, waittimeout= in ms).
+	WaitReplicas, WaitTimeout int
 	// Table is the PostgreSQL table (table=, default idem_records) or
 	// the DynamoDB table (the URL's host).
 	Table string
@@ -158,9 +164,19 @@ func Parse(raw string) (*URL, error) {
 		if u.Host != "" {
 			return bad("host %q given; write bolt:///absolute/path or bolt:relative/path", u.Host)
 		}
-	case "redis", "rediss":
+	case "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel":
 		out.Kind = Redis
 		out.Prefix = take("prefix")
+		for _, n := range []struct {
+			name string
+			dst  *int
+		}{{"waitreplicas", &out.WaitReplicas}, {"waittimeout", &out.WaitTimeout}} {
+			if v := take(n.name); v != "" {
+				if *n.dst, err = strconv.Atoi(v); err != nil || *n.dst < 0 {
+					return bad("%s=%q: a whole number, 0 or more", n.name, v)
+				}
+			}
+		}
 		out.Conn = u.String()
 	case "postgres", "postgresql":
 		out.Kind = Postgres
@@ -239,6 +255,12 @@ type Options struct {
 	// create=true is refused), no bolt file created (it must exist), and
 	// no background reaper or sweeper deleting expired records.
 	Passive bool
+	// ReadOnly, with Passive, is for commands that only read: a bolt file
+	// is opened read-only (boltstore's Config.ReadOnly: its claim journal is
+	// read but not replayed, its bytes stay as they are, a file the user
+	// may only read opens, and every write fails). Other stores are opened
+	// as with Passive alone.
+	ReadOnly bool
 	// Clock drives the stores' reapers and sweepers. Default
 	// idem.SystemClock.
 	Clock idem.Clock
@@ -298,18 +320,18 @@ func open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		if path == "" {
 			path = boltstore.DefaultPath()
 		}
-		if opt.Passive {
+		if opt.Passive || opt.ReadOnly {
 			if _, err := os.Stat(path); err != nil {
 				return nil, fmt.Errorf("bolt store %s: %w", path, err)
 			}
 		}
-		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: sweep, Clock: opt.Clock})
+		s, err := boltstore.Open(path, &boltstore.Config{SweepInterval: sweep, Clock: opt.Clock, ReadOnly: opt.ReadOnly})
 		if err != nil {
 			return nil, err
 		}
 		return &Opened{Store: s, URL: u, closer: s.Close}, nil
 	case Redis:
-		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix})
+		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix, WaitReplicas: u.WaitReplicas, WaitTimeout: u.WaitTimeout})
 		if err != nil {
 			return nil, err
 		}

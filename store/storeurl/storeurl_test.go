@@ -36,6 +36,8 @@ func TestParseErrors(t *testing.T) {
 		"dynamodb://t?spill=s3://b&spillover=0":      "spillover=",
 		"dynamodb://t?spill=s3://b&spillover=1e9":    "spillover=",
 		"dynamodb://t?spill=s3://b&spillpathstyle=x": "spillpathstyle:",
+		"redis+cluster://h:1?waitreplicas=-1":        `waitreplicas="-1"`,
+		"redis://h:1?waittimeout=soon":               `waittimeout="soon"`,
 	} {
 		_, err := storeurl.Parse(raw)
 		var ue *storeurl.Error
@@ -52,8 +54,10 @@ func TestParseTakesItsOwnParameters(t *testing.T) {
 		"bolt:///var/x.db":        {Kind: storeurl.Bolt, Path: "/var/x.db"},
 		"bolt:rel/x.db":           {Kind: storeurl.Bolt, Path: "rel/x.db"},
 		"redis://h:1/2?prefix=p:": {Kind: storeurl.Redis, Prefix: "p:", Conn: "redis://h:1/2"},
-		"postgres://u@h/db?sslmode=disable&table=t":                {Kind: storeurl.Postgres, Table: "t", Conn: "postgres://u@h/db?sslmode=disable"},
-		"postgres://u@h/db":                                        {Kind: storeurl.Postgres, Table: "idem_records", Conn: "postgres://u@h/db"},
+		"redis+cluster://h:1?addr=h:2&prefix=p:&waitreplicas=1&waittimeout=500": {Kind: storeurl.Redis, Prefix: "p:", WaitReplicas: 1, WaitTimeout: 500, Conn: "redis+cluster://h:1?addr=h%3A2"},
+		"rediss+sentinel://h:1?master_name=m":                                   {Kind: storeurl.Redis, Conn: "rediss+sentinel://h:1?master_name=m"},
+		"postgres://u@h/db?sslmode=disable&table=t":                             {Kind: storeurl.Postgres, Table: "t", Conn: "postgres://u@h/db?sslmode=disable"},
+		"postgres://u@h/db": {Kind: storeurl.Postgres, Table: "idem_records", Conn: "postgres://u@h/db"},
 		"dynamodb://T?region=r&endpoint=http://e&index=i&create=1": {Kind: storeurl.DynamoDB, Table: "T", Region: "r", Endpoint: "http://e", Index: "i", Create: true},
 		"dynamodb://T?openindex=open":                              {Kind: storeurl.DynamoDB, Table: "T", OpenIndex: "open"},
 		"dynamodb://T?spill=s3://b/p/q&spillsse=aws:kms&spillkmskey=k&spillover=1000": {Kind: storeurl.DynamoDB, Table: "T",
@@ -148,6 +152,21 @@ func TestOpenWorkingStores(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 		open(t, "redis://"+addr+"/0?prefix=storeurl:", &storeurl.Options{Passive: true})
+	})
+	t.Run("redis cluster", func(t *testing.T) {
+		addrs := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
+		if addrs == "" {
+			testenv.Missing(t, "no Redis Cluster: IDEM_REDIS_CLUSTER_ADDRS is not set (make test starts one with scripts/redis-cluster)")
+		}
+		a := strings.Split(addrs, ",")
+		open(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&prefix=storeurl:&waitreplicas=1", nil)
+	})
+	t.Run("redis sentinel", func(t *testing.T) {
+		sentinel := os.Getenv("IDEM_REDIS_SENTINEL_ADDR")
+		if sentinel == "" {
+			testenv.Missing(t, "no Redis Sentinel: IDEM_REDIS_SENTINEL_ADDR is not set (make test starts one with scripts/redis-replicas)")
+		}
+		open(t, "redis+sentinel://"+sentinel+"?master_name=idem&prefix=storeurl:&waitreplicas=1", nil)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")

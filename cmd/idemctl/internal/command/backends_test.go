@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/monitor"
+	"github.com/seed-a1b882c0/idem/store/boltstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -28,6 +30,9 @@ func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 		stuckScenario(t, fmt.Sprintf("redis://%s/0?prefix=idemctl%d:", addr, time.Now().UnixNano()))
+	})
+	t.Run("redis cluster", func(t *testing.T) {
+		stuckScenario(t, clusterURL(t))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
@@ -48,6 +53,58 @@ func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
 	})
 }
 
+// clusterURL is a redis+cluster:// URL with a fresh prefix on the Redis
+// Cluster scripts/redis-cluster started.
+func clusterURL(t *testing.T) string {
+	addrs := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
+	if addrs == "" {
+		testenv.Missing(t, "no Redis Cluster: IDEM_REDIS_CLUSTER_ADDRS is not set (make test starts one with scripts/redis-cluster)")
+	}
+	a := strings.Split(addrs, ",")
+	return fmt.Sprintf("redis+cluster://%s?addr=%s&prefix=idemctl%d:", a[0], strings.Join(a[1:], "&addr="), time.Now().UnixNano())
+}
+
+// On a Redis Cluster, list --stuck and the monitor count the stuck records
+// of every master, not one master's third.
+func TestClusterListAndMonitorCountEveryMaster(t *testing.T) {
+	url := clusterURL(t)
+	ctx := context.Background()
+	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+	f := &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: url}}
+	s, err := storeurl.Open(ctx, url, &storeurl.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := idem.New(s, &idem.Config{Clock: clock, Owner: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	for i := range n {
+		b, err := e.Begin(ctx, idem.Request{Operation: "charge", Key: fmt.Sprint(i)}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
+		if err != nil || !b.Acquired {
+			t.Fatalf("%+v %v", b, err)
+		}
+	}
+	clock.Advance(2 * time.Minute)
+	if got := listedKeys(t, f.must("list", "--stuck", "--limit", "1000", "-o", "json")); len(got) != n {
+		t.Fatalf("list --stuck on the cluster: %d records, want %d", len(got), n)
+	}
+	m, err := monitor.New(s.Lister(), &monitor.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.Sweep(ctx)
+	if err != nil || snap.Stuck != n {
+		t.Fatalf("monitor on the cluster: %+v %v, want %d stuck", snap, err, n)
+	}
+	for i := range n {
+		id, _ := (&idem.Request{Operation: "charge", Key: fmt.Sprint(i)}).Identity()
+		f.must("delete", "--yes", id.StoreKey.String())
+	}
+}
+
 func stuckScenario(t *testing.T, url string) {
 	ctx := context.Background()
 	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
@@ -62,7 +119,9 @@ func stuckScenario(t *testing.T, url string) {
 			t.Fatalf("migrate: %q", out)
 		}
 	case storeurl.DynamoDB:
-		f.must("create-table")
+		if out := f.must("create-table"); !strings.Contains(out, "is active") || !strings.Contains(out, "one writing Region") {
+			t.Fatalf("create-table: %q, want it to say which global-table setups are safe", out)
+		}
 	}
 
 	// An application claims the key, hands the work to an execution, and
@@ -133,5 +192,69 @@ func stuckScenario(t *testing.T, url string) {
 	f.must("delete", "--yes", key)
 	if code, _, _ := f.run("show", key); code != ExitNotFound {
 		t.Fatalf("show after delete: exit %d", code)
+	}
+}
+
+// list, show and watch on a bolt file leave its bytes, and its claim
+// journal's, as they were — also when a crashed writer left a claim in the
+// journal, which they show as stuck without replaying it into the file.
+func TestReadOnlyCommandsLeaveABoltFileAsItWas(t *testing.T) {
+	dir := t.TempDir()
+	crashed, path := filepath.Join(dir, "writer.db"), filepath.Join(dir, "idem.db")
+	ctx := context.Background()
+	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+	w, err := boltstore.Open(crashed, &boltstore.Config{SweepInterval: -1, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := idem.New(w, &idem.Config{Clock: clock, Owner: "worker-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "done"}, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	go func() {
+		_, _ = idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "held"}, func(context.Context) (int, error) {
+			// The process "crashes" here: its files are copied as they stand.
+			for _, suffix := range []string{"", ".claims"} {
+				b, err := os.ReadFile(crashed + suffix)
+				if err == nil {
+					err = os.WriteFile(path+suffix, b, 0o600)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			close(held)
+			return 2, nil
+		})
+	}()
+	<-held
+	defer w.Close()
+	sums := func() string {
+		out := ""
+		for _, suffix := range []string{"", ".claims"} {
+			b, err := os.ReadFile(path + suffix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out += fmt.Sprintf("%x ", sha256.Sum256(b))
+		}
+		return out
+	}
+	before := sums()
+	clock.Advance(time.Minute) // past the held claim's lease (30s), within its expiry (1h)
+	f := &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: "bolt://" + path}}
+	got := listedKeys(t, f.must("list", "--stuck", "-o", "json"))
+	if len(got) != 1 {
+		t.Fatalf("list --stuck: %v, want the crashed writer's held claim", got)
+	}
+	f.must("list")
+	f.must("show", got[0])
+	watchOnce(t, f)
+	if after := sums(); after != before {
+		t.Fatalf("read-only commands changed the bolt file or its journal:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -53,6 +54,12 @@ type Env struct {
 	// writes: passively (nothing migrated, created or swept). The closer
 	// releases it.
 	Open func(ctx context.Context, url string) (store.Store, func() error, error)
+	// OpenReadOnly opens it for the commands that only read (list, show,
+	// watch): as Open, and a bolt file read-only, so that they never change
+	// it. Nil means Open.
+	OpenReadOnly func(ctx context.Context, url string) (store.Store, func() error, error)
+	// Listen opens serve's and watch's listeners. Default net.Listen.
+	Listen func(network, addr string) (net.Listener, error)
 }
 
 // System is the Env of the real process.
@@ -62,13 +69,19 @@ func System() Env {
 		Getenv:          os.Getenv,
 		StdinIsTerminal: stdinIsTerminal,
 		Clock:           idem.SystemClock{},
-		Open: func(ctx context.Context, url string) (store.Store, func() error, error) {
-			s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true})
-			if err != nil {
-				return nil, nil, err
-			}
-			return s.Store, s.Close, nil
-		},
+		Listen:          net.Listen,
+		Open:            openStore(false),
+		OpenReadOnly:    openStore(true),
+	}
+}
+
+func openStore(readOnly bool) func(ctx context.Context, url string) (store.Store, func() error, error) {
+	return func(ctx context.Context, url string) (store.Store, func() error, error) {
+		s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true, ReadOnly: readOnly})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.Store, s.Close, nil
 	}
 }
 
@@ -88,7 +101,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{listCommand, showCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand}
+	return []command{listCommand, showCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand, serveCommand}
 }
 
 // ctl is one run of idemctl: its environment and global flags.
@@ -223,6 +236,18 @@ func (c *ctl) open(ctx context.Context) (store.Store, func() error, error) {
 	return c.env.Open(ctx, url)
 }
 
+// openReadOnly opens the store of -store for a command that only reads.
+func (c *ctl) openReadOnly(ctx context.Context) (store.Store, func() error, error) {
+	if c.env.OpenReadOnly == nil {
+		return c.open(ctx)
+	}
+	url := c.storeURL()
+	if url == "" {
+		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
+	}
+	return c.env.OpenReadOnly(ctx, url)
+}
+
 func (c *ctl) storeURL() string {
 	if c.store != "" {
 		return c.store
@@ -237,6 +262,14 @@ func lister(s store.Store) (store.Lister, error) {
 		return nil, fmt.Errorf("this store (%T) cannot list records", s)
 	}
 	return l, nil
+}
+
+// listen opens a listener on addr.
+func (c *ctl) listen(addr string) (net.Listener, error) {
+	if c.env.Listen == nil {
+		return net.Listen("tcp", addr)
+	}
+	return c.env.Listen("tcp", addr)
 }
 
 // now is the clock's time.

@@ -46,6 +46,8 @@ type fixture struct {
 	stdin  string
 	tty    bool
 	getenv map[string]string
+	// screenshots: the browser test saves this run's pages.
+	screenshots bool
 }
 
 // setup makes a fixture on a fresh memstore; the clock starts at the real

@@ -78,7 +78,7 @@ func (q listQuery) matches(r *store.Record, now time.Time) bool {
 }
 
 func (c *ctl) list(ctx context.Context, q listQuery, out string) error {
-	s, closeStore, err := c.open(ctx)
+	s, closeStore, err := c.openReadOnly(ctx)
 	if err != nil {
 		return err
 	}

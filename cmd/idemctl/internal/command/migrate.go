@@ -52,6 +52,7 @@ var createTableCommand = command{
 			}
 			u, _ := storeurl.Parse(url)
 			fmt.Fprintf(c.env.Stdout, "table %s is active\n", u.Table)
+			fmt.Fprintf(c.env.Stdout, "As a global table, it is safe with one writing Region, or with multi-Region strong consistency (MRSC); never with writers in several Regions under eventual consistency (the default): two Regions could both claim a key. See docs/failover.md.\n")
 			return nil
 		}
 	},

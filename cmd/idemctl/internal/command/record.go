@@ -1,9 +1,7 @@
 package command
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -186,45 +184,4 @@ func (o *outputFlag) Set(s string) error {
 		return nil
 	}
 	return fmt.Errorf("want table or json, not %q", s)
-}
-
-// readState reads key's record through an engine (strongly consistent,
-// expired records count as absent).
-func (c *ctl) readState(ctx context.Context, e *idem.Engine, key idem.StoreKey) (*idem.State, error) {
-	st, err := e.Status(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return nil, fmt.Errorf("%s: no such record (absent or expired): %w", key, store.ErrNotFound)
-	}
-	return st, err
-}
-
-// rawCodec stores the bytes it is given as they are: idemctl writes the
-// result an operator supplies, in whatever encoding the application uses.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	b, ok := v.([]byte)
-	if !ok {
-		return nil, fmt.Errorf("idemctl: raw codec given %T", v)
-	}
-	return b, nil
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	p, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("idemctl: raw codec given %T", v)
-	}
-	*p = append([]byte(nil), data...)
-	return nil
-}
-
-// engine returns an engine on s whose settled records live for expiry
-// (at least a second), owned by "idemctl".
-func (c *ctl) engine(s store.Store, expiry time.Duration) (*idem.Engine, error) {
-	expiry = max(expiry, time.Second)
-	return idem.New(s, &idem.Config{
-		Clock: c.env.Clock, Codec: rawCodec{}, Owner: "idemctl", Logger: c.logger(),
-		Expiry: expiry, Lease: min(30*time.Second, expiry), RenewInterval: -1,
-	})
 }

@@ -1,7 +1,6 @@
 package command
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/ops"
 )
 
 var resolveCommand = command{
@@ -36,11 +35,8 @@ var resolveCommand = command{
 			if expiry < 0 {
 				return usagef("-expiry %v: want a positive duration", expiry)
 			}
-			var (
-				write  func(context.Context, *idem.Engine, idem.Token) error
-				landed func(*idem.State) bool
-				done   string
-			)
+			w := ops.Write{Expiry: expiry}
+			var done string
 			if result != "" {
 				b, err := readResult(c.env.Stdin, result)
 				if err != nil {
@@ -49,29 +45,15 @@ var resolveCommand = command{
 				if !raw && !json.Valid(b) {
 					return usagef("--result is not JSON (pass --raw to store it anyway, for an application with another codec)")
 				}
-				write = func(ctx context.Context, e *idem.Engine, t idem.Token) error { return e.Complete(ctx, t, b) }
-				landed = func(st *idem.State) bool { return st.Status == idem.StatusCompleted && bytes.Equal(st.Result, b) }
-				done = "completed"
+				w.Action, w.Result, done = ops.Complete, b, "completed"
 			} else {
-				code, msg, ok := strings.Cut(failed, ":")
-				if !ok || code == "" || msg == "" {
-					return usagef("--fail %q: want CODE:MESSAGE, such as declined:card declined", failed)
+				te, err := ops.ParseError(failed)
+				if err != nil {
+					return usagef("--fail %v", err)
 				}
-				write = func(ctx context.Context, e *idem.Engine, t idem.Token) error {
-					return e.Fail(ctx, t, &idem.TerminalError{Code: code, Message: msg})
-				}
-				landed = func(st *idem.State) bool {
-					return st.Status == idem.StatusFailed && st.Err != nil && st.Err.Code == code && st.Err.Message == msg
-				}
-				done = "failed"
+				w.Action, w.Error, done = ops.Fail, te, "failed"
 			}
-			s := &settle{c: c, flags: &f, verb: "resolve as " + strings.ToUpper(done), done: done, write: write, landed: landed,
-				expiry: func(st *idem.State) time.Duration {
-					if expiry > 0 {
-						return expiry
-					}
-					return windowOf(st)
-				}}
+			s := &settle{c: c, flags: &f, verb: "resolve as " + strings.ToUpper(done), done: done, write: w}
 			return s.run(ctx, args)
 		}
 	},

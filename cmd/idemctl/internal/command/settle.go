@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/ops"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // settleFlags are the flags every command that writes a record shares.
@@ -22,22 +23,16 @@ func (f *settleFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.force, "force", false, "also settle an IN_PROGRESS record still within its expected completion (its holder may be working)")
 }
 
-// settle is one manual write: read the record, check it may be settled,
-// confirm, then write through the token of exactly the record read, so
-// that the store refuses the write if anything changed in between.
+// settle is one manual write through package ops (the console's code
+// path too): read the record, check it may be settled, confirm, then
+// write through the token of exactly the record read, so that the store
+// refuses the write if anything changed in between.
 type settle struct {
-	c      *ctl
-	flags  *settleFlags
-	verb   string // "release", for messages
-	allow  func(st *idem.State) error
-	expiry func(st *idem.State) time.Duration
-	write  func(ctx context.Context, e *idem.Engine, t idem.Token) error
-	// landed, when set, checks the record after the write: the engine
-	// counts a write that finds the record already settled under the same
-	// claim as its own (an earlier attempt whose reply was lost), which
-	// for an operator's write means the holder settled it in between.
-	landed func(st *idem.State) bool
-	done   string // printed on success, after the key
+	c     *ctl
+	flags *settleFlags
+	verb  string // "release", for messages
+	write ops.Write
+	done  string // printed on success, after the key
 }
 
 func (s *settle) run(ctx context.Context, args []string) error {
@@ -50,74 +45,44 @@ func (s *settle) run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
-	reader, err := s.c.engine(st, time.Hour)
+	op := s.c.operator(st)
+	state, err := op.Read(ctx, key)
 	if err != nil {
 		return err
 	}
-	state, err := s.c.readState(ctx, reader, key)
-	if err != nil {
-		return err
-	}
-	now := s.c.now()
-	if state.Status == idem.StatusInProgress && !state.Overdue(now) && !s.flags.force {
-		return fmt.Errorf("%s is IN_PROGRESS and within its expected completion (%s, in %v): its holder %s may still be working; wait, or pass --force",
-			key, ts(state.ExpectedCompletion), state.ExpectedCompletion.Sub(now).Round(time.Second), state.LockedBy)
-	}
-	if s.allow != nil {
-		if err := s.allow(state); err != nil {
-			return err
-		}
+	w := s.write
+	w.Force = s.flags.force
+	if err := w.Allowed(state, s.c.now()); err != nil {
+		return explainRefusal(err)
 	}
 	q := fmt.Sprintf("%s %s (%s, fence %d, owner %s, created %s)?", s.verb, key, state.Status, state.Fence, state.LockedBy, ts(state.CreatedAt))
 	if err := s.c.confirm(s.flags.yes, q); err != nil {
 		return err
 	}
-	expiry := time.Hour
-	if s.expiry != nil {
-		expiry = s.expiry(state)
-	}
-	e, err := s.c.engine(st, expiry)
-	if err != nil {
-		return err
-	}
-	if err := s.write(ctx, e, state.Token()); err != nil {
-		return explainWrite(key, err)
-	}
-	if s.landed != nil {
-		after, err := s.c.readState(ctx, reader, key)
-		if err != nil {
-			return fmt.Errorf("%s: the write was accepted but the record cannot be read back: %w", key, err)
-		}
-		if !s.landed(after) {
-			return fmt.Errorf("%s changed underneath: its holder settled it as %s while idemctl was writing; idemctl's outcome was not stored. Run idemctl show %s and decide again",
-				key, after.Status, key)
-		}
+	if err := op.Apply(ctx, state, w); err != nil {
+		return explainRefusal(err)
 	}
 	fmt.Fprintf(s.c.env.Stdout, "%s %s\n", s.done, key)
 	return nil
 }
 
-// explainWrite turns a refused write into a message an operator can act on.
-func explainWrite(key idem.StoreKey, err error) error {
-	var stale *idem.StaleTokenError
-	if !errors.As(err, &stale) {
-		return err
+// explainRefusal words ops' refusals in idemctl's flags and commands.
+func explainRefusal(err error) error {
+	var fresh *ops.FreshError
+	var changed *ops.ChangedError
+	switch {
+	case errors.As(err, &fresh):
+		return fmt.Errorf("%s is IN_PROGRESS and within its expected completion (%s, in %v): its holder %s may still be working; wait, or pass --force",
+			fresh.Key, ts(fresh.ExpectedCompletion), fresh.Left.Round(time.Second), fresh.Holder)
+	case errors.As(err, &changed) && changed.Now != nil:
+		return fmt.Errorf("%w (idemctl show %s)", err, changed.Key)
 	}
-	if stale.Status == 0 {
-		return fmt.Errorf("%s changed underneath: it was deleted or expired since it was read; nothing was written", key)
-	}
-	return fmt.Errorf("%s changed underneath: it is now %s (fence %d, owner %s), not the record that was read; nothing was written. Run idemctl show %s and decide again",
-		key, stale.Status, stale.Fence, stale.Owner, key)
+	return err
 }
 
-// windowOf is how long a record settled by hand stays: as long as the
-// application kept this one (its expiry less its claim or settling time).
-func windowOf(st *idem.State) time.Duration {
-	from := st.CreatedAt
-	if !st.CompletedAt.IsZero() {
-		from = st.CompletedAt
-	}
-	return st.ExpiresAt.Sub(from)
+// operator settles records of s on idemctl's clock, as "idemctl".
+func (c *ctl) operator(s store.Store) *ops.Operator {
+	return &ops.Operator{Store: s, Clock: c.env.Clock, Owner: "idemctl", Logger: c.logger()}
 }
 
 var releaseCommand = command{
@@ -126,15 +91,7 @@ var releaseCommand = command{
 	flags: func(fs *flag.FlagSet, c *ctl) func(context.Context, []string) error {
 		var f settleFlags
 		f.define(fs)
-		s := &settle{c: c, flags: &f, verb: "release", done: "released",
-			allow: func(st *idem.State) error {
-				if st.Status == idem.StatusCompleted {
-					return fmt.Errorf("%s is COMPLETED: releasing it would discard its stored result and run the operation again; use delete if that is what you want", st.Key)
-				}
-				return nil
-			},
-			write: func(ctx context.Context, e *idem.Engine, t idem.Token) error { return e.Release(ctx, t) },
-		}
+		s := &settle{c: c, flags: &f, verb: "release", done: "released", write: ops.Write{Action: ops.Release}}
 		return s.run
 	},
 }
@@ -145,9 +102,7 @@ var deleteCommand = command{
 	flags: func(fs *flag.FlagSet, c *ctl) func(context.Context, []string) error {
 		var f settleFlags
 		f.define(fs)
-		s := &settle{c: c, flags: &f, verb: "delete", done: "deleted",
-			write: func(ctx context.Context, e *idem.Engine, t idem.Token) error { return e.Release(ctx, t) },
-		}
+		s := &settle{c: c, flags: &f, verb: "delete", done: "deleted", write: ops.Write{Action: ops.Delete}}
 		return s.run
 	},
 }

@@ -21,16 +21,12 @@ var showCommand = command{
 			if err != nil {
 				return err
 			}
-			s, closeStore, err := c.open(ctx)
+			s, closeStore, err := c.openReadOnly(ctx)
 			if err != nil {
 				return err
 			}
 			defer closeStore()
-			e, err := c.engine(s, time.Hour)
-			if err != nil {
-				return err
-			}
-			st, err := c.readState(ctx, e, key)
+			st, err := c.operator(s).Read(ctx, key)
 			if err != nil {
 				return err
 			}

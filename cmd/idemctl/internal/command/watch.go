@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -79,7 +78,7 @@ func (g *gauges) sweep(s monitor.Snapshot) {
 }
 
 func (c *ctl) watch(ctx context.Context, addr string, cfg *monitor.Config) error {
-	s, closeStore, err := c.open(ctx)
+	s, closeStore, err := c.openReadOnly(ctx)
 	if err != nil {
 		return err
 	}
@@ -110,19 +109,5 @@ func (c *ctl) watch(ctx context.Context, addr string, cfg *monitor.Config) error
 		return err
 	}
 	defer m.Close()
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if serr := srv.Shutdown(sctx); serr != nil && err == nil {
-			err = serr
-		}
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	return serveUntilDone(ctx, srv, errc)
 }

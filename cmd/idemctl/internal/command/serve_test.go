@@ -1,0 +1,198 @@
+package command
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/ops"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/storeurl"
+)
+
+const consoleSecret = "correct-horse-battery"
+
+// serving runs idemctl serve with args until the test ends and returns
+// the console's URL.
+func (f *fixture) serving(args ...string) string {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	var out, errb syncBuffer
+	env := f.env(&out, &errb)
+	env.Listen = func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		if err == nil {
+			addrc <- ln.Addr().String()
+		}
+		return ln, err
+	}
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, append([]string{"serve", "-listen", "127.0.0.1:0"}, args...), env) }()
+	select {
+	case addr := <-addrc:
+		f.t.Cleanup(func() {
+			cancel()
+			if code := <-done; code != ExitOK {
+				f.t.Errorf("serve exited %d: %s", code, errb.String())
+			}
+		})
+		return "http://" + addr + "/"
+	case code := <-done:
+		cancel()
+		f.t.Fatalf("serve exited %d before listening: %s", code, errb.String())
+	}
+	return ""
+}
+
+// seedFixture seeds f's store (the fixture's own, or the one its URL
+// names, opened and closed again, as the bolt file is single-process).
+func (f *fixture) seed() consoletest.Keys {
+	f.t.Helper()
+	s, closeStore := f.store, func() error { return nil }
+	if s == nil {
+		opened, err := storeurl.Open(context.Background(), f.getenv[EnvStore], &storeurl.Options{Clock: f.clock})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		s, closeStore = opened.Store, opened.Close
+	}
+	defer closeStore()
+	app, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: ops.RawCodec{}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return consoletest.Seed(f.t, app, raw, f.clock.Advance)
+}
+
+// onStores runs scenario on every store: the fixture's memstore, a bolt
+// file, Redis, PostgreSQL and DynamoDB Local.
+func onStores(t *testing.T, scenario func(t *testing.T, f *fixture)) {
+	real := func(t *testing.T, u string) *fixture {
+		f := &fixture{t: t, clock: clocktest.New(time.Now().Truncate(time.Millisecond)), getenv: map[string]string{EnvStore: u}}
+		k, err := storeurl.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch k.Kind {
+		case storeurl.Postgres:
+			f.must("migrate")
+		case storeurl.DynamoDB:
+			f.must("create-table")
+		}
+		return f
+	}
+	t.Run("memory", func(t *testing.T) { scenario(t, setup(t)) })
+	t.Run("bolt", func(t *testing.T) {
+		scenario(t, real(t, "bolt://"+filepath.Join(t.TempDir(), "idem.db")))
+	})
+	t.Run("redis", func(t *testing.T) {
+		addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+		scenario(t, real(t, fmt.Sprintf("redis://%s/0?prefix=console%d:", addr, time.Now().UnixNano())))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
+		user := os.Getenv("IDEM_PG_USER")
+		if user == "" {
+			user = "postgres"
+		}
+		scenario(t, real(t, fmt.Sprintf("postgres://%s@%s/test?table=console_%d", user, addr, time.Now().UnixNano())))
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
+		if ep == "" {
+			testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
+		}
+		t.Setenv("AWS_ACCESS_KEY_ID", "local")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
+		scenario(t, real(t, fmt.Sprintf("dynamodb://console_%d?region=us-east-1&endpoint=%s", time.Now().UnixNano(), ep)))
+	})
+}
+
+// Every page of the console renders on every store, and a stuck record
+// is resolved through it.
+func TestServeEveryPageOnEveryStore(t *testing.T) {
+	onStores(t, func(t *testing.T, f *fixture) {
+		keys := f.seed()
+		f.getenv[EnvConsoleAuth] = "ops:" + consoleSecret
+		c := consoletest.NewClient(t, f.serving("-write"))
+		c.SignIn("ops", consoleSecret)
+		rec := func(k idem.StoreKey) string { return "record?" + url.Values{"key": {k.String()}}.Encode() }
+		for path, want := range map[string][]string{
+			"":                      {"Stuck", `>1</a>`, "charge", "refund", "writes enabled", "signed in as"},
+			"records":               {keys.Completed.String(), keys.Failed.String(), keys.Stuck.String(), keys.Fresh.String(), keys.Binary.String()},
+			"records?stuck=1":       {keys.Stuck.String(), "(stuck)"},
+			"records?status=failed": {keys.Failed.String()},
+			"records?scope=charge/acme&older=1m&limit=10": {keys.Stuck.String(), keys.Completed.String()},
+			rec(keys.Completed):                           {"ch_1001", "Resolve as FAILED"},
+			rec(keys.Failed):                              {"card declined by issuer"},
+			rec(keys.Stuck):                               {"console.aws.amazon.com", "Release"},
+			rec(keys.Fresh):                               {"force"},
+			rec(keys.Script):                              {"&lt;script&gt;"},
+			rec(keys.Binary):                              {"binary (hex)"},
+		} {
+			code, body, _ := c.Get(path)
+			if code != http.StatusOK {
+				t.Errorf("GET /%s: %d\n%s", path, code, body)
+				continue
+			}
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					t.Errorf("GET /%s: no %q", path, w)
+				}
+			}
+			if strings.Contains(body, "<script") {
+				t.Errorf("GET /%s: a script reached the page", path)
+			}
+		}
+		if code, loc := c.Act(keys.Stuck, "complete", url.Values{"result": {`{"charge":"ch_1003"}`}}); code != http.StatusSeeOther {
+			t.Fatalf("resolve: %d %s", code, loc)
+		}
+		if _, body, _ := c.Get(rec(keys.Stuck)); !strings.Contains(body, `<span class="status COMPLETED">`) || !strings.Contains(body, "ch_1003") {
+			t.Fatalf("after resolve:\n%s", body)
+		}
+		if _, body, _ := c.Get("metrics"); !strings.Contains(body, `idem_console_actions_total{action="complete",outcome="done"} 1`) ||
+			!strings.Contains(body, "idem_failed 1") {
+			t.Fatalf("metrics:\n%s", body)
+		}
+	})
+}
+
+// serve reads nothing it should not: a read-only console over a store
+// that fails on any write renders every page; -write without
+// credentials is a usage error.
+func TestServeReadOnly(t *testing.T) {
+	f := setup(t)
+	keys := f.seed()
+	f.store = readOnlyStore{Store: f.store, t: t}
+	c := consoletest.NewClient(t, f.serving())
+	for _, path := range []string{"", "records", "records?stuck=1", "record?" + url.Values{"key": {keys.Stuck.String()}}.Encode()} {
+		if code, body, _ := c.Get(path); code != http.StatusOK || !strings.Contains(body, "read-only") {
+			t.Errorf("GET /%s: %d", path, code)
+		}
+	}
+	if code, _, errOut := f.run("serve", "-write"); code != ExitUsage || !strings.Contains(errOut, "-write needs credentials") {
+		t.Errorf("serve -write without credentials: %d %s", code, errOut)
+	}
+	f.getenv[EnvConsoleAuth] = "ops:short"
+	if code, _, errOut := f.run("serve", "-write"); code != ExitError || !strings.Contains(errOut, "at least 12") {
+		t.Errorf("serve with a short password: %d %s", code, errOut)
+	}
+}
+
+var _ store.Store = readOnlyStore{}

@@ -1,0 +1,143 @@
+// Package consume decides what a message consumer does with a message once
+// the engine has answered for it: one verdict, computed here, that
+// idemnats (JetStream), idemamqp (RabbitMQ) and idemlambda's SQS and
+// EventBridge adapters each carry out with their broker's own calls. A
+// consumer of another broker should use it too.
+//
+// # The verdicts
+//
+//	engine's answer                                        verdict
+//	success recorded (COMPLETED), or replayed               Done
+//	success whose outcome write failed past WriteTimeout    Done (see below)
+//	success, no claim held (engine disabled, fail-open)     Done
+//	terminal error recorded or replayed                     DeadLetter
+//	success whose result could not be stored (too large)    DeadLetter
+//	key reused with another payload, or no usable key       DeadLetter
+//	key held by another consumer                            RetryAfter (its lease)
+//	retryable error (claim released), store failed at claim Retry
+//	outcome uncertain (idem.Uncertain)                      Leave
+//	outcome write refused: the key was taken over           Leave
+//
+// Done acknowledges (JetStream Ack, AMQP Ack, SQS: not reported). DeadLetter
+// stops redelivery (Term, Reject without requeue, a batch item failure that
+// the queue's redrive policy moves aside). RetryAfter and Retry ask for the
+// message again, later or now. Leave settles nothing the broker can act on:
+// JetStream and SQS redeliver after AckWait or the visibility timeout;
+// RabbitMQ, where an unsettled delivery holds its prefetch slot until the
+// channel closes, tries it later as for Retry.
+//
+// # An outcome write that did not land
+//
+// The operation ran and returned; then the write of its outcome failed.
+// Two cases, told apart by [idem.Result.Unrecorded]:
+//
+//   - Refused: the key was taken over while the handler ran (it outlived
+//     its lease), so another consumer holds it now and will settle it. Leave:
+//     acknowledging would settle a delivery the new holder may still be
+//     working on, and a redelivery replays the new holder's outcome or waits
+//     for it.
+//   - Failed: the store was unreachable for all of WriteTimeout. The record
+//     stays IN_PROGRESS until its lease ends. Done: a redelivery would wait
+//     out the lease and then take the key over and run the operation a
+//     second time, since the store never learnt that it ran; acknowledging
+//     keeps it at most once and leaves a stuck record (IN_PROGRESS past its
+//     lease) that the monitor's idem_stuck and `idemctl list --stuck` show
+//     an operator, who resolves it. This is the engine's rule for HTTP (a
+//     failed Complete never hides the result from the caller) carried to
+//     messages; the message is not lost, its effect happened. A copy of the
+//     message published again by a producer after the lease would run again,
+//     as after any crash.
+package consume
+
+import (
+	"errors"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// Action is what a consumer does with a message.
+type Action int
+
+// The actions, in the order of the package doc's table.
+const (
+	// Done: acknowledge; the outcome is recorded (or replayed).
+	Done Action = iota + 1
+	// DeadLetter: stop redelivering the message; it will never succeed.
+	DeadLetter
+	// RetryAfter: another consumer holds the key; deliver the message again
+	// after Verdict.Delay.
+	RetryAfter
+	// Retry: deliver the message again; nothing of this delivery is kept.
+	Retry
+	// Leave: settle nothing; the broker's own timeout redelivers it.
+	Leave
+)
+
+var actionNames = [...]string{"", "done", "dead-letter", "retry-after", "retry", "leave"}
+
+func (a Action) String() string {
+	if a <= 0 || int(a) >= len(actionNames) {
+		return "unknown"
+	}
+	return actionNames[a]
+}
+
+// Verdict is a message's fate.
+type Verdict struct {
+	Action Action
+	// Delay is how long to wait before the message comes again, for
+	// RetryAfter.
+	Delay time.Duration
+	// Err says why, for every action but a plain Done: the handler's or
+	// the engine's error, or what kept the outcome from being recorded.
+	Err error
+}
+
+// ErrOutcomeNotRecorded is in the Err of a Leave or Done whose outcome
+// write did not land (see the package doc), with the store's answer; a
+// refused write's Err also holds idem.ErrLeaseLost.
+var ErrOutcomeNotRecorded = errors.New("consume: the outcome was not recorded")
+
+// Decide maps the engine's answer for one message — the Result and error
+// of idem.Do, DoIdentity or one item of DoBatch — to its verdict. now is
+// the engine's clock, for the delay of a key held elsewhere.
+func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
+	var (
+		term   *idem.TerminalError
+		inProg *idem.InProgressError
+	)
+	switch {
+	case errors.As(err, &inProg):
+		return Verdict{Action: RetryAfter, Delay: inProg.RetryAfter(now), Err: err}
+	case errors.Is(err, idem.ErrUncertain):
+		return Verdict{Action: Leave, Err: err}
+	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
+		return Verdict{Action: DeadLetter, Err: err}
+	}
+	if refused(res.Unrecorded) {
+		// Taken over while the handler ran: the new holder settles it.
+		return Verdict{Action: Leave, Err: errors.Join(ErrOutcomeNotRecorded, idem.ErrLeaseLost, res.Unrecorded, err)}
+	}
+	switch {
+	case errors.As(err, &term):
+		return Verdict{Action: DeadLetter, Err: err}
+	case err != nil:
+		return Verdict{Action: Retry, Err: err}
+	case res.Recorded == idem.StatusFailed:
+		// A success whose result could not be stored: the engine recorded
+		// a terminal marker instead, which every redelivery would meet.
+		return Verdict{Action: DeadLetter, Err: idem.ErrResultTooLarge}
+	case res.Unrecorded != nil:
+		// The store failed for all of WriteTimeout after the operation ran.
+		return Verdict{Action: Done, Err: errors.Join(ErrOutcomeNotRecorded, res.Unrecorded)}
+	}
+	return Verdict{Action: Done}
+}
+
+// refused reports whether an outcome write's error says the key was taken
+// over: the store refused the write, or the record was gone.
+func refused(err error) bool {
+	return err != nil && (errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound))
+}

@@ -1,0 +1,64 @@
+package consume_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// Every row of the package doc's table, from the engine's answer alone.
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	fenced := &store.FencedError{Key: "k", Fence: 1, Current: 2, CurrentOwner: "other", Status: store.StatusInProgress}
+	down := fmt.Errorf("redisstore: complete k: %w", store.ErrUnavailable)
+	inProg := &idem.InProgressError{Key: "k", LeaseUntil: now.Add(7 * time.Second)}
+	term := idem.Terminal(errors.New("declined"), "declined")
+	for _, c := range []struct {
+		name string
+		res  idem.Result[int]
+		err  error
+		want consume.Action
+	}{
+		{"recorded", idem.Result[int]{Fence: 1, Recorded: idem.StatusCompleted}, nil, consume.Done},
+		{"replayed", idem.Result[int]{Replayed: true}, nil, consume.Done},
+		{"no claim (engine disabled)", idem.Result[int]{}, nil, consume.Done},
+		{"outcome write failed", idem.Result[int]{Fence: 1, Unrecorded: down}, nil, consume.Done},
+		{"terminal", idem.Result[int]{Fence: 1, Recorded: idem.StatusFailed}, term, consume.DeadLetter},
+		{"result too large", idem.Result[int]{Fence: 1, Recorded: idem.StatusFailed}, nil, consume.DeadLetter},
+		{"mismatch", idem.Result[int]{}, fmt.Errorf("wrapped: %w", idem.ErrMismatch), consume.DeadLetter},
+		{"invalid key", idem.Result[int]{}, idem.ErrInvalidKey, consume.DeadLetter},
+		{"held elsewhere", idem.Result[int]{}, inProg, consume.RetryAfter},
+		{"retryable", idem.Result[int]{Fence: 1}, errors.New("flaky"), consume.Retry},
+		{"store failed at claim", idem.Result[int]{}, &idem.StoreError{Op: idem.StoreClaim, Err: down}, consume.Retry},
+		{"uncertain", idem.Result[int]{Fence: 1}, idem.Uncertain(errors.New("reset")), consume.Leave},
+		{"complete refused", idem.Result[int]{Fence: 1, Unrecorded: fenced}, nil, consume.Leave},
+		{"complete found the record gone", idem.Result[int]{Fence: 1, Unrecorded: store.ErrNotFound}, nil, consume.Leave},
+		{"release refused after an error", idem.Result[int]{Fence: 1, Unrecorded: fenced}, errors.New("flaky"), consume.Leave},
+		{"fail refused after a terminal error", idem.Result[int]{Fence: 1, Unrecorded: fenced}, term, consume.Leave},
+		{"fail failed after a terminal error", idem.Result[int]{Fence: 1, Unrecorded: down}, term, consume.DeadLetter},
+	} {
+		v := consume.Decide(c.res, c.err, now)
+		if v.Action != c.want {
+			t.Errorf("%s: %v (%v), want %v", c.name, v.Action, v.Err, c.want)
+		}
+		if v.Action != consume.Done && v.Err == nil {
+			t.Errorf("%s: %v without a reason", c.name, v.Action)
+		}
+		switch c.want {
+		case consume.RetryAfter:
+			if v.Delay <= 6*time.Second || v.Delay > 7*time.Second {
+				t.Errorf("%s: delay %v, want the holder's lease (7s)", c.name, v.Delay)
+			}
+		case consume.Leave:
+			if c.res.Unrecorded != nil && (!errors.Is(v.Err, consume.ErrOutcomeNotRecorded) || !errors.Is(v.Err, idem.ErrLeaseLost)) {
+				t.Errorf("%s: %v, want ErrOutcomeNotRecorded and ErrLeaseLost", c.name, v.Err)
+			}
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package idemnats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	verdict "github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemnats"
+	"github.com/seed-a1b882c0/idem/idemtest/consumetest"
+)
+
+// The consumers' table (idemtest/consumetest), through a real JetStream:
+// every situation settles the message by consume's verdict.
+func TestVerdicts(t *testing.T) {
+	js, s, subj := stream(t)
+	n := 0
+	consumetest.Run(t, func(t *testing.T, f *consumetest.Fixture, key string, payload []byte, handle func(context.Context) error) verdict.Verdict {
+		ctx := context.Background()
+		n++
+		sub := fmt.Sprintf("%s.%d", subj, n)
+		m := nats.NewMsg(sub)
+		m.Header.Set("Idem-Key", key)
+		m.Header.Set(nats.MsgIdHdr, sub) // one publish per delivery: JetStream's own dedup stays out of the way
+		m.Data = payload
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: sub, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := idemnats.Wrap(f.Engine, &idemnats.Config{Operation: f.Operation, AckWait: 10 * time.Second, Key: func(m jetstream.Msg) (string, error) {
+			if k := m.Headers().Get("Idem-Key"); k != "" {
+				return k, nil
+			}
+			return "", errors.New("no Idem-Key")
+		}}, func(ctx context.Context, _ jetstream.Msg) (struct{}, error) { return struct{}{}, handle(ctx) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := p(ctx, msg)
+		return verdict.Verdict{Action: map[idemnats.Disposition]verdict.Action{
+			idemnats.Acked: verdict.Done, idemnats.Termed: verdict.DeadLetter, idemnats.Delayed: verdict.RetryAfter,
+			idemnats.Nakked: verdict.Retry, idemnats.Left: verdict.Leave,
+		}[d], Err: err}
+	})
+}

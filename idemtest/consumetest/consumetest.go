@@ -1,0 +1,151 @@
+// Package consumetest is the table every message consumer runs: the same
+// situations (a new message, a replay, a terminal or retryable error, a key
+// held elsewhere, a reused key, an uncertain outcome, an outcome write
+// refused or failed) delivered through each adapter and its real broker
+// (or, for Lambda, real event shapes), each of which must settle the
+// message by the verdict the consume package gives. idemnats, idemamqp and
+// idemlambda run it. Test-only.
+package consumetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+)
+
+// Fixture is one case's world: the consumer's engine over a store that
+// can be made to fail.
+type Fixture struct {
+	Engine *idem.Engine
+	Store  *faultstore.Store
+	// Operation is the operation name the adapter must use.
+	Operation string
+}
+
+// Deliver delivers one message with key and payload through the adapter,
+// whose handler calls handle, and returns the verdict the adapter settled
+// it by, once it has. The adapter's configuration must use f.Engine and
+// f.Operation, key the message by key, and fingerprint payload.
+type Deliver func(t *testing.T, f *Fixture, key string, payload []byte, handle func(context.Context) error) consume.Verdict
+
+// Case is one situation.
+type Case struct {
+	Name string
+	Want consume.Action
+	run  func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict
+}
+
+// Cases are the situations every consumer is held to.
+func Cases() []Case {
+	ok := func(context.Context) error { return nil }
+	once := func(handle func(context.Context) error) func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+		return func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+			return d(t, f, key, []byte(`{"n":1}`), handle)
+		}
+	}
+	// twice delivers a first copy with first, then the message with
+	// payload, whose handler must not run.
+	twice := func(first func(context.Context) error, payload string) func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+		return func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+			d(t, f, key, []byte(`{"n":1}`), first)
+			return d(t, f, key, []byte(payload), func(context.Context) error {
+				t.Error("the handler ran for a copy whose key was already used")
+				return nil
+			})
+		}
+	}
+	terminal := func(context.Context) error { return idem.Terminal(errors.New("card declined"), "declined") }
+	return []Case{
+		{"NewMessage", consume.Done, once(ok)},
+		{"Replayed", consume.Done, twice(ok, `{"n":1}`)},
+		{"TerminalError", consume.DeadLetter, once(terminal)},
+		{"ReplayedTerminalError", consume.DeadLetter, twice(terminal, `{"n":1}`)},
+		{"RetryableError", consume.Retry, once(func(context.Context) error { return errors.New("downstream timeout") })},
+		{"KeyReusedWithAnotherPayload", consume.DeadLetter, twice(ok, `{"n":2}`)},
+		{"Uncertain", consume.Leave, once(func(context.Context) error {
+			return idem.Uncertain(errors.New("connection reset after the request was sent"))
+		})},
+		{"HeldElsewhere", consume.RetryAfter, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+			// A first copy's handler runs until the second copy is settled.
+			running, release := make(chan struct{}), make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				d(t, f, key, []byte(`{"n":1}`), func(context.Context) error {
+					close(running)
+					<-release
+					return nil
+				})
+			})
+			<-running
+			v := d(t, f, key, []byte(`{"n":1}`), func(context.Context) error {
+				t.Error("the handler ran while another copy held the key")
+				return nil
+			})
+			close(release)
+			wg.Wait()
+			return v
+		}},
+		{"OutcomeWriteRefused", consume.Leave, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+			// Another consumer takes the key over while the handler runs
+			// (as if this one had outlived its lease): the store refuses
+			// this holder's Complete.
+			return d(t, f, key, []byte(`{"n":1}`), func(ctx context.Context) error {
+				c, ok := idem.FromContext(ctx)
+				if !ok {
+					return errors.New("consumetest: the handler runs without a claim")
+				}
+				rec, err := f.Store.Get(ctx, c.Key)
+				if err != nil {
+					return err
+				}
+				now := time.Now().Add(time.Minute).UnixMilli() // past the lease
+				res, err := f.Store.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "another consumer", Fingerprint: rec.Fingerprint,
+					Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 3_600_000})
+				if err != nil || !res.Acquired {
+					t.Errorf("taking the key over: %+v %v", res, err)
+				}
+				return nil
+			})
+		}},
+		{"OutcomeWriteFailed", consume.Done, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+			// The store is unreachable for all of WriteTimeout after the
+			// handler ran.
+			f.Store.FailAlways("Complete", fmt.Errorf("connection refused: %w", store.ErrUnavailable))
+			return d(t, f, key, []byte(`{"n":1}`), ok)
+		}},
+	}
+}
+
+var seq atomic.Int64
+
+// Run runs every case through deliver, each on a fresh in-memory store and
+// engine (Wait 0, the default, so that a key held elsewhere answers at once;
+// WriteTimeout 200ms, so that a failed outcome write gives up soon).
+func Run(t *testing.T, deliver Deliver) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			m := memstore.New(&memstore.Config{SweepInterval: -1})
+			t.Cleanup(func() { m.Close() })
+			fs := faultstore.New(m)
+			e, err := idem.New(fs, &idem.Config{WriteTimeout: 200 * time.Millisecond, Lease: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &Fixture{Engine: e, Store: fs, Operation: fmt.Sprintf("consumetest-%d", seq.Add(1))}
+			got := c.run(t, f, deliver, fmt.Sprintf("key-%d", seq.Add(1)))
+			if got.Action != c.Want {
+				t.Fatalf("settled as %v (%v), want %v", got.Action, got.Err, c.Want)
+			}
+		})
+	}
+}
