@@ -12,47 +12,81 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSONCodec is the default [Codec], encoding/json.
+// JSONCodec is the default [Codec], encoding/json, except for results that
+// are bytes already: a []byte or json.RawMessage result (or a pointer to
+// one) is stored as it is, not as JSON — encoding/json would make a
+// []byte a base64 string a third larger, and re-encode raw JSON — and
+// decoded back into a *[]byte or *json.RawMessage as a copy of the stored
+// bytes. Bytes inside another type (a struct field) are JSON as usual.
 type JSONCodec struct{}
 
-// Marshal returns json.Marshal(v).
-func (JSONCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
+// Marshal returns the bytes of a []byte or json.RawMessage (or a pointer to
+// either), else json.Marshal(v).
+func (JSONCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := rawOf(v); ok {
+		return b, nil
+	}
+	return json.Marshal(v)
+}
 
-// Unmarshal returns json.Unmarshal(data, v).
-func (JSONCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+// Unmarshal sets a *[]byte or *json.RawMessage to a copy of data, else
+// returns json.Unmarshal(data, v).
+func (JSONCodec) Unmarshal(data []byte, v any) error {
+	if setRaw(data, v) {
+		return nil
+	}
+	return json.Unmarshal(data, v)
+}
+
+// rawOf returns the bytes of a []byte or json.RawMessage or a pointer to
+// either.
+func rawOf(v any) ([]byte, bool) {
+	switch b := v.(type) {
+	case []byte:
+		return b, true
+	case json.RawMessage:
+		return b, true
+	case *[]byte:
+		return *b, true
+	case *json.RawMessage:
+		return *b, true
+	}
+	return nil, false
+}
+
+// setRaw sets a *[]byte or *json.RawMessage to a copy of data.
+func setRaw(data []byte, v any) bool {
+	switch p := v.(type) {
+	case *[]byte:
+		*p = bytes.Clone(data)
+		return true
+	case *json.RawMessage:
+		*p = bytes.Clone(data)
+		return true
+	}
+	return false
+}
 
 // RawCodec stores results as they are, for operations whose result is
-// already bytes: []byte, or json.RawMessage for raw JSON. An engine with
-// RawCodec encodes and decodes such results without reflection (a replay
-// copies the stored bytes once); any other type fails to encode with an
-// error naming it, which the engine records as for any result that cannot
-// be encoded.
+// already bytes: []byte, or json.RawMessage for raw JSON. It stores them as
+// the default [JSONCodec] does (the engine encodes and decodes such
+// results without reflection with either; a replay copies the stored
+// bytes once), but any other type fails to encode with an error naming
+// it, which the engine records as for any result that cannot be encoded.
 type RawCodec struct{}
 
 // Marshal returns the bytes of a []byte, json.RawMessage or a pointer to
 // either.
 func (RawCodec) Marshal(v any) ([]byte, error) {
-	switch b := v.(type) {
-	case []byte:
+	if b, ok := rawOf(v); ok {
 		return b, nil
-	case json.RawMessage:
-		return b, nil
-	case *[]byte:
-		return *b, nil
-	case *json.RawMessage:
-		return *b, nil
 	}
 	return nil, fmt.Errorf("idem: RawCodec encodes []byte and json.RawMessage results, not %T", v)
 }
 
 // Unmarshal sets a *[]byte or *json.RawMessage to a copy of data.
 func (RawCodec) Unmarshal(data []byte, v any) error {
-	switch p := v.(type) {
-	case *[]byte:
-		*p = bytes.Clone(data)
-		return nil
-	case *json.RawMessage:
-		*p = bytes.Clone(data)
+	if setRaw(data, v) {
 		return nil
 	}
 	return fmt.Errorf("idem: RawCodec decodes into *[]byte or *json.RawMessage, not %T", v)

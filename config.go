@@ -59,14 +59,17 @@ type Config struct {
 	// with backoff and jitter, each attempt bounded by a third of
 	// WriteTimeout, while the lease keeps being renewed. Only when
 	// WriteTimeout has passed does the engine give up (logged, counted as
-	// observe.OutcomeStoreError). These writes are made even when the caller's
-	// context is cancelled. Default 10s.
+	// observe.OutcomeStoreError). A write refused with store.ErrMisconfigured
+	// (credentials refused, a spill bucket gone) is not retried: it fails
+	// at once, logged and counted once. These writes are made even when
+	// the caller's context is cancelled. Default 10s.
 	WriteTimeout time.Duration
 
 	// Cache, when non-nil, enables the local cache of COMPLETED records.
 	Cache *CacheConfig
 
-	// Codec encodes results. Default [JSONCodec].
+	// Codec encodes results. Default [JSONCodec], which stores a []byte or
+	// json.RawMessage result as it is (not base64 or re-encoded JSON).
 	Codec Codec
 
 	// Clock is the source of time. Default [SystemClock].

@@ -85,9 +85,10 @@
 // together, in one round trip over a store that is a [store.BatchClaimer],
 // and runs each claimed key as [DoIdentity] would. A call costs the engine
 // about ten allocations over the store's own; a local-cache hit
-// (Config.Cache) none and no store call. [RawCodec] stores []byte and
-// json.RawMessage results without reflection. docs/benchmarks.md has the
-// figures.
+// (Config.Cache) none and no store call. The default [JSONCodec], and
+// [RawCodec], store []byte and json.RawMessage results as they are, without
+// reflection (a []byte is not made a base64 string a third larger).
+// docs/benchmarks.md has the figures.
 //
 // # Operations
 //

@@ -32,7 +32,7 @@ type Engine struct {
 	seq         atomic.Uint64
 
 	timing   bool // the observer wants store-call latencies
-	raw      bool // the codec is RawCodec: []byte results skip it
+	raw      bool // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
 	sysClock bool // the clock is SystemClock
 
 	mu       sync.Mutex
@@ -52,7 +52,10 @@ func New(store store.Store, cfg *Config) (*Engine, error) {
 	}
 	e := &Engine{store: store, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
 	_, nop := c.Observer.(nopObserver)
-	_, e.raw = c.Codec.(RawCodec)
+	switch c.Codec.(type) {
+	case RawCodec, JSONCodec: // []byte and json.RawMessage results are stored as they are
+		e.raw = true
+	}
 	_, e.sysClock = c.Clock.(SystemClock)
 	e.timing = !nop
 	e.renewals.init(e)
@@ -298,8 +301,9 @@ func (t *typedCall[T]) runOp(ctx context.Context) (opResult, error) {
 	return out, nil
 }
 
-// encode encodes t.value with the engine's codec; a [RawCodec] engine
-// takes a []byte or json.RawMessage value as it is, without reflection.
+// encode encodes t.value with the engine's codec; a [RawCodec] or
+// [JSONCodec] engine takes a []byte or json.RawMessage value as it is,
+// without reflection.
 func (t *typedCall[T]) encode() ([]byte, error) {
 	if t.e.raw {
 		if b, ok := rawBytes(&t.value); ok {
@@ -1174,10 +1178,12 @@ func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er
 
 // transient reports whether a failed store write may succeed if retried:
 // anything but an answer about the record (not found, fenced out, too
-// large, corrupt).
+// large, corrupt) or a refusal only a configuration change mends
+// (store.ErrMisconfigured: credentials refused, a bucket gone).
 func transient(err error) bool {
 	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFenced) &&
-		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt)
+		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt) &&
+		!errors.Is(err, store.ErrMisconfigured)
 }
 
 func (h *holder) writeFailed(op observe.StoreOp, err error) {

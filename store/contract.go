@@ -16,7 +16,9 @@ import (
 // Errors: stores translate backend errors at their boundary. A backend that
 // cannot be reached or answered in time yields an error wrapping
 // [ErrUnavailable]; bytes that cannot be decoded yield [ErrCorrupt]; a record
-// over the store's size limit yields a [*TooLargeError]. The conformance
+// over the store's size limit yields a [*TooLargeError]; a refusal no retry
+// mends (credentials refused, a privilege or bucket missing) yields an
+// error wrapping [ErrMisconfigured] that says what to fix. The conformance
 // suite in package storetest is the contract in executable form.
 type Store interface {
 	// Claim atomically claims p.Key.

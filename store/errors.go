@@ -22,6 +22,14 @@ var (
 	// ErrCorrupt: stored bytes could not be decoded. The engine fails
 	// closed: it never replays what it cannot read.
 	ErrCorrupt = errors.New("idem: corrupt record")
+	// ErrMisconfigured: the backend refused a request for a reason no
+	// retry mends — credentials refused, a bucket, table or privilege
+	// missing, a command forbidden — until someone fixes the store's
+	// configuration. The engine does not retry an outcome write that
+	// fails with it (see idem.Config.WriteTimeout). Stores wrap it with an
+	// error that says what to fix; found when a store is opened, the same
+	// errors also match idem.ErrInvalidConfig.
+	ErrMisconfigured = errors.New("idem: store misconfigured")
 )
 
 // FencedError is returned by a store when a write's claim (fence and owner)

@@ -82,9 +82,15 @@ var errBadRequest = errors.New("bad request")
 // listener: the upstream's worker settles a key it was handed (see the
 // package comment for the actions). 204 on success; refusals are
 // problem+json: 400 for a bad token or parameter, 409 for a stale token,
-// 413 for a body over -max-response, 503 when the store fails.
+// 413 for a body over -max-response, 503 when the store fails or is not
+// open yet.
 func (g *gateway) settle(w http.ResponseWriter, r *http.Request) {
 	tok, q, ctx := r.PathValue("token"), r.URL.Query(), r.Context()
+	rd := g.ready.Load()
+	if rd == nil {
+		idemhttp.WriteProblem(w, r, g.notOpen())
+		return
+	}
 	var err error
 	switch r.PathValue("action") {
 	case "complete":
@@ -101,7 +107,7 @@ func (g *gateway) settle(w http.ResponseWriter, r *http.Request) {
 		if ct := r.Header.Get("Content-Type"); ct != "" {
 			resp.Header = http.Header{"Content-Type": {ct}}
 		}
-		err = g.mw.Complete(ctx, tok, resp)
+		err = rd.mw.Complete(ctx, tok, resp)
 	case "fail":
 		var b []byte
 		if b, err = readAll(w, r, maxProblemBytes); err != nil {
@@ -112,18 +118,18 @@ func (g *gateway) settle(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("%w: the body is not a problem+json object: %v", errBadRequest, jerr)
 			break
 		}
-		err = g.mw.Fail(ctx, tok, p)
+		err = rd.mw.Fail(ctx, tok, p)
 	case "release":
-		err = g.mw.Release(ctx, tok)
+		err = rd.mw.Release(ctx, tok)
 	case "extend":
 		d, perr := time.ParseDuration(q.Get("for"))
 		if perr != nil || d <= 0 {
 			err = fmt.Errorf("%w: for=%q is not a positive duration such as 10m", errBadRequest, q.Get("for"))
 			break
 		}
-		err = g.mw.Extend(ctx, tok, d)
+		err = rd.mw.Extend(ctx, tok, d)
 	case "attach":
-		err = g.mw.Attach(ctx, tok, q.Get("ref"))
+		err = rd.mw.Attach(ctx, tok, q.Get("ref"))
 	default:
 		http.NotFound(w, r)
 		return

@@ -11,6 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-a1b882c0/idem/console"
+	"github.com/seed-a1b882c0/idem/idemhttp"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
 // consolePath is where the admin listener serves the operator console.
@@ -68,35 +71,39 @@ func (c *consoleOptions) check(admin string, getenv func(string) string) error {
 }
 
 // openConsole makes the console of the gateway's store when -console is
-// set; closeConsole stops it.
-func (g *gateway) openConsole() error {
+// set (nil otherwise), once the store is open; closeConsole stops it.
+func (g *gateway) openConsole(s store.Store) (*console.Console, error) {
 	if !g.opts.console.on {
-		return nil
+		return nil, nil
 	}
 	actions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_console_actions_total",
 		Help: "Actions taken through the operator console, by action and outcome (done, refused, error)."}, []string{"action", "outcome"})
 	g.metrics.reg.MustRegister(actions)
-	c, err := console.New(g.store, &console.Config{
-		Name: redact(g.opts.store), Write: g.opts.console.write, Credentials: g.opts.console.creds,
+	return console.New(s, &console.Config{
+		Name: storeurl.Redact(g.opts.store), Write: g.opts.console.write, Credentials: g.opts.console.creds,
 		BasePath: consolePath, RefLink: g.opts.console.refLink, Logger: g.log, Owner: "idem-gateway-console",
 		OnAction: func(ev console.ActionEvent) { actions.WithLabelValues(string(ev.Action), ev.Outcome).Inc() },
 	})
-	if err != nil {
-		return err
-	}
-	g.console = c
-	return nil
 }
 
 func (g *gateway) closeConsole() {
-	if g.console != nil {
-		g.console.Close()
+	if rd := g.ready.Load(); rd != nil && rd.console != nil {
+		rd.console.Close()
 	}
 }
 
-// mountConsole serves the console on the admin mux.
+// mountConsole serves the console on the admin mux: 503 while the store is
+// not open yet (-store-wait).
 func (g *gateway) mountConsole(mux *http.ServeMux) {
-	if g.console != nil {
-		mux.Handle(consolePath, g.console)
+	if !g.opts.console.on {
+		return
 	}
+	mux.Handle(consolePath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rd := g.ready.Load()
+		if rd == nil || rd.console == nil {
+			idemhttp.WriteProblem(w, r, g.notOpen())
+			return
+		}
+		rd.console.ServeHTTP(w, r)
+	}))
 }

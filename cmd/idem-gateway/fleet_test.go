@@ -22,13 +22,16 @@ import (
 
 // The fleet's load and chaos.
 const (
-	fleetKeys     = 600             // each sent 3 to 5 times
-	fleetWorkers  = 8               // keys in flight at once
-	fleetKills    = 8               // SIGKILLs per store, each mid-request
-	fleetLease    = 2 * time.Second // -lease: takeovers happen within the test
-	sendBudget    = 15 * time.Second
-	sendMaxTries  = 40
-	attemptHeader = "X-Fleet-Attempt"
+	fleetKeys    = 600             // each sent 3 to 5 times
+	fleetWorkers = 8               // keys in flight at once
+	fleetKills   = 8               // SIGKILLs per store, each mid-request
+	fleetLease   = 2 * time.Second // -lease: takeovers happen within the test
+	sendBudget   = 15 * time.Second
+	sendMaxTries = 40
+	// -store-wait: every other restarted gateway starts with its path to
+	// the store down, back up within a second or so.
+	fleetStoreWait = 30 * time.Second
+	attemptHeader  = "X-Fleet-Attempt"
 )
 
 // TestFleetUnderStoreFaultsAndKills runs three gateway processes on one
@@ -45,7 +48,9 @@ const (
 // Per key: the upstream ran it at most once, plus once for every kill of a
 // gateway while the key was in flight there; no run started before the
 // previous run's claim could have lost its lease; every 2xx answer carries
-// one and the same body, which the upstream produced.
+// one and the same body, which the upstream produced. Every other restart
+// happens while that gateway's path to the store is down: it must wait
+// (-store-wait), answering 503, and serve once the path is back.
 func TestFleetUnderStoreFaultsAndKills(t *testing.T) {
 	for _, kind := range []string{"redis", "redis-cluster", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
@@ -80,11 +85,12 @@ type fleet struct {
 	killAt   int
 	healed   bool // faults are off (the final sweep)
 	faults   map[string]int
-	windows  []*time.Timer // ends of reset windows
-	gaveUp   int           // sends that ran out of budget
-	dead     []*proc       // killed gateways, for their logs
-	timeline []time.Time   // start of each phase: load, sweep, end
-	midway   func()        // when set, run once half the keys' executions have happened
+	windows  []*time.Timer   // ends of reset windows
+	gaveUp   int             // sends that ran out of budget
+	dead     []*proc         // killed gateways, for their logs
+	timeline []time.Time     // start of each phase: load, sweep, end
+	outages  []time.Duration // restarts with the store down: start to store open
+	midway   func()          // when set, run once half the keys' executions have happened
 }
 
 // fleetSlot is one gateway position: its proxy to the store and the
@@ -132,7 +138,7 @@ func newFleet(t *testing.T, storeAddr string, via func(string) string) *fleet {
 	hook := f.onRun
 	f.up.onRun.Store(&hook)
 	f.args = []string{"-upstream", f.up.srv.URL, "-lease", fleetLease.String(), "-wait", "1s",
-		"-upstream-timeout", "10s", "-expiry", "10m"}
+		"-upstream-timeout", "10s", "-expiry", "10m", "-store-wait", fleetStoreWait.String()}
 	for range 3 {
 		px, err := faultproxy.New(storeAddr)
 		if err != nil {
@@ -404,9 +410,42 @@ func (f *fleet) killAndRestart(k *fleetKill) {
 	s.px.ResetRequests(0)
 	s.px.DropReplies(0)
 	s.px.SetLatency(2 * time.Millisecond)
+	if len(f.kills)%2 == 1 {
+		f.restartDuringOutage(s)
+		return
+	}
 	ngw := startGateway(f.t, append(f.args, "-store", s.store)...)
 	f.mu.Lock()
 	s.gw, s.gen = ngw, s.gen+1
+	f.mu.Unlock()
+}
+
+// restartDuringOutage starts the slot's new gateway while its path to the
+// store is down, and brings the path back up a moment later, within
+// -store-wait: the gateway must listen at once, answer covered requests
+// (the clients' sends reach it) 503 meanwhile, and serve once the store is
+// back, without exiting.
+func (f *fleet) restartDuringOutage(s *fleetSlot) {
+	s.px.Down()
+	start := time.Now()
+	ngw := startListening(f.t, append(f.args, "-store", s.store)...)
+	f.mu.Lock()
+	s.gw, s.gen = ngw, s.gen+1
+	f.mu.Unlock()
+	time.Sleep(200*time.Millisecond + rand.N(time.Second)) // real time: the outage the gateway waits out
+	if err := s.px.Up(); err != nil {
+		f.t.Fatal(err)
+	}
+	select {
+	case <-ngw.opened:
+	case err := <-ngw.done:
+		ngw.done <- err
+		f.t.Fatalf("gateway %d/%d, started with its store down, exited (%v) instead of waiting:\n%s", slices.Index(f.slots, s), s.gen, err, ngw.logs)
+	case <-time.After(fleetStoreWait):
+		f.t.Fatalf("gateway %d/%d: its store did not open within -store-wait %v of coming back:\n%s", slices.Index(f.slots, s), s.gen, fleetStoreWait, ngw.logs)
+	}
+	f.mu.Lock()
+	f.outages = append(f.outages, time.Since(start))
 	f.mu.Unlock()
 }
 
@@ -543,6 +582,14 @@ func (f *fleet) check() {
 		ks = append(ks, fmt.Sprintf("%v gw%d/%d (%s)", k.at.Sub(f.start).Round(time.Millisecond), k.slot, k.gen, k.key))
 	}
 	t.Logf("%d kills: %s", len(f.kills), strings.Join(ks, ", "))
+	var os []string
+	for _, d := range f.outages {
+		os = append(os, d.Round(time.Millisecond).String())
+	}
+	t.Logf("%d restarts with the store down at their start, each from start to store open: %s", len(f.outages), strings.Join(os, ", "))
+	if want := (len(f.kills) + 1) / 2; len(f.outages) != want {
+		t.Errorf("%d restarts with the store down, want %d", len(f.outages), want)
+	}
 	var resets, dropped int64
 	for _, s := range f.slots {
 		resets += s.px.Reset.Load()

@@ -226,8 +226,8 @@ func TestStoreDownIs503WithNoExecution(t *testing.T) {
 	if a := send("POST", gw.url("/orders"), `{}`, "Idempotency-Key", "before"); a.status != 201 {
 		t.Fatalf("%+v", a)
 	}
-	if h := send("GET", "http://"+gw.admin+"/healthz", ""); h.status != 200 {
-		t.Fatalf("healthz with the store up: %+v", h)
+	if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 200 {
+		t.Fatalf("readyz with the store up: %+v", h)
 	}
 	px.Down()
 	for i := range 2 {
@@ -236,8 +236,11 @@ func TestStoreDownIs503WithNoExecution(t *testing.T) {
 			t.Fatalf("store down: %+v", a)
 		}
 	}
-	if h := send("GET", "http://"+gw.admin+"/healthz", ""); h.status != 503 {
-		t.Fatalf("healthz with the store down: %+v", h)
+	if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 503 {
+		t.Fatalf("readyz with the store down: %+v", h)
+	}
+	if h := send("GET", "http://"+gw.admin+"/healthz", ""); h.status != 200 {
+		t.Fatalf("healthz (liveness) with the store down: %+v", h)
 	}
 	if n := up.total.Load(); n != 1 {
 		t.Fatalf("upstream ran %d times; only the request before the outage may have run", n)
@@ -285,6 +288,9 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	if h := send("GET", "http://"+gw.admin+"/healthz", ""); h.status != 200 || h.body != "ok\n" {
 		t.Fatalf("healthz: %+v", h)
+	}
+	if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 200 || h.body != "ready\n" {
+		t.Fatalf("readyz: %+v", h)
 	}
 }
 

@@ -59,6 +59,8 @@ type proc struct {
 	admin string // the admin listener, when -admin was given
 	logs  *logBuf
 	done  chan error
+	// opened is closed once the gateway logged that its store is open.
+	opened chan struct{}
 }
 
 // logBuf keeps a process's stderr (its JSON log) for failure messages.
@@ -75,13 +77,30 @@ func (l *logBuf) String() string {
 }
 
 // startGateway runs the binary with args (listening on a free loopback
-// port unless -listen is given) and returns once it logged that it listens.
+// port unless -listen is given) and returns once it logged that its store
+// is open and it serves covered requests.
 func startGateway(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := startListening(t, args...)
+	select {
+	case <-p.opened:
+	case err := <-p.done:
+		p.done <- err
+		t.Fatalf("idem-gateway exited before its store opened (%v):\n%s", err, p.logs)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("idem-gateway's store did not open within 60s:\n%s", p.logs)
+	}
+	return p
+}
+
+// startListening is startGateway returning once the gateway listens, its
+// store open or not; p.opened is closed once the store is open.
+func startListening(t *testing.T, args ...string) *proc {
 	t.Helper()
 	if !hasFlag(args, "-listen") {
 		args = append([]string{"-listen", "127.0.0.1:0"}, args...)
 	}
-	p := &proc{cmd: exec.Command(binary, args...), logs: &logBuf{}, done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(binary, args...), logs: &logBuf{}, done: make(chan error, 1), opened: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "IDEM_STATE_DIR="+t.TempDir())
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -94,14 +113,21 @@ func startGateway(t *testing.T, args ...string) *proc {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		signalled := false
+		signalled, opened := false, false
 		for sc.Scan() {
 			line := sc.Text()
 			p.logs.add(line)
 			var rec struct{ Msg, Addr, Admin string }
-			if !signalled && json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "idem-gateway listening" {
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch {
+			case !signalled && rec.Msg == "idem-gateway listening":
 				p.addr, p.admin, signalled = rec.Addr, rec.Admin, true
 				close(ready)
+			case !opened && rec.Msg == "store open; serving covered requests":
+				opened = true
+				close(p.opened)
 			}
 		}
 		p.done <- p.cmd.Wait()

@@ -6,7 +6,7 @@
 //
 //	idem-gateway -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000 \
 //	  [-store bolt:///path/idem.db | memory: | redis://… | postgres://… | dynamodb://TABLE?endpoint=…&region=…] \
-//	  [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
+//	  [-store-wait 60s] [-admin 127.0.0.1:9090] [-require-key] [-principal-header Authorization] \
 //	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
 //	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m] \
 //	  [-status-path /idempotency/status/ -expected-completion 10m] \
@@ -22,6 +22,17 @@
 // a line). See docs/operations.md.
 //
 // Run idem-gateway -h for every flag.
+//
+// # Starting before the store
+//
+// The gateway listens at once and opens its store in the background,
+// retrying for -store-wait while the store is down or starting
+// (storeurl.StartOpen). Until it is open, covered requests get 503 with
+// Retry-After and never reach the upstream unprotected; the admin
+// listener's /healthz answers 200 (liveness) and /readyz 503 (readiness,
+// 200 once the store is open and answers). When the wait is over the
+// gateway exits, saying so; a configuration fault (a role without rights,
+// a table of another shape…) ends it at once.
 //
 // # Asynchronous work
 //
@@ -75,9 +86,11 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,6 +99,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
 // scope is the operation name under which the gateway stores its keys.
@@ -109,6 +123,7 @@ type options struct {
 	requireKey                     bool
 	principalHeader                string
 	expiry, lease, wait            time.Duration
+	storeWait                      time.Duration
 	upstreamTimeout, grace         time.Duration
 	readHeaderTimeout, bodyTimeout time.Duration
 	readTimeout, idleTimeout       time.Duration
@@ -130,7 +145,8 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&o.upstream, "upstream", "", "the service behind the gateway, http://host:port (required)")
 	fs.StringVar(&o.store, "store", "", "where records live: bolt:///path.db, memory:, redis://…, postgres://…, dynamodb://TABLE?region=…&endpoint=… (default: bolt file "+defaultStorePath()+")")
-	fs.StringVar(&o.admin, "admin", "", "address of the admin listener (/metrics, /healthz); empty: none")
+	fs.DurationVar(&o.storeWait, "store-wait", time.Minute, "how long to keep trying to open the store (connect, migrate, check) at start, with backoff; meanwhile the gateway serves, covered requests get 503 and /readyz 503; then it exits (0: one attempt)")
+	fs.StringVar(&o.admin, "admin", "", "address of the admin listener (/metrics, /healthz, /readyz); empty: none")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to a covered request without Idempotency-Key (default: pass it through unprotected)")
 	fs.StringVar(&o.principalHeader, "principal-header", "", "request header naming the caller (e.g. Authorization); its hash scopes the keys, and requests without it get 401")
 	fs.DurationVar(&o.expiry, "expiry", 24*time.Hour, "how long a stored response is replayed")
@@ -174,7 +190,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	}
 	for name, d := range map[string]time.Duration{
 		"-read-header-timeout": o.readHeaderTimeout, "-body-timeout": o.bodyTimeout,
-		"-read-timeout": o.readTimeout, "-idle-timeout": o.idleTimeout,
+		"-read-timeout": o.readTimeout, "-idle-timeout": o.idleTimeout, "-store-wait": o.storeWait,
 	} {
 		if d < 0 {
 			return nil, fmt.Errorf("%s %v is negative; use 0 for no limit", name, d)
@@ -231,25 +247,68 @@ func parseSize(s string) (int64, error) {
 }
 
 // gateway is one configured gateway: the proxy behind the middleware.
+// It serves before its store is open (see waiting), and attach puts the
+// middleware in front of the proxy once it is.
 type gateway struct {
 	opts    *options
 	log     *slog.Logger
-	store   store.Store
 	metrics *metrics
+	up      *url.URL
+	pass    http.Handler // the proxy, without the middleware
+	handler http.Handler // what the public listener serves
+	// ready is set once the store is open.
+	ready atomic.Pointer[ready]
+	// opening reports the store's opening while ready is nil; nil when
+	// the gateway was made with its store.
+	opening *storeurl.Opening
+}
+
+// ready is the gateway's state once its store is open.
+type ready struct {
+	store   store.Store
 	mw      *idemhttp.Middleware
-	handler http.Handler
+	handler http.Handler     // the middleware in front of the proxy
 	console *console.Console // -console
 }
 
+// newGateway returns a gateway on store, ready.
 func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, error) {
+	g, err := newPending(o, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.attach(store); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// newPending returns a gateway without a store: until attach, covered
+// requests get 503 (see waiting).
+func newPending(o *options, log *slog.Logger) (*gateway, error) {
 	up, err := url.Parse(o.upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port", o.upstream)
 	}
-	g := &gateway{opts: o, log: log, store: store, metrics: newMetrics()}
+	g := &gateway{opts: o, log: log, up: up, metrics: newMetrics()}
+	g.pass = g.proxy(up)
+	g.handler = g.metrics.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rd := g.ready.Load(); rd != nil {
+			rd.handler.ServeHTTP(w, r)
+			return
+		}
+		g.waiting(w, r)
+	}))
+	return g, nil
+}
+
+// attach builds the engine and the middleware on store: from now on the
+// gateway serves covered requests.
+func (g *gateway) attach(store store.Store) error {
+	o, log := g.opts, g.log
 	eng, err := idem.New(store, engineConfig(o, log, g.metrics.observer))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mcfg := &idemhttp.Config{
 		Operation:          scope,
@@ -273,14 +332,44 @@ func newGateway(o *options, store store.Store, log *slog.Logger) (*gateway, erro
 			return v, nil // idemhttp keeps only its hash
 		}
 	}
-	if g.mw, err = idemhttp.New(eng, mcfg); err != nil {
-		return nil, err
+	mw, err := idemhttp.New(eng, mcfg)
+	if err != nil {
+		return err
 	}
-	g.handler = g.metrics.instrument(g.mw.Handler(g.proxy(up)))
-	if err := g.openConsole(); err != nil {
-		return nil, err
+	rd := &ready{store: store, mw: mw, handler: mw.Handler(g.pass)}
+	if rd.console, err = g.openConsole(store); err != nil {
+		return err
 	}
-	return g, nil
+	g.ready.Store(rd)
+	return nil
+}
+
+// waiting answers a request while the store is not open yet. A request the
+// middleware would cover — one with an Idempotency-Key (or any request of
+// a covered method with -require-key), or for the status resource — gets
+// 503 with Retry-After and never reaches the upstream unprotected; any
+// other request is passed through, as it would be once the store is open.
+func (g *gateway) waiting(w http.ResponseWriter, r *http.Request) {
+	o := g.opts
+	covered := o.statusPath != "" && strings.HasPrefix(r.URL.Path, o.statusPath) ||
+		slices.Contains(o.methods, r.Method) && (o.requireKey || len(r.Header.Values(idemhttp.HeaderName)) > 0)
+	if !covered {
+		g.pass.ServeHTTP(w, r)
+		return
+	}
+	idemhttp.WriteProblem(w, r, g.notOpen())
+}
+
+// notOpen is the problem answered while the store is not open yet.
+func (g *gateway) notOpen() idemhttp.Problem {
+	detail := "the gateway is starting and its store is not open yet; retry with the same Idempotency-Key"
+	if g.opening != nil {
+		st := g.opening.Status()
+		detail = fmt.Sprintf("the gateway is waiting for its store (%d attempts in %v); retry with the same Idempotency-Key",
+			st.Attempts, time.Since(st.Since).Round(time.Millisecond))
+	}
+	return idemhttp.Problem{Type: idemhttp.ProblemTypeBase + idemhttp.ProblemStoreUnavailable,
+		Title: "Store not open yet", Status: http.StatusServiceUnavailable, Detail: detail, RetryAfter: time.Second}
 }
 
 // engineConfig is the configuration of the gateway's engine.
@@ -387,8 +476,10 @@ func (g *gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	idemhttp.WriteProblem(w, r, p)
 }
 
-// adminHandler serves /metrics and /healthz, and in asynchronous mode the
-// token endpoints (see settle).
+// adminHandler serves /metrics, /healthz (200 while the process serves,
+// the store open or not: liveness) and /readyz (200 once the store is open
+// and answers, else 503: readiness), and in asynchronous mode the token
+// endpoints (see settle).
 func (g *gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	if g.opts.statusPath != "" {
@@ -397,70 +488,102 @@ func (g *gateway) adminHandler() http.Handler {
 	mux.Handle("GET /metrics", g.metrics.handler())
 	g.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		rd := g.ready.Load()
+		if rd == nil {
+			idemhttp.WriteProblem(w, r, g.notOpen())
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := checkStore(ctx, g.store); err != nil {
+		if err := checkStore(ctx, rd.store); err != nil {
 			idemhttp.WriteProblem(w, r, idemhttp.Problem{Type: idemhttp.ProblemTypeBase + idemhttp.ProblemStoreUnavailable,
-				Title: "Store unreachable", Status: http.StatusServiceUnavailable, Detail: err.Error()})
+				Title: "Store unreachable", Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: time.Second})
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
+		io.WriteString(w, "ready\n")
 	})
 	return mux
 }
 
 // run is the whole command: it returns when ctx is cancelled (SIGTERM) and
-// in-flight requests finished, or on a startup error.
+// in-flight requests finished, or on a startup error — the store not open
+// within -store-wait among them. It listens at once and opens the store in
+// the background (storeurl.StartOpen): until the store is open, covered
+// requests get 503 and /readyz 503.
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	store, closeStore, err := openStore(ctx, o.store)
+	g, err := newPending(o, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := closeStore(); err != nil {
-			log.Error("closing the store", "err", err)
-		}
-	}()
-	g, err := newGateway(o, store, log)
-	if err != nil {
-		return err
-	}
-	defer g.closeConsole()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
+	var aln net.Listener
+	if o.admin != "" {
+		if aln, err = net.Listen("tcp", o.admin); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	g.opening = openStoreWait(ctx, o.store, o.storeWait, log)
+	defer func() {
+		if err := g.opening.Close(); err != nil {
+			log.Error("closing the store", "err", err)
+		}
+	}()
+	defer g.closeConsole() // before the store closes
 	srv := o.server(g.handler, log)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	var admin *http.Server
 	adminAddr := ""
-	if o.admin != "" {
-		aln, err := net.Listen("tcp", o.admin)
-		if err != nil {
-			_ = srv.Close()
-			return err
-		}
+	if aln != nil {
 		adminAddr = aln.Addr().String()
 		admin = o.server(g.adminHandler(), log)
 		go func() { errc <- admin.Serve(aln) }()
 	}
-	if err := checkStore(ctx, store); err != nil {
-		log.Warn("store not reachable at startup; covered requests get 503 until it is", "err", err)
-	}
 	log.Info("idem-gateway listening", "addr", ln.Addr().String(), "admin", adminAddr,
-		"upstream", o.upstream, "store", redact(o.store))
+		"upstream", o.upstream, "store", storeurl.Redact(o.store), "store_wait", o.storeWait.String())
 
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	opened := g.opening.Done()
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-opened:
+			opened = nil
+			s, err := g.opening.Result()
+			if err == nil {
+				err = g.attach(s.Store)
+			}
+			if err != nil && ctx.Err() != nil {
+				break // SIGTERM while waiting: shut down as usual
+			}
+			if err != nil {
+				_ = srv.Close()
+				if admin != nil {
+					_ = admin.Close()
+				}
+				return storeFailed(o, err)
+			}
+			st := g.opening.Status()
+			log.Info("store open; serving covered requests", "store", storeurl.Redact(o.store),
+				"attempts", st.Attempts, "waited", time.Since(st.Since).Round(time.Millisecond).String())
+			continue
+		case <-ctx.Done():
+		}
+		break
 	}
 	log.Info("shutting down", "grace", o.grace.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
@@ -497,13 +620,4 @@ func (o *options) server(h http.Handler, log *slog.Logger) *http.Server {
 		IdleTimeout:       noLimit(o.idleTimeout),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-}
-
-// redact hides a password in a store URL for the logs.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	return u.Redacted()
 }

@@ -3,7 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"path/filepath"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
 
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
@@ -30,6 +35,32 @@ func openStore(ctx context.Context, raw string) (store.Store, func() error, erro
 		return nil, nil, err
 	}
 	return s.Store, s.Close, nil
+}
+
+// openStoreWait opens the store a -store URL names in the background, as
+// openStore does, retrying while it fails for a reason that may heal (the
+// server down or starting) for at most wait; each retry is logged.
+func openStoreWait(ctx context.Context, raw string, wait time.Duration, log *slog.Logger) *storeurl.Opening {
+	return storeurl.StartOpen(ctx, raw, &storeurl.Options{DefaultBoltPath: defaultStorePath()}, storeurl.WaitOptions{
+		Wait: wait,
+		OnRetry: func(r storeurl.Retry) {
+			log.Warn("store not open yet; covered requests get 503 until it is", "store", storeurl.Redact(raw),
+				"attempt", r.Attempt, "retry_in", r.Next.Round(time.Millisecond).String(), "wait_left", r.Left.Round(time.Second).String(), "err", r.Err)
+		},
+	})
+}
+
+// storeFailed is the gateway's exit error when its store did not open:
+// what happened and what to do.
+func storeFailed(o *options, err error) error {
+	var we *storeurl.WaitError
+	switch {
+	case errors.As(err, &we):
+		return fmt.Errorf("%w; start the gateway once the store is up and reachable from here, or raise -store-wait (%v)", err, o.storeWait)
+	case errors.Is(err, idem.ErrInvalidConfig):
+		return fmt.Errorf("store %s: %w; fix the store or the -store URL (no retry: waiting would not mend this)", storeurl.Redact(o.store), err)
+	}
+	return fmt.Errorf("store %s: %w", storeurl.Redact(o.store), err)
 }
 
 // healthKey is a key no request can produce (a scope with no operation

@@ -118,8 +118,11 @@ type API interface {
 // rule of at least the idem expiry); a result whose object is gone fails
 // closed with idem.ErrCorrupt, never a replay of something else: Load
 // returns an error that is store.ErrCorrupt for that, and any other error
-// for a fault a retry may mend (reported as store.ErrUnavailable). Package
-// s3spill is a Spiller on S3.
+// for a fault a retry may mend (reported as store.ErrUnavailable), or one
+// that wraps store.ErrMisconfigured for a refusal no retry mends
+// (credentials refused, the bucket gone): the engine then does not retry
+// the write. A Spiller with a Check(context.Context) error method is
+// checked by [Store.Check]. Package s3spill is a Spiller on S3.
 type Spiller interface {
 	// Spill stores p.Data for the claim p names, kept at least until
 	// p.ExpiresAt (ms), and returns a reference to it. Fence and owner
@@ -486,6 +489,9 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 			return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 		}
 		ref, err := s.cfg.Spiller.Spill(ctx, SpillParams{Key: p.Key, Fence: p.Fence, Owner: p.Owner, ExpiresAt: p.ExpiresAt, Data: p.Result})
+		if errors.Is(err, store.ErrMisconfigured) { // no retry mends it (s3spill: credentials refused, bucket gone)
+			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w", len(p.Result), p.Key, err)
+		}
 		if err != nil {
 			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, store.ErrUnavailable, err)
 		}

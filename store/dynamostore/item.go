@@ -80,9 +80,10 @@ func (s *Store) loadSpilled(ctx context.Context, r *store.Record, ref string) er
 		return &store.CorruptError{Key: r.Key, Reason: "result was spilled but no Spiller is configured"}
 	}
 	data, err := s.cfg.Spiller.Load(ctx, ref)
-	if errors.Is(err, store.ErrCorrupt) {
-		// The spiller vouches the result is gone or altered: corrupt, not
-		// a fault that a retry could mend.
+	if errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrMisconfigured) {
+		// The spiller vouches the result is gone or altered (corrupt), or
+		// the bucket refuses the store (misconfigured): not a fault that
+		// a retry could mend.
 		return fmt.Errorf("dynamostore: load spilled result %s of %s: %w", ref, r.Key, err)
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
@@ -71,8 +73,11 @@ func Migrations(table string) ([]Migration, error) {
 
 // Migrate applies the migrations of table that db has not applied yet,
 // each in its own transaction, recording them in idem_schema_migrations
-// (created in the table's schema). Concurrent callers are serialised by an
-// advisory lock, so every process may call it at start.
+// (created in the table's schema). Concurrent callers, of one table or of
+// several tables of one schema, are serialised by a transaction-scoped
+// advisory lock (pg_advisory_xact_lock) on that schema's migrations table,
+// taken before anything else in each migration's transaction, so every
+// process may call it at start.
 func Migrate(ctx context.Context, db DB, table string) error {
 	ms, err := Migrations(table)
 	if err != nil {
@@ -86,15 +91,71 @@ func Migrate(ctx context.Context, db DB, table string) error {
 	if err != nil {
 		return err
 	}
+	// One lock per migrations table, not per records table: the first
+	// migration of two tables of one schema both create
+	// idem_schema_migrations, and two concurrent CREATE TABLE IF NOT
+	// EXISTS of one name fail (a unique violation on pg_type).
 	h := fnv.New64a()
-	h.Write([]byte("idem migrate " + table))
+	h.Write([]byte("idem migrate " + track))
 	lock := int64(h.Sum64())
+	// A table whose migrations are all recorded needs no lock and no DDL:
+	// a role with only the table's privileges (and SELECT on
+	// idem_schema_migrations) opens it.
+	done, err := applied(ctx, db, track, table)
+	if err != nil {
+		return migrateError(ctx, db, table, err)
+	}
 	for _, m := range ms {
+		if done[m.Version] {
+			continue
+		}
 		if err := applyOne(ctx, db, track, table, lock, m); err != nil {
-			return err
+			return migrateError(ctx, db, table, err)
 		}
 	}
 	return nil
+}
+
+// applied returns the versions recorded for table; none when the
+// migrations table does not exist yet.
+func applied(ctx context.Context, db DB, track, table string) (map[int]bool, error) {
+	rows, err := db.Query(ctx, "SELECT version FROM "+track+" WHERE tbl = $1", table)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") { // no such table, no such schema
+			return nil, nil
+		}
+		return nil, fmt.Errorf("pgstore: migrate %s: %w: %w", table, store.ErrUnavailable, err)
+	}
+	done := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgstore: migrate %s: %w: %w", table, store.ErrUnavailable, err)
+		}
+		done[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("pgstore: migrate %s: %w: %w", table, store.ErrUnavailable, err)
+	}
+	return done, nil
+}
+
+// migrateError makes a refusal for lack of privileges a *PrivilegeError.
+func migrateError(ctx context.Context, db DB, table string, err error) error {
+	if !insufficientPrivilege(err) {
+		return err
+	}
+	var role string
+	_ = db.QueryRow(ctx, "SELECT current_user").Scan(&role) // best effort, for the message
+	var pe *pgconn.PgError
+	errors.As(err, &pe) // the server's refusal alone: not store.ErrUnavailable
+	return &PrivilegeError{Role: role, Table: table, Migrating: true, Err: pe}
 }
 
 func applyOne(ctx context.Context, db DB, track, table string, lock int64, m Migration) error {

@@ -154,7 +154,9 @@ func New(db DB, cfg *Config) (*Store, error) {
 }
 
 // Open connects a pool to url (a PostgreSQL URL or DSN), applies the
-// migrations and returns a store that owns the pool.
+// migrations, checks the role's privileges on the table ([Store.Check])
+// and returns a store that owns the pool. A role that may not migrate or
+// use the table fails with a [*PrivilegeError] saying what to grant.
 func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -169,7 +171,13 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s, err := New(pool, cfg)
+	if err == nil {
+		err = s.Check(ctx)
+	}
 	if err != nil {
+		if s != nil {
+			_ = s.Close()
+		}
 		pool.Close()
 		return nil, err
 	}
@@ -198,6 +206,11 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) translate(op, key string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if insufficientPrivilege(err) {
+		var pe *pgconn.PgError
+		errors.As(err, &pe)
+		return &PrivilegeError{Table: s.cfg.Table, Err: pe}
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {

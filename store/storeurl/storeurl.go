@@ -15,7 +15,12 @@
 // kept in S3 by dynamostore/s3spill; spillendpoint= points the S3 client
 // elsewhere (s3rver, MinIO) and turns on path-style addressing, which
 // spillpathstyle= sets on its own; spillsse= is AES256 or aws:kms, with
-// spillkmskey= the KMS key.
+// spillkmskey= the KMS key; spillprobe=true makes Open write and delete a
+// small object to prove the bucket takes writes.
+//
+// [Open] checks the store against its server (check.go says what), and
+// [OpenWait] and [StartOpen] retry an open that failed for a reason that
+// may heal, for commands that start before their store.
 //
 // Query parameters the store takes (prefix, table, index, openindex, region,
 // endpoint, create, spill…) are removed before the rest of the URL is handed to
@@ -114,6 +119,9 @@ type URL struct {
 	// SpillSSE and SpillKMSKey are s3spill's Config.SSE and KMSKeyID
 	// (spillsse=, spillkmskey=).
 	SpillSSE, SpillKMSKey string
+	// SpillProbe makes Open write and delete a small object in the spill
+	// bucket (spillprobe=true; s3spill's Config.Probe).
+	SpillProbe bool
 	// SpillOver is dynamostore's Config.MaxResultBytes (spillover=): results
 	// over it are spilled. Zero means dynamostore's default.
 	SpillOver int
@@ -204,10 +212,10 @@ func Parse(raw string) (*URL, error) {
 // parseSpill reads the spill parameters of a dynamodb:// URL.
 func parseSpill(out *URL, q url.Values) error {
 	raw := q.Get("spill")
-	rest := q.Get("spillendpoint") + q.Get("spillpathstyle") + q.Get("spillsse") + q.Get("spillkmskey") + q.Get("spillover")
+	rest := q.Get("spillendpoint") + q.Get("spillpathstyle") + q.Get("spillsse") + q.Get("spillkmskey") + q.Get("spillover") + q.Get("spillprobe")
 	if raw == "" {
 		if rest != "" {
-			return errors.New("spillendpoint, spillpathstyle, spillsse, spillkmskey and spillover need spill=s3://BUCKET/PREFIX")
+			return errors.New("spillendpoint, spillpathstyle, spillsse, spillkmskey, spillover and spillprobe need spill=s3://BUCKET/PREFIX")
 		}
 		return nil
 	}
@@ -221,6 +229,11 @@ func parseSpill(out *URL, q url.Values) error {
 	if v := q.Get("spillpathstyle"); v != "" {
 		if out.SpillPathStyle, err = strconv.ParseBool(v); err != nil {
 			return fmt.Errorf("spillpathstyle: %v", err)
+		}
+	}
+	if v := q.Get("spillprobe"); v != "" {
+		if out.SpillProbe, err = strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("spillprobe: %v", err)
 		}
 	}
 	if v := q.Get("spillover"); v != "" {
@@ -277,8 +290,8 @@ func (o *Opened) Lister() store.Lister {
 	return l
 }
 
-// Open opens the store raw names. Close the returned store when done.
-func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {
+// open opens the store raw names, without [Open]'s checks.
+func open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 	u, err := Parse(raw)
 	if err != nil {
 		return nil, err
@@ -416,7 +429,7 @@ func spiller(awsCfg aws.Config, u *URL) (*s3spill.Spiller, error) {
 		}
 		so.UsePathStyle = u.SpillPathStyle
 	})
-	return s3spill.New(s3c, s3spill.Config{Bucket: u.SpillBucket, Prefix: u.SpillPrefix, SSE: u.SpillSSE, KMSKeyID: u.SpillKMSKey})
+	return s3spill.New(s3c, s3spill.Config{Bucket: u.SpillBucket, Prefix: u.SpillPrefix, SSE: u.SpillSSE, KMSKeyID: u.SpillKMSKey, Probe: u.SpillProbe})
 }
 
 // ErrNotApplicable is returned by [Migrate] and [CreateTable] for a URL of

@@ -23,6 +23,29 @@
 // and service failures are not corruption: they are returned as they are,
 // and dynamostore reports them as store.ErrUnavailable.
 //
+// # Refusals
+//
+// [Spiller.Check] (storeurl.Open calls it, through dynamostore's
+// Store.Check) asks S3 whether the bucket is usable before the first
+// request: credentials refused, access denied, no such bucket, bucket in
+// another region — each a [*BucketError] with its own cause (errors.Is:
+// [ErrCredentials], [ErrAccessDenied], [ErrNoBucket], [ErrWrongRegion])
+// that says what to fix, and matches idem.ErrInvalidConfig.
+//
+// The same refusals at run time (403, 301, 404 NoSuchBucket to a
+// PutObject or GetObject: a key rotated, a policy changed, the bucket
+// deleted) are a *BucketError that wraps store.ErrMisconfigured, not
+// store.ErrUnavailable: no retry mends them, so the engine does not retry
+// the outcome write for Config.WriteTimeout. It fails at once, and is
+// logged and counted once (OutcomeStoreError and OutcomeCompleteFailed).
+// What the caller sees: Do returns the operation's result with no error,
+// as for any outcome that could not be recorded (Result.Recorded is zero);
+// the key stays IN_PROGRESS until its lease ends, then a retry runs the
+// operation again (and fails to record it the same way until the bucket
+// is fixed). A replay whose object cannot be read for such a refusal fails
+// with the *BucketError (store.ErrMisconfigured), never with a replay of
+// something else.
+//
 // # Write order and expiry
 //
 // dynamostore spills before the conditional write that stores the
@@ -89,6 +112,10 @@ type Config struct {
 	// Now returns the time; default time.Now. Used only for the
 	// idem-expiry-days tag.
 	Now func() time.Time
+	// Probe makes [Spiller.Check] also write a small tagged object under
+	// Prefix and delete it, proving the write permissions (and needing
+	// s3:DeleteObject). Default false: Check makes one HeadBucket.
+	Probe bool
 }
 
 // Spiller is a [dynamostore.Spiller] on one S3 bucket. It is safe for
@@ -156,6 +183,9 @@ func (s *Spiller) Spill(ctx context.Context, p dynamostore.SpillParams) (string,
 		in.SSEKMSKeyId = aws.String(s.cfg.KMSKeyID)
 	}
 	if _, err := s.api.PutObject(ctx, in); err != nil {
+		if be := s.refusal(err); be != nil {
+			return "", be // no retry mends it
+		}
 		return "", fmt.Errorf("s3spill: put s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
 	return Ref{Bucket: s.cfg.Bucket, Key: key, Len: int64(len(p.Data)), SHA256: sum}.String(), nil
@@ -174,6 +204,9 @@ func (s *Spiller) Load(ctx context.Context, ref string) ([]byte, error) {
 		var nb *types.NoSuchBucket
 		if errors.As(err, &nk) || errors.As(err, &nb) {
 			return nil, &LoadError{Ref: ref, Reason: "object not found", Err: err}
+		}
+		if be := s.refusal(err); be != nil {
+			return nil, be
 		}
 		return nil, fmt.Errorf("s3spill: get %s: %w", ref, err)
 	}

@@ -1,0 +1,90 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// PrivilegeError reports that the role the store connects as lacks a
+// privilege the store needs: on the records table (SELECT, INSERT, UPDATE,
+// DELETE), or, while migrating, on the schema or idem_schema_migrations.
+// It matches idem.ErrInvalidConfig and store.ErrMisconfigured (errors.Is):
+// no retry mends it, a GRANT does.
+type PrivilegeError struct {
+	// Role is the role connected (current_user), when known.
+	Role string
+	// Table is the records table, as configured.
+	Table string
+	// Missing lists the table privileges found missing by [Store.Check];
+	// empty when the server refused a statement (Err).
+	Missing []string
+	// Migrating is set when the refusal came while migrating.
+	Migrating bool
+	// Err is the server's refusal (SQLSTATE 42501), if any.
+	Err error
+}
+
+func (e *PrivilegeError) Error() string {
+	who, role := "the store's role", "ROLE"
+	if e.Role != "" {
+		who, role = "role "+e.Role, e.Role
+	}
+	grant := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s", e.Table, role)
+	switch {
+	case len(e.Missing) > 0:
+		return fmt.Sprintf("pgstore: %s lacks %s on table %s: as the table's owner, run %s",
+			who, strings.Join(e.Missing, ", "), e.Table, grant)
+	case e.Migrating:
+		return fmt.Sprintf("pgstore: %s may not migrate table %s (%v): run the migrations as the table's owner "+
+			"(idemctl migrate, or pgstore.Migrate), then %s, and GRANT USAGE on its schema and SELECT on its idem_schema_migrations to %s",
+			who, e.Table, e.Err, grant, role)
+	}
+	return fmt.Sprintf("pgstore: %s was refused on table %s (%v): as the table's owner, run %s", who, e.Table, e.Err, grant)
+}
+
+// Is makes errors.Is(err, idem.ErrInvalidConfig) and
+// errors.Is(err, store.ErrMisconfigured) true.
+func (e *PrivilegeError) Is(target error) bool {
+	return target == idem.ErrInvalidConfig || target == store.ErrMisconfigured
+}
+
+func (e *PrivilegeError) Unwrap() error { return e.Err }
+
+// insufficientPrivilege reports the server's SQLSTATE 42501.
+func insufficientPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// Check checks that the table exists and that the role the store connects
+// as holds SELECT, INSERT, UPDATE and DELETE on it: a [*PrivilegeError]
+// names the privileges missing and the GRANT that adds them. A missing
+// table or an unreachable server is store.ErrUnavailable, as for any call.
+// [Open] calls it, and so does storeurl.Open.
+func (s *Store) Check(ctx context.Context) error {
+	var role string
+	var has [4]bool
+	privs := [4]string{"SELECT", "INSERT", "UPDATE", "DELETE"}
+	err := s.db.QueryRow(ctx, "SELECT current_user, has_table_privilege($1, 'SELECT'), has_table_privilege($1, 'INSERT'), "+
+		"has_table_privilege($1, 'UPDATE'), has_table_privilege($1, 'DELETE')", s.table).Scan(&role, &has[0], &has[1], &has[2], &has[3])
+	if err != nil {
+		return s.translate("check", "", err)
+	}
+	var missing []string
+	for i, ok := range has {
+		if !ok {
+			missing = append(missing, privs[i])
+		}
+	}
+	if len(missing) > 0 {
+		return &PrivilegeError{Role: role, Table: s.cfg.Table, Missing: missing}
+	}
+	return nil
+}
