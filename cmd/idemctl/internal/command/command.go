@@ -58,6 +58,10 @@ type Env struct {
 	// watch): as Open, and a bolt file read-only, so that they never change
 	// it. Nil means Open.
 	OpenReadOnly func(ctx context.Context, url string) (store.Store, func() error, error)
+	// OpenWait opens it as Open does, retrying with backoff for as long as
+	// wait (a store that is still starting, a blip), for serve. Nil means
+	// Open, once.
+	OpenWait func(ctx context.Context, url string, wait time.Duration, logf func(format string, args ...any)) (store.Store, func() error, error)
 	// Listen opens serve's and watch's listeners. Default net.Listen.
 	Listen func(network, addr string) (net.Listener, error)
 }
@@ -72,6 +76,15 @@ func System() Env {
 		Listen:          net.Listen,
 		Open:            openStore(false),
 		OpenReadOnly:    openStore(true),
+		OpenWait: func(ctx context.Context, url string, wait time.Duration, logf func(string, ...any)) (store.Store, func() error, error) {
+			s, err := storeurl.OpenWait(ctx, url, &storeurl.Options{Passive: true}, storeurl.WaitOptions{Wait: wait, OnRetry: func(r storeurl.Retry) {
+				logf("idemctl: store not open yet (attempt %d: %v); again in %v, %v left of -store-wait", r.Attempt, r.Err, r.Next.Round(time.Millisecond), r.Left.Round(time.Second))
+			}})
+			if err != nil {
+				return nil, nil, err
+			}
+			return s.Store, s.Close, nil
+		},
 	}
 }
 
@@ -234,6 +247,23 @@ func (c *ctl) open(ctx context.Context) (store.Store, func() error, error) {
 		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
 	}
 	return c.env.Open(ctx, url)
+}
+
+// openWaiting opens the store of -store, retrying for as long as wait.
+func (c *ctl) openWaiting(ctx context.Context, wait time.Duration) (store.Store, func() error, error) {
+	if c.env.OpenWait == nil {
+		return c.open(ctx)
+	}
+	url := c.storeURL()
+	if url == "" {
+		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
+	}
+	st, closeStore, err := c.env.OpenWait(ctx, url, wait, func(format string, args ...any) { fmt.Fprintf(c.env.Stderr, format+"\n", args...) })
+	var we *storeurl.WaitError
+	if errors.As(err, &we) {
+		err = fmt.Errorf("%w; start it again once the store answers, or raise -store-wait", err)
+	}
+	return st, closeStore, err
 }
 
 // openReadOnly opens the store of -store for a command that only reads.

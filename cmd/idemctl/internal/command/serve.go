@@ -32,13 +32,14 @@ var serveCommand = command{
 		authFile := fs.String("auth-file", "", "read sign-in credentials from `FILE`: USER:PASSWORD or a token, one a line (default $"+EnvConsoleAuth+")")
 		interval := fs.Duration("interval", time.Minute, "time between the monitor's sweeps (the overview's numbers)")
 		maxRecords := fs.Int("max-records", 10_000, "most records one sweep reads")
+		storeWait := fs.Duration("store-wait", time.Minute, "keep trying to open the store this long before giving up (0: once)")
 		refLink := fs.String("ref-link", "", "link execution references that are not Step Functions ARNs through `URL`, where {ref} stands for the reference")
 		return func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("serve takes no arguments")
 			}
-			if *interval <= 0 || *maxRecords <= 0 {
-				return usagef("-interval and -max-records must be positive")
+			if *interval <= 0 || *maxRecords <= 0 || *storeWait < 0 {
+				return usagef("-interval and -max-records must be positive, -store-wait not negative")
 			}
 			creds, err := c.consoleCredentials(*authFile)
 			if err != nil {
@@ -47,7 +48,7 @@ var serveCommand = command{
 			if *write && len(creds) == 0 {
 				return usagef("-write needs credentials: -auth-file FILE or $%s (USER:PASSWORD or a token)", EnvConsoleAuth)
 			}
-			return c.serve(ctx, *addr, &console.Config{Write: *write, Credentials: creds, RefLink: *refLink},
+			return c.serve(ctx, *addr, *storeWait, &console.Config{Write: *write, Credentials: creds, RefLink: *refLink},
 				&monitor.Config{Interval: *interval, MaxRecords: *maxRecords})
 		}
 	},
@@ -85,8 +86,8 @@ func consoleActions(reg prometheus.Registerer) func(console.ActionEvent) {
 	return func(ev console.ActionEvent) { v.WithLabelValues(string(ev.Action), ev.Outcome).Inc() }
 }
 
-func (c *ctl) serve(ctx context.Context, addr string, cfg *console.Config, mcfg *monitor.Config) error {
-	s, closeStore, err := c.open(ctx)
+func (c *ctl) serve(ctx context.Context, addr string, storeWait time.Duration, cfg *console.Config, mcfg *monitor.Config) error {
+	s, closeStore, err := c.openWaiting(ctx, storeWait)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
+	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/ops"
 	"github.com/seed-a1b882c0/idem/store"
@@ -196,3 +197,62 @@ func TestServeReadOnly(t *testing.T) {
 }
 
 var _ store.Store = readOnlyStore{}
+
+// serve started before its store answers keeps trying (-store-wait),
+// saying so, and serves once the store is up; with a wait too short it
+// exits saying what to do.
+func TestServeWaitsForItsStore(t *testing.T) {
+	addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	px.Down()
+	url := fmt.Sprintf("redis://%s/0?prefix=idemctl-wait-%d:", px.Addr(), time.Now().UnixNano())
+	f := &fixture{t: t, clock: clocktest.New(time.Now()), getenv: map[string]string{EnvStore: url}}
+
+	code, _, errOut := f.run("serve", "-listen", "127.0.0.1:0", "-store-wait", "300ms")
+	if code == ExitOK || !strings.Contains(errOut, "store-wait") {
+		t.Fatalf("serve with its store down past -store-wait: exit %d: %s", code, errOut)
+	}
+
+	var retried syncBuffer
+	env := f.env(&syncBuffer{}, &retried)
+	listening := make(chan string, 1)
+	env.Listen = func(network, a string) (net.Listener, error) {
+		ln, err := net.Listen(network, a)
+		if err == nil {
+			listening <- ln.Addr().String()
+		}
+		return ln, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, []string{"serve", "-listen", "127.0.0.1:0", "-store-wait", "1m"}, env) }()
+	for !strings.Contains(retried.String(), "store not open yet") {
+		select {
+		case code := <-done:
+			cancel()
+			t.Fatalf("serve exited %d while waiting: %s", code, retried.String())
+		case <-time.After(20 * time.Millisecond): // serve's own retries, another goroutine's deadline
+		}
+	}
+	if err := px.Up(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-listening:
+		resp, err := http.Get("http://" + a + "/")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the console once the store came back: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, retried.String())
+	}
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Fatalf("serve exited %d: %s", code, retried.String())
+	}
+}
