@@ -41,4 +41,16 @@ func TestErrorRepliesAreClassified(t *testing.T) {
 			}
 		}
 	}
+	// An ACL that refuses a command at run time needs a configuration
+	// change, not a retry.
+	msg := "NOPERM User app has no permissions to run the 'evalsha' command"
+	for name, err := range map[string]error{
+		"translate":  s.translate("complete", "k", redisErr(msg)),
+		"errorReply": s.errorReply("complete", "k", reply{kind: '-', str: msg}),
+	} {
+		var ae *ACLError
+		if !errors.As(err, &ae) || !errors.Is(err, store.ErrMisconfigured) || errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s(%q): %v, want an *ACLError matching ErrMisconfigured", name, msg, err)
+		}
+	}
 }

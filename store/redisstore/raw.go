@@ -212,5 +212,8 @@ func (s *Store) errorReply(op, key string, r reply) error {
 	if damaged(r.str) {
 		return &store.CorruptError{Key: key, Reason: r.str}
 	}
+	if strings.HasPrefix(r.str, "NOPERM") {
+		return &ACLError{Command: op, Prefix: s.cfg.Prefix, Err: errors.New(r.str)}
+	}
 	return fmt.Errorf("redisstore: %s %s: %w: %s", op, key, store.ErrUnavailable, r.str)
 }

@@ -595,6 +595,9 @@ func (s *Store) translate(op, key string, err error) error {
 		if damaged(msg) {
 			return &store.CorruptError{Key: key, Reason: msg}
 		}
+		if strings.HasPrefix(msg, "NOPERM") {
+			return &ACLError{Command: op, Prefix: s.cfg.Prefix, Err: err}
+		}
 		s.redirected(msg)
 	} else {
 		s.refresh()
