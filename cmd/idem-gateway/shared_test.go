@@ -160,3 +160,28 @@ func clusterAddrs(t *testing.T) []string {
 	}
 	return strings.Split(v, ",")
 }
+
+// Three gateways started at once on a fresh PostgreSQL table all migrate it
+// (one advisory lock per schema's migrations) and all start, and every one
+// answers.
+func TestThreeGatewaysMigrateAFreshTableAtOnce(t *testing.T) {
+	addr, via := sharedStore(t, "postgres")
+	url := via(addr)
+	up := newUpstream(t)
+	gws := make([]*proc, 3)
+	for i := range gws {
+		gws[i] = startListening(t, "-upstream", up.srv.URL, "-store", url)
+	}
+	for i, gw := range gws {
+		select {
+		case <-gw.opened:
+		case err := <-gw.done:
+			t.Fatalf("gateway %d exited while migrating at the same time as two others (%v):\n%s", i, err, gw.logs)
+		case <-time.After(60 * time.Second): // another process's start-up
+			t.Fatalf("gateway %d's store did not open:\n%s", i, gw.logs)
+		}
+		if a := send("POST", gw.url("/orders"), `{"n":1}`, "Idempotency-Key", fmt.Sprintf("m%d", i)); a.err != nil || a.status != 201 {
+			t.Fatalf("gateway %d: %+v", i, a)
+		}
+	}
+}
