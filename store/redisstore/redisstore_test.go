@@ -46,16 +46,20 @@ func newClient(t testing.TB, a string, opts ...func(*redis.Options)) *redis.Clie
 
 // newPrefix returns a key prefix unique to this test, whose keys are
 // deleted when it ends.
-func newPrefix(t testing.TB, c *redis.Client) string {
+func newPrefix(t testing.TB, c redis.UniversalClient) string {
 	p := fmt.Sprintf("idemtest:%d:%x:", prefixSeq.Add(1), rand.Uint32())
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-	})
+	t.Cleanup(func() { deletePrefix(c, p) })
 	return p
+}
+
+// deletePrefix deletes the keys under p of the server c reaches (one
+// server, not a cluster: see deleteClusterPrefix).
+func deletePrefix(c redis.UniversalClient, p string) {
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
 }
 
 // newStore returns a store on the Redis under test, with a client that

@@ -118,14 +118,7 @@ func TestSentinel(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		p := fmt.Sprintf("idemtest:%d:%x:", prefixSeq.Add(1), rand.Uint32())
-		t.Cleanup(func() {
-			ctx := context.Background()
-			iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-			for iter.Next(ctx) {
-				c.Del(ctx, iter.Val())
-			}
-		})
+		p := newPrefix(t, c)
 		s, err := redisstore.New(c, &redisstore.Config{Prefix: p, MaxResultBytes: 1 << 20, WaitReplicas: 1, WaitTimeout: 2000})
 		if err != nil {
 			t.Fatal(err)
@@ -183,11 +176,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 			t.Errorf("WaitReplicas %d: %d acknowledged outcomes lost: %v", wait, res.Lost, res.LostKeys)
 		}
 		// The round's keys go, or every later resync copies them all again.
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
+		deletePrefix(c, prefix)
 		c.Close()
 	}
 }
