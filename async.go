@@ -423,16 +423,15 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 			return Token{}, err
 		}
 	}
-	k, err := ParseStoreKey(h.key)
-	if err != nil {
-		return Token{}, err
+	t := Claim{Key: h.key, Fence: h.fence, Owner: h.owner, e: e}.Token()
+	if t.IsZero() {
+		return Token{}, fmt.Errorf("idem: the claim's key %q does not parse", h.key)
 	}
-	t := e.sign(Token{Key: k, Fence: h.fence, Owner: h.owner, Status: StatusInProgress})
 	// No renewal may move the lease back once it is handed off; if the
 	// hand-off fails the operation goes on in its caller, renewed again.
 	h.stopRenewal()
 	var until int64
-	err = h.write(ctx, writeExtend, 0, nil, nil, func(p *store.ExtendParams) {
+	err := h.write(ctx, writeExtend, 0, nil, nil, func(p *store.ExtendParams) {
 		until = min(p.Now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt)
 		p.LeaseUntil, p.Ref = until, ref
 	})

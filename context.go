@@ -15,6 +15,24 @@ type Claim struct {
 	Fence uint64
 	// Owner is the claim's owner string.
 	Owner string
+
+	e *Engine // the engine running the operation, which signs Token
+}
+
+// Token returns the token of the claim, IN_PROGRESS, as work the claim is
+// handed to needs it (signed with the engine's Config.TokenKey when it has
+// one): the token [Detach] returns. The zero Token for a claim whose key
+// does not parse (one made by hand with [NewContext]).
+func (c Claim) Token() Token {
+	k, err := ParseStoreKey(c.Key)
+	if err != nil {
+		return Token{}
+	}
+	t := Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: StatusInProgress}
+	if c.e != nil {
+		t = c.e.sign(t)
+	}
+	return t
 }
 
 // DownstreamKey returns an idempotency key to pass to a downstream service

@@ -815,7 +815,7 @@ type opContext struct {
 func (c *opContext) Value(key any) any {
 	switch key.(type) {
 	case claimCtxKey:
-		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner}
+		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner, e: c.h.e}
 	case holderKey:
 		return c.h
 	}

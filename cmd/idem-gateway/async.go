@@ -22,19 +22,15 @@ const tokenHeader = "Idem-Token"
 const maxProblemBytes = 64 << 10
 
 // claimToken returns the token of the claim a covered request runs under,
-// as the upstream's worker needs it: the claim's key, fence and owner, for
-// an IN_PROGRESS record. It is the token [idem.Detach] returns once the
-// 202 hands the claim off.
+// as the upstream's worker needs it (signed with -token-key-file): the
+// token [idem.Detach] returns once the 202 hands the claim off.
 func claimToken(ctx context.Context) (idem.Token, bool) {
 	c, ok := idem.FromContext(ctx)
 	if !ok {
 		return idem.Token{}, false
 	}
-	k, err := idem.ParseStoreKey(c.Key)
-	if err != nil {
-		return idem.Token{}, false
-	}
-	return idem.Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: idem.StatusInProgress}, true
+	t := c.Token()
+	return t, !t.IsZero()
 }
 
 // acceptError is an upstream 202 whose claim could not be handed off.

@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 )
 
@@ -278,5 +282,47 @@ func TestAsyncAcrossGatewaysOnOneStore(t *testing.T) {
 	again := send("POST", front.url("/transfers"), `{}`, "Idempotency-Key", "x1", "Authorization", "alice")
 	if again.status != http.StatusCreated || again.body != "moved" || !again.replayed() {
 		t.Fatalf("after the work: %+v", again)
+	}
+}
+
+// With -token-key-file, the tokens the upstream gets are signed: a worker
+// settles the key with one, and a token altered on the way (another owner)
+// is refused as invalid, the key left as it was. A key too short keeps the
+// gateway from starting.
+func TestSignedTokensThroughTheGateway(t *testing.T) {
+	up := newAsyncUpstream(t)
+	keyFile := filepath.Join(t.TempDir(), "token.key")
+	if err := os.WriteFile(keyFile, []byte("a-secret-of-more-than-16-bytes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, "-upstream", up.srv.URL, "-store", "bolt://"+t.TempDir()+"/gw.db", "-admin", "127.0.0.1:0",
+		"-status-path", statusPath, "-token-key-file", keyFile)
+	if a := send("POST", gw.url("/transfers"), `{"amount":10}`, "Idempotency-Key", "signed-1"); a.status != http.StatusAccepted {
+		t.Fatalf("first: %+v", a)
+	}
+	tok := up.job(t)
+	parsed, err := idem.ParseToken(tok, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	altered := parsed
+	altered.Owner = "someone/else"
+	if a := settle(gw.admin, altered.String(), "complete?status=201", "text/plain", "forged"); a.status != http.StatusBadRequest || a.problemType() != "invalid-token" {
+		t.Fatalf("an altered token: %+v, want 400 invalid-token", a)
+	}
+	if a := settle(gw.admin, tok, "complete?status=201", "text/plain", "done"); a.status != http.StatusNoContent {
+		t.Fatalf("the signed token: %+v", a)
+	}
+	if a := send("POST", gw.url("/transfers"), `{"amount":10}`, "Idempotency-Key", "signed-1"); a.status != http.StatusCreated || a.body != "done" {
+		t.Fatalf("replay after the signed completion: %+v", a)
+	}
+
+	short := filepath.Join(t.TempDir(), "short.key")
+	if err := os.WriteFile(short, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "-upstream", up.srv.URL, "-store", "memory:", "-token-key-file", short).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "16") {
+		t.Fatalf("a 5-byte token key: %v %s", err, out)
 	}
 }

@@ -74,6 +74,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -119,6 +120,7 @@ func main() {
 
 // options are the command line.
 type options struct {
+	tokenKey                       []byte // -token-key-file, or $IDEM_TOKEN_KEY
 	listen, upstream, store, admin string
 	requireKey                     bool
 	principalHeader                string
@@ -168,8 +170,12 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.statusPath, "status-path", "", "turns on asynchronous mode: covered requests reach the upstream with an "+tokenHeader+" header, an upstream 202 hands the key off and is answered 202 with the Location of a status resource under this path (e.g. /idempotency/status/), and workers settle keys through -admin (required); empty: off")
 	fs.DurationVar(&o.expectedCompletion, "expected-completion", idemhttp.DefaultExpectedCompletion, "with -status-path: how long handed-off work may take before a retry may take its key over (at most -expiry; a worker extends it through -admin)")
+	tokenKeyFile := fs.String("token-key-file", "", "with -status-path: sign the "+tokenHeader+" tokens handed to the upstream and workers with the secret in `FILE` (at least 16 bytes; default $"+envTokenKey+"), so that a forged or altered token is refused before any store call; every gateway of a fleet needs the same key")
 	o.console.define(fs)
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := o.readTokenKey(*tokenKeyFile, os.Getenv); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -383,7 +389,30 @@ func engineConfig(o *options, log *slog.Logger, obs observe.Observer) *idem.Conf
 	if o.cacheEntries > 0 {
 		cfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}
 	}
+	cfg.TokenKey = o.tokenKey
 	return cfg
+}
+
+// envTokenKey holds the token key when -token-key-file is not given.
+const envTokenKey = "IDEM_TOKEN_KEY"
+
+// readTokenKey reads the secret that signs tokens, from file or else the
+// environment (never a flag's value, which other users can see in the
+// process list). A key too short is refused here, as the engine would.
+func (o *options) readTokenKey(file string, getenv func(string) string) error {
+	key := []byte(getenv(envTokenKey))
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("-token-key-file: %w", err)
+		}
+		key = bytes.TrimSpace(b)
+	}
+	if len(key) > 0 && len(key) < 16 {
+		return fmt.Errorf("the token key has %d bytes; use a secret of at least 16 random bytes", len(key))
+	}
+	o.tokenKey = key
+	return nil
 }
 
 // proxy passes requests to up. It never retries a request by itself.
