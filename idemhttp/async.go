@@ -98,7 +98,7 @@ func Accept(w http.ResponseWriter, r *http.Request) (idem.Token, error) {
 	}
 	h := w.Header()
 	h.Set("Location", a.Location)
-	h.Set("Retry-After", seconds(a.RetryAfter))
+	h.Set("Retry-After", RetryAfter(a.RetryAfter))
 	return a.Token, nil
 }
 
@@ -203,7 +203,7 @@ func (m *Middleware) serveStatus(w http.ResponseWriter, r *http.Request, id stri
 		return
 	}
 	if st.Status == idem.StatusInProgress {
-		w.Header().Set("Retry-After", seconds(m.retryAfter(st.ExpectedCompletion)))
+		w.Header().Set("Retry-After", RetryAfter(m.retryAfter(st.ExpectedCompletion)))
 	}
 	writeStatus(w, http.StatusOK, doc)
 }
@@ -252,7 +252,7 @@ func (m *Middleware) duplicateAccepted(w http.ResponseWriter, r *http.Request, k
 	}
 	h := w.Header()
 	h.Set("Location", m.location(key))
-	h.Set("Retry-After", seconds(m.retryAfter(st.ExpectedCompletion)))
+	h.Set("Retry-After", RetryAfter(m.retryAfter(st.ExpectedCompletion)))
 	writeStatus(w, http.StatusAccepted, doc)
 }
 
@@ -261,9 +261,10 @@ func (m *Middleware) retryAfter(until time.Time) time.Duration {
 	return max(until.Sub(m.clock.Now()), time.Second)
 }
 
-// seconds renders d as a Retry-After value: whole seconds, rounded up.
-func seconds(d time.Duration) string {
-	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+// RetryAfter renders d as a Retry-After header value: whole seconds,
+// rounded up, at least 1. Every Retry-After idem sends goes through it.
+func RetryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 // StatusResource is the body of a status resource, and of a 202 that

@@ -209,7 +209,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
+		h.Set("Retry-After", RetryAfter(p.RetryAfter))
 	}
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(p.Status)

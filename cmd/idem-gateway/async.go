@@ -67,7 +67,7 @@ func (g *gateway) accepted(resp *http.Response) error {
 		return &acceptError{err}
 	}
 	resp.Header.Set("Location", acc.Location)
-	resp.Header.Set("Retry-After", strconv.FormatInt(int64((acc.RetryAfter+time.Second-1)/time.Second), 10))
+	resp.Header.Set("Retry-After", idemhttp.RetryAfter(acc.RetryAfter))
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
@@ -85,7 +84,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	default:
 		k, _ := idem.ParseStoreKey(st.State.Key)
 		w.Header().Set("Location", statusPath+k.Digest)
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(st.State.ExpectedCompletion.Sub(a.Engine.Config().Clock.Now()).Seconds()))))
+		w.Header().Set("Retry-After", idemhttp.RetryAfter(st.State.ExpectedCompletion.Sub(a.Engine.Config().Clock.Now())))
 		writeJSON(w, http.StatusAccepted, statusOf(st.State))
 	}
 }
