@@ -305,7 +305,7 @@ func TestTokenWritesSurviveLostReplies(t *testing.T) {
 	for _, method := range []string{"complete", "fail", "release", "extend"} {
 		t.Run(method, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+				en := setup(t, idem.Config{Clock: store.SystemClock{}})
 				ctx := context.Background()
 				b := mustBegin(t, en.eng, ctx, req("l"), nil)
 				en.store.LoseReplies(method, func(n int64) error {
@@ -481,7 +481,7 @@ func mustKeyOf(t *testing.T, r idem.Request) idem.StoreKey {
 // work: it runs for its expected completion, far past any wait.
 func TestWaitDoesNotWaitForHandedOffWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
 		waiter := en.another(t, idem.Config{Wait: time.Minute})
 		ctx := context.Background()
 		if _, err := idem.Do(ctx, en.eng, req("w"), func(ctx context.Context) (string, error) {

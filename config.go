@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem/observe"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // EnvDisabled names the environment variable that turns idempotency off:
@@ -72,8 +73,8 @@ type Config struct {
 	// json.RawMessage result as it is (not base64 or re-encoded JSON).
 	Codec Codec
 
-	// Clock is the source of time. Default [SystemClock].
-	Clock Clock
+	// Clock is the source of time. Default [store.SystemClock].
+	Clock store.Clock
 
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
@@ -136,7 +137,7 @@ func (c *Config) WithDefaults() Config {
 		out.Codec = JSONCodec{}
 	}
 	if out.Clock == nil {
-		out.Clock = SystemClock{}
+		out.Clock = store.SystemClock{}
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

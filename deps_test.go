@@ -110,6 +110,20 @@ func TestProductionImportsAreStandardLibraryOnly(t *testing.T) {
 	}
 }
 
+// storeUsesEngine reports whether p is a store's package, held to the
+// contract alone: every package under store/ but the conformance suite,
+// storeurl (which opens stores for the commands) and pgstore (DoTx).
+func storeUsesEngine(p string) bool {
+	if !strings.HasPrefix(p, repo+"/store/") {
+		return false
+	}
+	switch strings.TrimPrefix(p, repo+"/") {
+	case "store/storetest", "store/storeurl", "store/pgstore":
+		return false
+	}
+	return true
+}
+
 // Over every module of the workspace: no production package reaches a test
 // kit (they stay out of the gateway's binary and of users' builds), and no
 // package, tests included, imports another module's internal packages. A
@@ -143,6 +157,12 @@ func TestModulesKeepTheirBoundaries(t *testing.T) {
 				if isKit(d) {
 					t.Errorf("production package %s imports test kit %s", p.ImportPath, d)
 				}
+			}
+			// A store depends on the contract (package store) alone, never
+			// on the engine: pgstore's DoTx, which runs the engine in a
+			// transaction, is the one exception.
+			if storeUsesEngine(p.ImportPath) && slices.Contains(p.Imports, repo) {
+				t.Errorf("store %s imports the root package %s; a store needs package store only", p.ImportPath, repo)
 			}
 		}
 		for _, imp := range p.Imports {

@@ -33,30 +33,30 @@ type Engine struct {
 
 	timing   bool // the observer wants store-call latencies
 	raw      bool // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
-	sysClock bool // the clock is SystemClock
+	sysClock bool // the clock is store.SystemClock
 
 	mu       sync.Mutex
 	flights  map[string]*flight
 	renewals renewals
 }
 
-// New returns an engine over store. A nil cfg means all defaults. It fails
+// New returns an engine over s. A nil cfg means all defaults. It fails
 // with [ErrInvalidConfig] when a field is out of range, saying which.
-func New(store store.Store, cfg *Config) (*Engine, error) {
-	if store == nil {
+func New(s store.Store, cfg *Config) (*Engine, error) {
+	if s == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
 	}
 	c := cfg.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{store: store, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
+	e := &Engine{store: s, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
 	_, nop := c.Observer.(nopObserver)
 	switch c.Codec.(type) {
 	case RawCodec, JSONCodec: // []byte and json.RawMessage results are stored as they are
 		e.raw = true
 	}
-	_, e.sysClock = c.Clock.(SystemClock)
+	_, e.sysClock = c.Clock.(store.SystemClock)
 	e.timing = !nop
 	e.renewals.init(e)
 	if c.Cache != nil {

@@ -31,7 +31,7 @@ type env struct {
 	store *faultstore.Store
 	mem   *memstore.Store
 	clock *clocktest.Clock
-	clk   idem.Clock // the clock the engines use
+	clk   store.Clock // the clock the engines use
 	obs   *observe.Counters
 	eng   *idem.Engine
 }
@@ -213,7 +213,7 @@ func TestInProcessDuplicatesShareOneClaim(t *testing.T) {
 
 func TestWaitPollsAnotherProcessUntilItFinishes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
 		waiter := en.another(t, idem.Config{Wait: 10 * time.Second, WaitBackoff: 100 * time.Millisecond, MaxWaitBackoff: time.Second})
 		ctx := context.Background()
 		inside, finish := make(chan struct{}), make(chan struct{})
@@ -245,7 +245,7 @@ func TestWaitPollsAnotherProcessUntilItFinishes(t *testing.T) {
 
 func TestWaitGivesUpAfterItsBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
 		waiter := en.another(t, idem.Config{Wait: time.Second, WaitBackoff: 100 * time.Millisecond, MaxWaitBackoff: 200 * time.Millisecond})
 		ctx := context.Background()
 		inside, finish := make(chan struct{}), make(chan struct{})
@@ -332,7 +332,7 @@ func TestErrorPolicy(t *testing.T) {
 	})
 	t.Run("failed complete still returns the result", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+			en := setup(t, idem.Config{Clock: store.SystemClock{}})
 			en.store.FailAlways("complete", fmt.Errorf("network: %w", store.ErrUnavailable))
 			start := time.Now()
 			r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) { return "charged", nil })
@@ -365,7 +365,7 @@ func TestCompleteRetriedThroughTransientFaults(t *testing.T) {
 	for _, method := range []string{"complete", "fail", "release"} {
 		t.Run(method, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				en := setup(t, idem.Config{Clock: idem.SystemClock{}, Lease: 2 * time.Second})
+				en := setup(t, idem.Config{Clock: store.SystemClock{}, Lease: 2 * time.Second})
 				other := en.another(t, idem.Config{})
 				ctx := context.Background()
 				var faultsUntil time.Time
@@ -428,7 +428,7 @@ func TestLostWriteReplyIsRecognisedAsOwn(t *testing.T) {
 	for _, method := range []string{"complete", "fail", "release"} {
 		t.Run(method, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				en := setup(t, idem.Config{Clock: idem.SystemClock{}})
+				en := setup(t, idem.Config{Clock: store.SystemClock{}})
 				en.store.LoseReplies(method, func(n int64) error {
 					if n == 1 {
 						return fmt.Errorf("i/o timeout: %w", store.ErrUnavailable)
@@ -743,7 +743,7 @@ func TestLostLeaseCancelsTheOperation(t *testing.T) {
 
 func TestLeaseDefaultsToContextDeadline(t *testing.T) {
 	t.Parallel()
-	en := setup(t, idem.Config{Lease: 30 * time.Second, Clock: idem.SystemClock{}})
+	en := setup(t, idem.Config{Lease: 30 * time.Second, Clock: store.SystemClock{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dl, _ := ctx.Deadline()
@@ -1053,7 +1053,7 @@ func TestUncertainOutcomeKeepsTheClaimUntilItsLeaseEnds(t *testing.T) {
 // (a Lambda invocation that timed out is ended there).
 func TestDeadlineLeaseIsNotRenewed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		en := setup(t, idem.Config{Clock: idem.SystemClock{}, RenewInterval: time.Second})
+		en := setup(t, idem.Config{Clock: store.SystemClock{}, RenewInterval: time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {

@@ -45,8 +45,9 @@ var (
 	// ErrInvalidPayload: a JSON payload could not be canonicalised. The
 	// error is a [*PayloadError].
 	ErrInvalidPayload = errors.New("idem: invalid payload")
-	// ErrInvalidConfig: a [Config] field is out of range.
-	ErrInvalidConfig = errors.New("idem: invalid config")
+	// ErrInvalidConfig: a [Config] field is out of range. It is
+	// store.ErrInvalidConfig, the same error value, which stores return.
+	ErrInvalidConfig = store.ErrInvalidConfig
 )
 
 // InProgressError is returned when another caller holds the key.

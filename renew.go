@@ -21,11 +21,11 @@ import (
 type renewals struct {
 	e     *Engine
 	mu    sync.Mutex
-	ended sync.Cond // signalled when a renewal in flight ends
-	queue []*holder // a min-heap by next; holder.qi is its index + 1
-	timer Timer     // fires at armed, for queue[0]
-	armed int64     // when timer fires (UnixNano); 0 when none
-	fire  func()    // r.due, made once
+	ended sync.Cond   // signalled when a renewal in flight ends
+	queue []*holder   // a min-heap by next; holder.qi is its index + 1
+	timer store.Timer // fires at armed, for queue[0]
+	armed int64       // when timer fires (UnixNano); 0 when none
+	fire  func()      // r.due, made once
 }
 
 func (r *renewals) init(e *Engine) {

@@ -106,8 +106,8 @@ type Config struct {
 	// Owner is the owner written on records resolved by hand. Default
 	// "idem-console".
 	Owner string
-	// Clock judges ages, leases and sessions. Default idem.SystemClock.
-	Clock idem.Clock
+	// Clock judges ages, leases and sessions. Default store.SystemClock.
+	Clock store.Clock
 	// Logger receives one line per action and per refused sign-in.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -163,7 +163,7 @@ func (c *Config) WithDefaults() Config {
 		out.Owner = "idem-console"
 	}
 	if out.Clock == nil {
-		out.Clock = idem.SystemClock{}
+		out.Clock = store.SystemClock{}
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

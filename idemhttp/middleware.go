@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Config configures a [Middleware]. A nil *Config means all defaults; every
@@ -132,7 +133,7 @@ type Middleware struct {
 	methods       map[string]bool
 	replayHeaders *replayPolicy
 	fpHeaders     []string
-	clock         idem.Clock
+	clock         store.Clock
 }
 
 // New returns a middleware over eng. It fails with [idem.ErrInvalidConfig]

@@ -1,6 +1,6 @@
 // Package idemtest holds the test kits of idem's modules, one package each:
 //
-//   - [github.com/seed-a1b882c0/idem/idemtest/clocktest]: a manual idem.Clock.
+//   - [github.com/seed-a1b882c0/idem/idemtest/clocktest]: a manual store.Clock.
 //   - [github.com/seed-a1b882c0/idem/idemtest/faultstore]: an idem.Store
 //     wrapper that counts calls and injects failures and lost replies.
 //   - [github.com/seed-a1b882c0/idem/idemtest/faultproxy]: a TCP proxy that

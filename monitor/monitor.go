@@ -42,8 +42,8 @@ type Config struct {
 	// SweepTimeout bounds one sweep. Default Interval.
 	SweepTimeout time.Duration
 	// Clock times the sweeps and decides which records are stuck.
-	// Default idem.SystemClock.
-	Clock idem.Clock
+	// Default store.SystemClock.
+	Clock store.Clock
 	// Logger receives one line per newly stuck or failed record (Warn)
 	// and per failed sweep (Error). Default slog.Default().
 	Logger *slog.Logger
@@ -76,7 +76,7 @@ func (c *Config) WithDefaults() Config {
 		out.SweepTimeout = out.Interval
 	}
 	if out.Clock == nil {
-		out.Clock = idem.SystemClock{}
+		out.Clock = store.SystemClock{}
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

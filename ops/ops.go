@@ -205,8 +205,8 @@ func Window(st *idem.State) time.Duration {
 // Operator settles records of one store by hand.
 type Operator struct {
 	Store store.Store
-	// Clock is the time writes are made at. Default idem.SystemClock.
-	Clock idem.Clock
+	// Clock is the time writes are made at. Default store.SystemClock.
+	Clock store.Clock
 	// Owner is the owner written on records resolved by hand. Default
 	// "idem-operator".
 	Owner string
@@ -214,9 +214,9 @@ type Operator struct {
 	Logger *slog.Logger
 }
 
-func (o *Operator) clock() idem.Clock {
+func (o *Operator) clock() store.Clock {
 	if o.Clock == nil {
-		return idem.SystemClock{}
+		return store.SystemClock{}
 	}
 	return o.Clock
 }

@@ -28,8 +28,15 @@ var (
 	// configuration. The engine does not retry an outcome write that
 	// fails with it (see idem.Config.WriteTimeout). Stores wrap it with an
 	// error that says what to fix; found when a store is opened, the same
-	// errors also match idem.ErrInvalidConfig.
+	// errors also match ErrInvalidConfig.
 	ErrMisconfigured = errors.New("idem: store misconfigured")
+	// ErrInvalidConfig: a store's configuration (a Config field, a URL) is
+	// out of range or unusable. It is idem.ErrInvalidConfig, the same
+	// error value, so that a store needs nothing but this package.
+	ErrInvalidConfig = errors.New("idem: invalid config")
+	// ErrInvalidCursor: a listing's cursor was not made by the store's
+	// List, or is damaged.
+	ErrInvalidCursor = errors.New("idem: invalid list cursor")
 )
 
 // FencedError is returned by a store when a write's claim (fence and owner)

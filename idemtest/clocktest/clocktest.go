@@ -1,4 +1,4 @@
-// Package clocktest provides a manual idem.Clock for tests: time moves only
+// Package clocktest provides a manual store.Clock for tests: time moves only
 // when the test calls Advance.
 package clocktest
 
@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Clock is a manual clock. The zero value is not usable; call New.
@@ -28,22 +28,22 @@ type waiter struct {
 // New returns a clock reading start.
 func New(start time.Time) *Clock { return &Clock{now: start} }
 
-// Now implements idem.Clock.
+// Now implements store.Clock.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-// After implements idem.Clock.
+// After implements store.Clock.
 func (c *Clock) After(d time.Duration) <-chan time.Time {
 	ch := make(chan time.Time, 1)
 	c.add(&waiter{ch: ch}, d)
 	return ch
 }
 
-// AfterFunc implements idem.Clock.
-func (c *Clock) AfterFunc(d time.Duration, f func()) idem.Timer {
+// AfterFunc implements store.Clock.
+func (c *Clock) AfterFunc(d time.Duration, f func()) store.Timer {
 	w := &waiter{fn: f}
 	c.add(w, d)
 	return w
@@ -62,7 +62,7 @@ func (c *Clock) add(w *waiter, d time.Duration) {
 	c.mu.Unlock()
 }
 
-// Stop implements idem.Timer.
+// Stop implements store.Timer.
 func (w *waiter) Stop() bool {
 	w.c.mu.Lock()
 	defer w.c.mu.Unlock()

@@ -10,7 +10,7 @@
 // share one transaction and its two fdatasyncs, and a lone call waits for
 // nobody. A crash (even SIGKILL mid-write) never loses an acknowledged
 // write and never leaves a half-written record; records carry a CRC-32C and
-// a damaged one fails closed with idem.ErrCorrupt, never a replay of
+// a damaged one fails closed with store.ErrCorrupt, never a replay of
 // garbage.
 //
 // One exception, the default: a claim made by Do (a claim with
@@ -80,7 +80,7 @@
 //     (store.Store.Release): the next call claims the key afresh and runs
 //     the operation, at once instead of after the lease. As after any crash
 //     mid-operation, the operation may have had effects before the crash,
-//     which is why downstream calls take [idem.Claim.DownstreamKey].
+//     which is why downstream calls take [github.com/seed-a1b882c0/idem.Claim.DownstreamKey].
 //   - The dead holder can never write over its successor: its owner is
 //     unique to its engine instance, the successor's claim has another
 //     owner (at fence 1 again when the key was absent), and every fenced
@@ -119,7 +119,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -128,7 +127,7 @@ import (
 var ErrReadOnly = errors.New("boltstore: the store was opened read-only")
 
 // ErrLocked is returned by [Open] when another process holds the file
-// (wrapping idem.ErrUnavailable).
+// (wrapping store.ErrUnavailable).
 var ErrLocked = fmt.Errorf("boltstore: file is locked by another process (the file store is single-process): %w", store.ErrUnavailable)
 
 // errClosed is what a write to a closed store returns.
@@ -155,8 +154,8 @@ type Config struct {
 	// previous one was being synced, which shares commits under load and
 	// costs a lone call nothing.
 	MaxBatchDelay time.Duration
-	// Clock drives the sweeper. Default idem.SystemClock.
-	Clock idem.Clock
+	// Clock drives the sweeper. Default store.SystemClock.
+	Clock store.Clock
 	// SyncEveryClaim writes every claim to the file with fdatasync before
 	// Claim returns, a Do's claims ([store.ClaimParams.Local]) included: two
 	// synced commits per new call, and no claim journal. Default false: a
@@ -241,7 +240,7 @@ func Open(path string, cfg *Config) (*Store, error) {
 		c.SweepBatch = 1000
 	}
 	if c.Clock == nil {
-		c.Clock = idem.SystemClock{}
+		c.Clock = store.SystemClock{}
 	}
 	if c.ClaimJournalMaxBytes <= 0 {
 		c.ClaimJournalMaxBytes = 64 << 20
@@ -345,7 +344,7 @@ func (s *Store) Path() string { return s.db.Path() }
 // Close stops the sweeper, stops the committer, writes the Local claims
 // still held in memory to the file (one synced commit, so that a clean
 // shutdown keeps them), empties the claim journal and closes the file. Calls still running when Close is
-// called fail with idem.ErrUnavailable.
+// called fail with store.ErrUnavailable.
 func (s *Store) Close() error {
 	if s.readOnly {
 		return s.db.Close()
@@ -709,7 +708,7 @@ func (s *Store) heldAfter(cursor string) []*store.Record {
 
 // List implements [store.Lister]: records in key order, the held Local
 // claims among them; the cursor is the last key of the previous page. A
-// damaged record fails the listing with idem.ErrCorrupt naming its key.
+// damaged record fails the listing with store.ErrCorrupt naming its key.
 func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ListResult{}, err

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -33,7 +32,7 @@ var (
 // TableError reports a table that does not match the store's
 // configuration: Cause is one of ErrNoTable, ErrKeySchema, ErrTTL and
 // ErrNoIndex, and the message says what to fix. It matches its cause,
-// idem.ErrInvalidConfig and store.ErrMisconfigured (errors.Is).
+// store.ErrInvalidConfig and store.ErrMisconfigured (errors.Is).
 type TableError struct {
 	Table  string
 	Cause  error
@@ -46,9 +45,9 @@ func (e *TableError) Error() string {
 	return fmt.Sprintf("dynamostore: table %s: %s: %s", e.Table, e.Reason, e.Fix)
 }
 
-// Is matches e.Cause, idem.ErrInvalidConfig and store.ErrMisconfigured.
+// Is matches e.Cause, store.ErrInvalidConfig and store.ErrMisconfigured.
 func (e *TableError) Is(target error) bool {
-	return target == e.Cause || target == idem.ErrInvalidConfig || target == store.ErrMisconfigured
+	return target == e.Cause || target == store.ErrInvalidConfig || target == store.ErrMisconfigured
 }
 
 // DescribeAPI is the part of *dynamodb.Client that [Store.Check] uses.

@@ -7,13 +7,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
 // FuzzDecodeCursor: any string is either a cursor (an ExclusiveStartKey,
 // or an open-index listing's positions per shard) that re-encodes to the
-// same cursor, or an ErrInvalidKey; never a panic.
+// same cursor, or an ErrInvalidCursor; never a panic.
 func FuzzDecodeCursor(f *testing.F) {
 	for _, c := range []cursor{
 		{start: map[string]types.AttributeValue{"id": str("k")}},
@@ -35,8 +34,8 @@ func FuzzDecodeCursor(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := decodeCursor(s)
 		if err != nil {
-			if !errors.Is(err, idem.ErrInvalidKey) {
-				t.Fatalf("decodeCursor(%q): %v, want ErrInvalidKey", s, err)
+			if !errors.Is(err, store.ErrInvalidCursor) {
+				t.Fatalf("decodeCursor(%q): %v, want ErrInvalidCursor", s, err)
 			}
 			return
 		}
@@ -69,8 +68,8 @@ func TestCursorForms(t *testing.T) {
 		"done at a key":    "o.eyJzdCI6IkZBSUxFRCIsInNoIjpbeyJkIjp0cnVlLCJrIjp7ImlkIjp7IlMiOiJrIn19fV19",
 		"no shards":        "o.eyJzdCI6IkZBSUxFRCIsInNoIjpbXX0",
 	} {
-		if _, err := decodeCursor(s); !errors.Is(err, idem.ErrInvalidKey) {
-			t.Errorf("%s: %v, want ErrInvalidKey", name, err)
+		if _, err := decodeCursor(s); !errors.Is(err, store.ErrInvalidCursor) {
+			t.Errorf("%s: %v, want ErrInvalidCursor", name, err)
 		}
 	}
 }

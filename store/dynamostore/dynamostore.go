@@ -83,7 +83,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -116,7 +115,7 @@ type API interface {
 // S3 bucket, a blob store). The item then holds only the reference Spill
 // returns. Spilled objects are the spiller's to expire (for S3, a lifecycle
 // rule of at least the idem expiry); a result whose object is gone fails
-// closed with idem.ErrCorrupt, never a replay of something else: Load
+// closed with store.ErrCorrupt, never a replay of something else: Load
 // returns an error that is store.ErrCorrupt for that, and any other error
 // for a fault a retry may mend (reported as store.ErrUnavailable), or one
 // that wraps store.ErrMisconfigured for a refusal no retry mends
@@ -211,7 +210,7 @@ type Config struct {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Table == "" {
-		return c, fmt.Errorf("dynamostore: Config.Table is required: %w", idem.ErrInvalidConfig)
+		return c, fmt.Errorf("dynamostore: Config.Table is required: %w", store.ErrInvalidConfig)
 	}
 	def := func(p *string, v string) {
 		if *p == "" {
@@ -229,20 +228,20 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxResultBytes = 384 << 10
 	}
 	if c.MaxResultBytes < 0 || c.MaxResultBytes > MaxItemBytes {
-		return c, fmt.Errorf("dynamostore: Config.MaxResultBytes %d outside 1..%d: %w", c.MaxResultBytes, MaxItemBytes, idem.ErrInvalidConfig)
+		return c, fmt.Errorf("dynamostore: Config.MaxResultBytes %d outside 1..%d: %w", c.MaxResultBytes, MaxItemBytes, store.ErrInvalidConfig)
 	}
 	if c.StatusShards == 0 {
 		c.StatusShards = DefaultStatusShards
 	}
 	if c.StatusShards < 0 || c.StatusShards > MaxStatusShards {
-		return c, fmt.Errorf("dynamostore: Config.StatusShards %d outside 1..%d: %w", c.StatusShards, MaxStatusShards, idem.ErrInvalidConfig)
+		return c, fmt.Errorf("dynamostore: Config.StatusShards %d outside 1..%d: %w", c.StatusShards, MaxStatusShards, store.ErrInvalidConfig)
 	}
 	var openAttr string
 	if c.OpenIndex != "" {
 		def(&c.OpenAttr, "open_status")
 		openAttr = c.OpenAttr
 		if c.OpenIndex == c.StatusIndex {
-			return c, fmt.Errorf("dynamostore: Config.OpenIndex and Config.StatusIndex both name index %q: they are two indexes with different keys: %w", c.OpenIndex, idem.ErrInvalidConfig)
+			return c, fmt.Errorf("dynamostore: Config.OpenIndex and Config.StatusIndex both name index %q: they are two indexes with different keys: %w", c.OpenIndex, store.ErrInvalidConfig)
 		}
 	}
 	names := map[string]bool{}
@@ -252,7 +251,7 @@ func (c Config) withDefaults() (Config, error) {
 			continue
 		}
 		if names[n] {
-			return c, fmt.Errorf("dynamostore: attribute name %q used twice: %w", n, idem.ErrInvalidConfig)
+			return c, fmt.Errorf("dynamostore: attribute name %q used twice: %w", n, store.ErrInvalidConfig)
 		}
 		names[n] = true
 	}
@@ -294,7 +293,7 @@ var (
 // New returns a store on cfg.Table through api (usually a *dynamodb.Client).
 func New(api API, cfg Config) (*Store, error) {
 	if api == nil {
-		return nil, fmt.Errorf("dynamostore: nil client: %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("dynamostore: nil client: %w", store.ErrInvalidConfig)
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {

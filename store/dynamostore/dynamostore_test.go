@@ -478,7 +478,7 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatalf("stuck records listed: %v, want the 5 stuck ones", got)
 	}
-	if _, err := s.List(context.Background(), store.ListParams{Cursor: "!!"}); !errors.Is(err, idem.ErrInvalidKey) {
+	if _, err := s.List(context.Background(), store.ListParams{Cursor: "!!"}); !errors.Is(err, store.ErrInvalidCursor) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -45,8 +44,8 @@ import (
 //
 // Items idem did not write are skipped; spilled results are not loaded
 // (Result is nil). A damaged idem item fails the listing with
-// idem.ErrCorrupt naming its key. A cursor from another listing (another
-// path, status or Config.StatusShards) fails with idem.ErrInvalidKey.
+// store.ErrCorrupt naming its key. A cursor from another listing (another
+// path, status or Config.StatusShards) fails with store.ErrInvalidCursor.
 func (s *Store) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
 	c, err := decodeCursor(p.Cursor)
 	if err != nil {
@@ -481,11 +480,11 @@ func keyJSON(k map[string]types.AttributeValue) map[string]cursorValue {
 }
 
 func invalidCursor(why string) error {
-	return fmt.Errorf("dynamostore: invalid list cursor (%s): %w", why, idem.ErrInvalidKey)
+	return fmt.Errorf("dynamostore: invalid list cursor (%s): %w", why, store.ErrInvalidCursor)
 }
 
 // decodeCursor reads a cursor made by encode; anything else fails with
-// idem.ErrInvalidKey.
+// store.ErrInvalidCursor.
 func decodeCursor(c string) (cursor, error) {
 	if c == "" {
 		return cursor{}, nil

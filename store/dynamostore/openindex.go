@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -112,7 +111,7 @@ type MigrateResult struct {
 func (s *Store) MigrateStatusIndex(ctx context.Context, p MigrateParams) (MigrateResult, error) {
 	var res MigrateResult
 	if s.cfg.OpenIndex == "" {
-		return res, fmt.Errorf("dynamostore: MigrateStatusIndex needs Config.OpenIndex: %w", idem.ErrInvalidConfig)
+		return res, fmt.Errorf("dynamostore: MigrateStatusIndex needs Config.OpenIndex: %w", store.ErrInvalidConfig)
 	}
 	filter := "attribute_exists(#v) AND (#st IN (:ip, :failed) OR attribute_exists(#open))"
 	vals := map[string]types.AttributeValue{":ip": str(store.StatusInProgress.String()), ":failed": str(store.StatusFailed.String())}

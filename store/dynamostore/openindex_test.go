@@ -336,8 +336,8 @@ func TestListOpenIndex(t *testing.T) {
 		"garbage":                             {s, store.ListParams{Stuck: true, Cursor: "o.!!"}},
 	} {
 		tc.p.Now = now
-		if _, err := tc.s.List(ctx, tc.p); !errors.Is(err, idem.ErrInvalidKey) {
-			t.Errorf("%s: %v, want ErrInvalidKey", name, err)
+		if _, err := tc.s.List(ctx, tc.p); !errors.Is(err, store.ErrInvalidCursor) {
+			t.Errorf("%s: %v, want ErrInvalidCursor", name, err)
 		}
 	}
 }

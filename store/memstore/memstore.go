@@ -2,7 +2,7 @@
 // process that can afford to forget every record when it exits.
 //
 // It is bounded: when MaxRecords live records are held, a claim of a new
-// key fails closed with an error wrapping idem.ErrUnavailable; live records
+// key fails closed with an error wrapping store.ErrUnavailable; live records
 // are never evicted to make room. Expired records are swept by a goroutine
 // that stops on Close.
 package memstore
@@ -15,11 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// ErrFull is returned (wrapping idem.ErrUnavailable) when a claim of a new
+// ErrFull is returned (wrapping store.ErrUnavailable) when a claim of a new
 // key finds the store at MaxRecords live records.
 var ErrFull = fmt.Errorf("memstore: full: %w", store.ErrUnavailable)
 
@@ -33,8 +32,8 @@ type Config struct {
 	// SweepInterval is how often expired records are deleted. Default 1m;
 	// negative disables the sweeper.
 	SweepInterval time.Duration
-	// Clock drives the sweeper. Default idem.SystemClock.
-	Clock idem.Clock
+	// Clock drives the sweeper. Default store.SystemClock.
+	Clock store.Clock
 }
 
 // Store is an in-memory [store.Store]. It also implements [store.Lister] and
@@ -73,7 +72,7 @@ func New(cfg *Config) *Store {
 		c.SweepInterval = time.Minute
 	}
 	if c.Clock == nil {
-		c.Clock = idem.SystemClock{}
+		c.Clock = store.SystemClock{}
 	}
 	s := &Store{cfg: c, m: make(map[string]*store.Record), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.SweepInterval > 0 {

@@ -8,14 +8,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
 // PrivilegeError reports that the role the store connects as lacks a
 // privilege the store needs: on the records table (SELECT, INSERT, UPDATE,
 // DELETE), or, while migrating, on the schema or idem_schema_migrations.
-// It matches idem.ErrInvalidConfig and store.ErrMisconfigured (errors.Is):
+// It matches store.ErrInvalidConfig and store.ErrMisconfigured (errors.Is):
 // no retry mends it, a GRANT does.
 type PrivilegeError struct {
 	// Role is the role connected (current_user), when known.
@@ -49,10 +48,10 @@ func (e *PrivilegeError) Error() string {
 	return fmt.Sprintf("pgstore: %s was refused on table %s (%v): as the table's owner, run %s", who, e.Table, e.Err, grant)
 }
 
-// Is makes errors.Is(err, idem.ErrInvalidConfig) and
+// Is makes errors.Is(err, store.ErrInvalidConfig) and
 // errors.Is(err, store.ErrMisconfigured) true.
 func (e *PrivilegeError) Is(target error) bool {
-	return target == idem.ErrInvalidConfig || target == store.ErrMisconfigured
+	return target == store.ErrInvalidConfig || target == store.ErrMisconfigured
 }
 
 func (e *PrivilegeError) Unwrap() error { return e.Err }

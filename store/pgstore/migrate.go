@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -197,11 +196,11 @@ func applyOne(ctx context.Context, db DB, track, table string, lock int64, m Mig
 func quoteTable(t string) (string, error) {
 	parts := strings.Split(t, ".")
 	if len(parts) > 2 {
-		return "", fmt.Errorf("pgstore: table name %q has more than schema.name: %w", t, idem.ErrInvalidConfig)
+		return "", fmt.Errorf("pgstore: table name %q has more than schema.name: %w", t, store.ErrInvalidConfig)
 	}
 	for _, p := range parts {
 		if p == "" || strings.ContainsRune(p, 0) {
-			return "", fmt.Errorf("pgstore: table name %q has an empty or invalid part: %w", t, idem.ErrInvalidConfig)
+			return "", fmt.Errorf("pgstore: table name %q has an empty or invalid part: %w", t, store.ErrInvalidConfig)
 		}
 	}
 	return pgx.Identifier(parts).Sanitize(), nil

@@ -45,7 +45,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -74,8 +73,8 @@ type Config struct {
 	// OnReap, when set, is called after each reaper run with the rows
 	// deleted and the error, if any.
 	OnReap func(n int, err error)
-	// Clock drives the reaper. Default idem.SystemClock.
-	Clock idem.Clock
+	// Clock drives the reaper. Default store.SystemClock.
+	Clock store.Clock
 }
 
 // Store is an [store.Store] on one PostgreSQL table. It also implements
@@ -112,10 +111,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.ReapBatch = 1000
 	}
 	if c.MaxResultBytes < 0 || c.ReapBatch < 0 {
-		return c, fmt.Errorf("pgstore: negative MaxResultBytes or ReapBatch: %w", idem.ErrInvalidConfig)
+		return c, fmt.Errorf("pgstore: negative MaxResultBytes or ReapBatch: %w", store.ErrInvalidConfig)
 	}
 	if c.Clock == nil {
-		c.Clock = idem.SystemClock{}
+		c.Clock = store.SystemClock{}
 	}
 	return c, nil
 }
@@ -125,7 +124,7 @@ func (c Config) withDefaults() (Config, error) {
 // Close does not close db.
 func New(db DB, cfg *Config) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("pgstore: nil DB: %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("pgstore: nil DB: %w", store.ErrInvalidConfig)
 	}
 	var c Config
 	if cfg != nil {
@@ -160,7 +159,7 @@ func New(db DB, cfg *Config) (*Store, error) {
 func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: %w: %w", idem.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("pgstore: %w: %w", store.ErrInvalidConfig, err)
 	}
 	table := "idem_records"
 	if cfg != nil && cfg.Table != "" {
@@ -261,7 +260,7 @@ func newStatements(t string) statements {
 // is PostgreSQL's guarantee for this clause in READ COMMITTED, and what
 // the first statement (DO NOTHING, reading its snapshot) lacks. Every
 // column is set from a CASE on one condition, the record's claimability
-// at $6 (the rule of [idem.ApplyClaim]), evaluated on the locked version:
+// at $6 (the rule of [store.ApplyClaim]), evaluated on the locked version:
 // when claimable, a new claim with fence + 1; otherwise the row's own
 // value, so no field changes (the row gets a new version with the same
 // values) and RETURNING still gives the row.

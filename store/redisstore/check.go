@@ -10,14 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
 // ACLError reports that Redis's ACL refuses the store's user a command
 // the store needs (NOPERM): its claims and fenced writes run as Lua
 // scripts (EVALSHA, and EVAL when the script is not cached), and it reads
-// and writes keys under its prefix. It matches idem.ErrInvalidConfig and
+// and writes keys under its prefix. It matches store.ErrInvalidConfig and
 // store.ErrMisconfigured (errors.Is); the message has the ACL SETUSER
 // that fixes it.
 type ACLError struct {
@@ -41,10 +40,10 @@ func (e *ACLError) Error() string {
 		e.Command, user, e.Err, e.Prefix, user, e.Prefix)
 }
 
-// Is makes errors.Is(err, idem.ErrInvalidConfig) and
+// Is makes errors.Is(err, store.ErrInvalidConfig) and
 // errors.Is(err, store.ErrMisconfigured) true.
 func (e *ACLError) Is(target error) bool {
-	return target == idem.ErrInvalidConfig || target == store.ErrMisconfigured
+	return target == store.ErrInvalidConfig || target == store.ErrMisconfigured
 }
 
 func (e *ACLError) Unwrap() error { return e.Err }

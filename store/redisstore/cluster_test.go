@@ -205,7 +205,7 @@ func TestClusterListCoversEveryMaster(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"C/0-99999/x/0/", "C/-/x", "C/a-b/x/0/", "nonsense"} {
-		if _, err := s.List(ctx, store.ListParams{Now: now, Cursor: bad}); !errors.Is(err, idem.ErrInvalidKey) {
+		if _, err := s.List(ctx, store.ListParams{Now: now, Cursor: bad}); !errors.Is(err, store.ErrInvalidCursor) {
 			t.Errorf("cursor %q: %v, want a typed error", bad, err)
 		}
 	}

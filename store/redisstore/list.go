@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -104,7 +103,7 @@ func parseCursor(c string) (uint64, string, error) {
 }
 
 func badCursor(c string) error {
-	return fmt.Errorf("redisstore: invalid list cursor %q: %w", c, idem.ErrInvalidKey)
+	return fmt.Errorf("redisstore: invalid list cursor %q: %w", c, store.ErrInvalidCursor)
 }
 
 // clusterCursorTag starts a cursor of a cluster listing:

@@ -84,7 +84,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -146,7 +145,7 @@ var (
 // the caller wishes). Close does not close it.
 func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	if c == nil {
-		return nil, fmt.Errorf("redisstore: nil client: %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("redisstore: nil client: %w", store.ErrInvalidConfig)
 	}
 	var conf Config
 	if cfg != nil {
@@ -159,7 +158,7 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 		conf.MaxResultBytes = 16 << 20
 	}
 	if conf.MaxResultBytes < 0 || conf.WaitReplicas < 0 || conf.WaitTimeout < 0 {
-		return nil, fmt.Errorf("redisstore: negative MaxResultBytes, WaitReplicas or WaitTimeout: %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("redisstore: negative MaxResultBytes, WaitReplicas or WaitTimeout: %w", store.ErrInvalidConfig)
 	}
 	if conf.WaitTimeout == 0 {
 		conf.WaitTimeout = 1000
@@ -206,7 +205,7 @@ func Open(url string, cfg *Config) (*Store, error) {
 // NewClient returns the go-redis client for a URL in one of the forms
 // [Open] takes, without connecting.
 func NewClient(raw string) (redis.UniversalClient, error) {
-	bad := func(err error) error { return fmt.Errorf("redisstore: %w: %w", idem.ErrInvalidConfig, err) }
+	bad := func(err error) error { return fmt.Errorf("redisstore: %w: %w", store.ErrInvalidConfig, err) }
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return nil, bad(fmt.Errorf("URL %q has no scheme: write redis://, rediss://, redis+cluster:// or redis+sentinel://", raw))

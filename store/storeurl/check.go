@@ -12,7 +12,7 @@ import (
 // and TTL attribute, and with spill= the bucket), else its Ping. With
 // Options.Passive only the Ping is made: a read-only tool needs fewer
 // rights. Such faults are typed errors of the store's package that match
-// idem.ErrInvalidConfig and store.ErrMisconfigured, and say what to fix;
+// store.ErrInvalidConfig and store.ErrMisconfigured, and say what to fix;
 // an unreachable server is store.ErrUnavailable ([OpenWait] retries
 // those). Close the returned store when done.
 func Open(ctx context.Context, raw string, o *Options) (*Opened, error) {

@@ -47,7 +47,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
@@ -78,8 +77,8 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("store URL %q: %s", e.URL, e.Reason)
 }
 
-// Is makes an *Error match idem.ErrInvalidConfig.
-func (e *Error) Is(target error) bool { return target == idem.ErrInvalidConfig }
+// Is makes an *Error match store.ErrInvalidConfig.
+func (e *Error) Is(target error) bool { return target == store.ErrInvalidConfig }
 
 // URL is a parsed store URL: which backend, and its settings.
 type URL struct {
@@ -262,8 +261,8 @@ type Options struct {
 	// as with Passive alone.
 	ReadOnly bool
 	// Clock drives the stores' reapers and sweepers. Default
-	// idem.SystemClock.
-	Clock idem.Clock
+	// store.SystemClock.
+	Clock store.Clock
 }
 
 // Opened is an open store.
@@ -301,7 +300,7 @@ func open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		opt = *o
 	}
 	if opt.Clock == nil {
-		opt.Clock = idem.SystemClock{}
+		opt.Clock = store.SystemClock{}
 	}
 	// A negative interval turns a store's background sweeper off.
 	sweep := time.Duration(0)

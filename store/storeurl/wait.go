@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // WaitOptions configure [OpenWait] and [StartOpen].
@@ -27,8 +27,8 @@ type WaitOptions struct {
 	// OnRetry, when set, is called after each failed attempt that will be
 	// retried, before the pause.
 	OnRetry func(Retry)
-	// Clock measures Wait and the pauses. Default idem.SystemClock.
-	Clock idem.Clock
+	// Clock measures Wait and the pauses. Default store.SystemClock.
+	Clock store.Clock
 
 	// open replaces Open, for tests.
 	open func(ctx context.Context) (*Opened, error)
@@ -64,11 +64,11 @@ func (e *WaitError) Error() string {
 func (e *WaitError) Unwrap() error { return e.Err }
 
 // Retryable reports whether [OpenWait] retries an [Open] that failed with
-// err: anything but a configuration fault (idem.ErrInvalidConfig: a
+// err: anything but a configuration fault (store.ErrInvalidConfig: a
 // malformed URL, a missing privilege, a table of the wrong shape), which
 // no wait mends, and a cancelled context.
 func Retryable(err error) bool {
-	return !errors.Is(err, idem.ErrInvalidConfig) && !errors.Is(err, context.Canceled)
+	return !errors.Is(err, store.ErrInvalidConfig) && !errors.Is(err, context.Canceled)
 }
 
 // OpenWait opens the store raw names as [Open] does, retrying with capped,
@@ -94,7 +94,7 @@ func openWait(ctx context.Context, raw string, o *Options, w WaitOptions, attemp
 		w.AttemptTimeout = 15 * time.Second
 	}
 	if w.Clock == nil {
-		w.Clock = idem.SystemClock{}
+		w.Clock = store.SystemClock{}
 	}
 	if w.open == nil {
 		w.open = func(ctx context.Context) (*Opened, error) { return Open(ctx, raw, o) }
@@ -188,7 +188,7 @@ func StartOpen(ctx context.Context, raw string, o *Options, w WaitOptions) *Open
 	ctx, cancel := context.WithCancel(ctx)
 	clock := w.Clock
 	if clock == nil {
-		clock = idem.SystemClock{}
+		clock = store.SystemClock{}
 	}
 	p := &Opening{done: make(chan struct{}), cancel: cancel, started: clock.Now()}
 	go func() {

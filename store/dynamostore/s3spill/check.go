@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -40,7 +39,7 @@ var (
 // Cause is one of ErrCredentials, ErrAccessDenied, ErrNoBucket and
 // ErrWrongRegion, and the message says what to fix. It matches its cause
 // and store.ErrMisconfigured (errors.Is), and, when [Spiller.Check] found
-// it (at open), idem.ErrInvalidConfig too. At run time Spill and Load
+// it (at open), store.ErrInvalidConfig too. At run time Spill and Load
 // return it, and neither dynamostore nor the engine retries it: the
 // outcome write fails at once (see the package comment).
 type BucketError struct {
@@ -76,10 +75,10 @@ func (e *BucketError) Error() string {
 	return fmt.Sprintf("s3spill: bucket %s: S3 answered %d %s: %s", e.Bucket, e.Status, e.Code, fix)
 }
 
-// Is matches e.Cause, store.ErrMisconfigured, and idem.ErrInvalidConfig
+// Is matches e.Cause, store.ErrMisconfigured, and store.ErrInvalidConfig
 // when found at open.
 func (e *BucketError) Is(target error) bool {
-	return target == e.Cause || target == store.ErrMisconfigured || e.AtOpen && target == idem.ErrInvalidConfig
+	return target == e.Cause || target == store.ErrMisconfigured || e.AtOpen && target == store.ErrInvalidConfig
 }
 
 // Unwrap returns the S3 error.

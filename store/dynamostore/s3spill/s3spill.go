@@ -30,7 +30,7 @@
 // request: credentials refused, access denied, no such bucket, bucket in
 // another region — each a [*BucketError] with its own cause (errors.Is:
 // [ErrCredentials], [ErrAccessDenied], [ErrNoBucket], [ErrWrongRegion])
-// that says what to fix, and matches idem.ErrInvalidConfig.
+// that says what to fix, and matches store.ErrInvalidConfig.
 //
 // The same refusals at run time (403, 301, 404 NoSuchBucket to a
 // PutObject or GetObject: a key rotated, a policy changed, the bucket
@@ -79,7 +79,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
@@ -131,18 +130,18 @@ var _ dynamostore.Spiller = (*Spiller)(nil)
 // *s3.Client).
 func New(api API, cfg Config) (*Spiller, error) {
 	if api == nil {
-		return nil, fmt.Errorf("s3spill: nil client: %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("s3spill: nil client: %w", store.ErrInvalidConfig)
 	}
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("s3spill: Config.Bucket is required: %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("s3spill: Config.Bucket is required: %w", store.ErrInvalidConfig)
 	}
 	switch cfg.SSE {
 	case "", string(types.ServerSideEncryptionAes256), string(types.ServerSideEncryptionAwsKms):
 	default:
-		return nil, fmt.Errorf("s3spill: Config.SSE %q: use \"\", \"AES256\" or \"aws:kms\": %w", cfg.SSE, idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("s3spill: Config.SSE %q: use \"\", \"AES256\" or \"aws:kms\": %w", cfg.SSE, store.ErrInvalidConfig)
 	}
 	if cfg.KMSKeyID != "" && cfg.SSE != string(types.ServerSideEncryptionAwsKms) {
-		return nil, fmt.Errorf("s3spill: Config.KMSKeyID needs Config.SSE \"aws:kms\": %w", idem.ErrInvalidConfig)
+		return nil, fmt.Errorf("s3spill: Config.KMSKeyID needs Config.SSE \"aws:kms\": %w", store.ErrInvalidConfig)
 	}
 	if cfg.Prefix != "" && !strings.HasSuffix(cfg.Prefix, "/") {
 		cfg.Prefix += "/"

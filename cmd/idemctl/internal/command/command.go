@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
@@ -49,7 +48,7 @@ type Env struct {
 	StdinIsTerminal func() bool
 	// Clock is the time commands judge ages and leases by, and the clock
 	// of the engine that writes.
-	Clock idem.Clock
+	Clock store.Clock
 	// Open opens the store a -store URL names for inspection and manual
 	// writes: passively (nothing migrated, created or swept). The closer
 	// releases it.
@@ -72,7 +71,7 @@ func System() Env {
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Getenv:          os.Getenv,
 		StdinIsTerminal: stdinIsTerminal,
-		Clock:           idem.SystemClock{},
+		Clock:           store.SystemClock{},
 		Listen:          net.Listen,
 		Open:            openStore(false),
 		OpenReadOnly:    openStore(true),

@@ -19,6 +19,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/monitor"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -131,7 +132,7 @@ func benchFirstPage(b *testing.B, u string, n int) {
 // seedMany writes n records on u, an hour back on clock so that the
 // IN_PROGRESS ones are stuck: 89% COMPLETED, 10% IN_PROGRESS, 1% FAILED,
 // over ten operations.
-func seedMany(b *testing.B, u string, clock idem.Clock, n int) {
+func seedMany(b *testing.B, u string, clock store.Clock, n int) {
 	ctx := context.Background()
 	s, err := storeurl.Open(ctx, u, &storeurl.Options{Clock: clock})
 	if err != nil {

@@ -1,11 +1,12 @@
-package idem
+package store
 
 import "time"
 
-// Clock is the engine's source of time. Every timestamp the engine writes,
-// every expiry and lease decision, every wait and every lease renewal goes
-// through it, so tests can control time (or run under testing/synctest with
-// [SystemClock]).
+// Clock is the source of time of the engine (idem.Config.Clock) and of the
+// stores' background work (reapers, sweepers). Every timestamp the engine
+// writes, every expiry and lease decision, every wait and every lease
+// renewal goes through it, so tests can control time (or run under
+// testing/synctest with [SystemClock]).
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
