@@ -121,7 +121,8 @@ func Accept(w http.ResponseWriter, r *http.Request) (idem.Token, error) {
 // It fails with [ErrNotCovered] outside a covered request, [ErrNotAsync]
 // without Config.StatusPath, and with the error of idem.Detach when the
 // write is refused (an [*idem.StaleTokenError]: the claim was lost) or
-// the store fails; then nothing was handed off, and the handler should
+// the store fails; then nothing was handed off (the Accepted holds only
+// the Location of the key's status resource), and the handler should
 // answer with an error status (a 5xx releases the key). A handler that
 // accepted but then answers with a status the Release policy does not keep
 // (a 5xx: the work could not be queued) has the handed-off claim released
@@ -138,7 +139,7 @@ func AcceptContext(ctx context.Context) (Accepted, error) {
 	loc := m.location(c.key)
 	t, err := idem.Detach(ctx, m.cfg.ExpectedCompletion, loc)
 	if err != nil {
-		return Accepted{}, err
+		return Accepted{Location: loc}, err
 	}
 	c.accepted = &t
 	return Accepted{Token: t, Location: loc, RetryAfter: max(m.cfg.ExpectedCompletion, time.Second)}, nil

@@ -62,7 +62,7 @@ func (g *gateway) accepted(resp *http.Response) error {
 	case err == nil:
 	case errors.As(err, &stale) && stale.Fence == stale.Token.Fence && stale.Owner == stale.Token.Owner && stale.Status != idem.StatusInProgress:
 		idemhttp.MarkUncertain(ctx)
-		acc = idemhttp.Accepted{Location: g.opts.statusPath + stale.Token.Key.Digest, RetryAfter: time.Second}
+		acc = idemhttp.Accepted{Location: acc.Location, RetryAfter: time.Second}
 	default:
 		return &acceptError{err}
 	}
