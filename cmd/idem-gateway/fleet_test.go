@@ -98,6 +98,7 @@ type fleet struct {
 	// for longer than its lease loses its key (the lease rule), so a key
 	// in flight then may run once more.
 	failovers [][2]time.Time
+	half      chan struct{} // closed once half the keys' executions have happened
 }
 
 // fleetSlot is one gateway position: its proxy to the store and the
@@ -138,7 +139,7 @@ type fleetKill struct {
 func newFleet(t *testing.T, storeAddr string, via func(string) string) *fleet {
 	f := &fleet{
 		t: t, up: newUpstream(t), store: via(storeAddr),
-		victims:  make(chan *fleetKill, 1),
+		victims: make(chan *fleetKill, 1), half: make(chan struct{}),
 		attempts: map[int64]*attempt{},
 		faults:   map[string]int{},
 	}
@@ -184,25 +185,9 @@ func (f *fleet) run() {
 		})
 	}()
 	f.arm()
-	half := make(chan struct{}) // closed once half the keys' executions have happened
+	var half <-chan struct{} // closed by onRun once half the keys' executions have happened
 	if f.midway != nil {
-		go func() {
-			for {
-				f.mu.Lock()
-				n := len(f.execs)
-				f.mu.Unlock()
-				select {
-				case <-loaded:
-					return
-				default:
-				}
-				if n >= fleetKeys/2 {
-					close(half)
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		half = f.half
 	}
 	for done := false; !done; {
 		select {
@@ -321,6 +306,9 @@ func (f *fleet) onRun(r *http.Request, key string, run int64) {
 	id, _ := strconv.ParseInt(r.Header.Get(attemptHeader), 10, 64)
 	f.mu.Lock()
 	f.execs = append(f.execs, execution{key: key, run: run, attempt: id, at: time.Now()})
+	if len(f.execs) == fleetKeys/2 {
+		close(f.half)
+	}
 	var victim *fleetKill
 	if a := f.attempts[id]; a != nil && f.slots[a.slot].gen == a.gen && f.slots[a.slot].gw != nil {
 		if k := f.armed; k != nil && k.slot == a.slot && len(f.execs) >= f.killAt {
