@@ -152,14 +152,8 @@ func deleteAll(t *testing.T, url string) {
 }
 
 // clusterAddrs are the seed nodes of the Redis Cluster scripts/redis-cluster
-// started (IDEM_REDIS_CLUSTER_ADDRS).
-func clusterAddrs(t *testing.T) []string {
-	v := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
-	if v == "" {
-		testenv.Missing(t, "no Redis Cluster: set IDEM_REDIS_CLUSTER_ADDRS (make test starts one with scripts/redis-cluster)")
-	}
-	return strings.Split(v, ",")
-}
+// started.
+func clusterAddrs(t *testing.T) []string { return testenv.RedisCluster(t) }
 
 // Three gateways started at once on a fresh PostgreSQL table all migrate it
 // (one advisory lock per schema's migrations) and all start, and every one

@@ -6,6 +6,7 @@ package testenv
 import (
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,4 +36,17 @@ func Reach(t testing.TB, what, env, def string) string {
 	}
 	c.Close()
 	return addr
+}
+
+// RedisCluster returns the seed addresses of the Redis Cluster under test
+// (scripts/redis-cluster, which sets IDEM_REDIS_CLUSTER_ADDRS), or calls
+// Missing.
+func RedisCluster(t testing.TB) []string {
+	t.Helper()
+	v := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
+	if v == "" {
+		Missing(t, "no Redis Cluster: set IDEM_REDIS_CLUSTER_ADDRS (make test starts one with scripts/redis-cluster)")
+		return nil
+	}
+	return strings.Split(v, ",")
 }

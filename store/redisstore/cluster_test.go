@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +24,7 @@ import (
 // clusterAddrs are the seed nodes of the Redis Cluster under test
 // (scripts/redis-cluster: 3 masters, 3 replicas), from
 // IDEM_REDIS_CLUSTER_ADDRS; outside CI the cluster tests skip without it.
-func clusterAddrs(t testing.TB) []string {
-	v := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
-	if v == "" {
-		testenv.Missing(t, "no Redis Cluster: set IDEM_REDIS_CLUSTER_ADDRS (scripts/redis-cluster run go test ./...)")
-	}
-	return strings.Split(v, ",")
-}
+func clusterAddrs(t testing.TB) []string { return testenv.RedisCluster(t) }
 
 // newClusterClient returns a cluster client for the cluster under test,
 // closed when the test ends.
@@ -335,8 +328,19 @@ func TestClusterOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok := c.(*redis.ClusterClient); !ok {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok || cc.Options().ClusterStateReloadInterval != 2*time.Second {
 		t.Fatalf("%s opened a %T", u, c)
+	}
+	// Without the parameter, the map of the slots is refreshed every 5s,
+	// not go-redis's 60s (docs/failover.md).
+	d, err := redisstore.NewClient("redis+cluster://" + addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.(*redis.ClusterClient).Options().ClusterStateReloadInterval; got != 5*time.Second {
+		t.Errorf("default ClusterStateReloadInterval %v, want 5s", got)
 	}
 	for _, bad := range []string{"redis+cluster://" + addrs[0] + "?cluster_state_reload_interval=soon", "redis+sentinel://127.0.0.1:1/0", "redis+ring://x", "mysql://x"} {
 		if _, err := redisstore.Open(bad, nil); !errors.Is(err, idem.ErrInvalidConfig) {

@@ -154,11 +154,7 @@ func TestOpenWorkingStores(t *testing.T) {
 		open(t, "redis://"+addr+"/0?prefix=storeurl:", &storeurl.Options{Passive: true})
 	})
 	t.Run("redis cluster", func(t *testing.T) {
-		addrs := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
-		if addrs == "" {
-			testenv.Missing(t, "no Redis Cluster: IDEM_REDIS_CLUSTER_ADDRS is not set (make test starts one with scripts/redis-cluster)")
-		}
-		a := strings.Split(addrs, ",")
+		a := testenv.RedisCluster(t)
 		open(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&prefix=storeurl:&waitreplicas=1", nil)
 	})
 	t.Run("redis sentinel", func(t *testing.T) {

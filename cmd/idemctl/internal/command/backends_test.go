@@ -56,11 +56,7 @@ func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
 // clusterURL is a redis+cluster:// URL with a fresh prefix on the Redis
 // Cluster scripts/redis-cluster started.
 func clusterURL(t *testing.T) string {
-	addrs := os.Getenv("IDEM_REDIS_CLUSTER_ADDRS")
-	if addrs == "" {
-		testenv.Missing(t, "no Redis Cluster: IDEM_REDIS_CLUSTER_ADDRS is not set (make test starts one with scripts/redis-cluster)")
-	}
-	a := strings.Split(addrs, ",")
+	a := testenv.RedisCluster(t)
 	return fmt.Sprintf("redis+cluster://%s?addr=%s&prefix=idemctl%d:", a[0], strings.Join(a[1:], "&addr="), time.Now().UnixNano())
 }
 
