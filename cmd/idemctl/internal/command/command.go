@@ -241,28 +241,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // open opens the store of -store, or $IDEM_STORE.
 func (c *ctl) open(ctx context.Context) (store.Store, func() error, error) {
-	url := c.storeURL()
-	if url == "" {
-		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
-	}
-	return c.env.Open(ctx, url)
-}
-
-// openWaiting opens the store of -store, retrying for as long as wait.
-func (c *ctl) openWaiting(ctx context.Context, wait time.Duration) (store.Store, func() error, error) {
-	if c.env.OpenWait == nil {
-		return c.open(ctx)
-	}
-	url := c.storeURL()
-	if url == "" {
-		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
-	}
-	st, closeStore, err := c.env.OpenWait(ctx, url, wait, func(format string, args ...any) { fmt.Fprintf(c.env.Stderr, format+"\n", args...) })
-	var we *storeurl.WaitError
-	if errors.As(err, &we) {
-		err = fmt.Errorf("%w; start it again once the store answers, or raise -store-wait", err)
-	}
-	return st, closeStore, err
+	return c.openWith(ctx, c.env.Open)
 }
 
 // openReadOnly opens the store of -store for a command that only reads.
@@ -270,11 +249,31 @@ func (c *ctl) openReadOnly(ctx context.Context) (store.Store, func() error, erro
 	if c.env.OpenReadOnly == nil {
 		return c.open(ctx)
 	}
+	return c.openWith(ctx, c.env.OpenReadOnly)
+}
+
+// openWaiting opens the store of -store, retrying for as long as wait.
+func (c *ctl) openWaiting(ctx context.Context, wait time.Duration) (store.Store, func() error, error) {
+	if c.env.OpenWait == nil {
+		return c.open(ctx)
+	}
+	st, closeStore, err := c.openWith(ctx, func(ctx context.Context, url string) (store.Store, func() error, error) {
+		return c.env.OpenWait(ctx, url, wait, func(format string, args ...any) { fmt.Fprintf(c.env.Stderr, format+"\n", args...) })
+	})
+	var we *storeurl.WaitError
+	if errors.As(err, &we) {
+		err = fmt.Errorf("%w; start it again once the store answers, or raise -store-wait", err)
+	}
+	return st, closeStore, err
+}
+
+// openWith opens the store of -store with open.
+func (c *ctl) openWith(ctx context.Context, open func(ctx context.Context, url string) (store.Store, func() error, error)) (store.Store, func() error, error) {
 	url := c.storeURL()
 	if url == "" {
 		return nil, nil, usagef("no store: give -store URL or set $%s", EnvStore)
 	}
-	return c.env.OpenReadOnly(ctx, url)
+	return open(ctx, url)
 }
 
 func (c *ctl) storeURL() string {
