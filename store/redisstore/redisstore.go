@@ -598,7 +598,7 @@ func (s *Store) translate(op, key string, err error) error {
 			return &ACLError{Command: op, Prefix: s.cfg.Prefix, Err: err}
 		}
 		s.redirected(msg)
-	} else {
+	} else if !errors.Is(err, context.Canceled) { // a caller that gave up says nothing of the nodes
 		s.refresh()
 	}
 	return fmt.Errorf("redisstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
