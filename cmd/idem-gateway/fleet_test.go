@@ -367,8 +367,7 @@ func (f *fleet) failoverMaster() {
 		return
 	}
 	masters := redisnodes.Masters(f.t, addrs[0])
-	victim := masters[rand.IntN(len(masters))]
-	replica := redisnodes.ReplicaOf(f.t, addrs[0], victim)
+	victim, replica := redisnodes.Shard(f.t, masters[rand.IntN(len(masters))])
 	killed := time.Now()
 	redisnodes.Kill(f.t, redisnodes.Dir(dir, victim))
 	f.mu.Lock()

@@ -71,25 +71,6 @@ func Masters(t testing.TB, seed string) []string {
 	return out
 }
 
-// ReplicaOf returns the address of a replica of the cluster master at
-// master.
-func ReplicaOf(t testing.TB, seed, master string) string {
-	t.Helper()
-	ns := nodes(t, seed)
-	for _, m := range ns {
-		if m.addr != master {
-			continue
-		}
-		for _, r := range ns {
-			if r.master == m.id {
-				return r.addr
-			}
-		}
-	}
-	t.Fatalf("no replica of %s", master)
-	return ""
-}
-
 // Shard returns the master and a replica of the shard (a cluster master
 // and its replicas, or a primary and its replicas) that the server at addr
 // belongs to, as the servers themselves say (ROLE), which is current even
