@@ -359,7 +359,7 @@ func (e *Engine) touch(ctx context.Context, t Token, op observe.StoreOp, set fun
 		return err
 	}
 	h := e.tokenHolder(t)
-	err := h.write(ctx, writeExtend, 0, nil, nil, set)
+	err := h.write(ctx, writeReq{kind: writeExtend, extend: set})
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
 		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
 	}
@@ -431,10 +431,10 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 	// hand-off fails the operation goes on in its caller, renewed again.
 	h.stopRenewal()
 	var until int64
-	err := h.write(ctx, writeExtend, 0, nil, nil, func(p *store.ExtendParams) {
+	err := h.write(ctx, writeReq{kind: writeExtend, extend: func(p *store.ExtendParams) {
 		until = min(p.Now+max(expectedCompletion.Milliseconds(), 1), h.expiresAt)
 		p.LeaseUntil, p.Ref = until, ref
-	})
+	}})
 	if err != nil {
 		h.resumeRenewal()
 		return Token{}, tokenWrite(observe.StoreExtend, t, err)

@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
@@ -46,50 +45,36 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 		return results, errs
 	}
 
+	// Each call goes the one path (holder.run), its first round made here
+	// for all at once: the cache, the key's flight joined, and the leaders'
+	// claims in one batch.
 	calls := make([]*typedCall[T], n)
-	type follower struct {
-		i int
-		f *flight
-	}
+	kn := make([]known, n)
 	var (
-		leaders   []int // calls that lead their key's flight, to claim
-		params    []store.ClaimParams
-		followers []follower // calls whose key is in flight already, in this batch or elsewhere
-		rest      []int      // calls to run as DoIdentity would
+		leaders []int // calls that lead their key's flight, to claim
+		params  []store.ClaimParams
 	)
 	now, lease, lerr := e.leaseFor(ctx)
 	keep := e.cache != nil && cacheable[T]()
-	var deadline time.Time
-	if e.cfg.Wait > 0 {
-		deadline = now.Add(e.cfg.Wait)
-	}
 	for i, id := range ids {
 		t := &typedCall[T]{fn: func(ctx context.Context) (T, error) { return fn(ctx, i) }, keep: keep}
 		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
-		calls[i] = t
-		if e.cache != nil {
-			if ent, ok := e.cache.get(t.key, store.Millis(now)); ok {
-				err := t.mismatch(ent.fingerprint)
-				if err == nil {
-					e.cfg.Observer.Observe(t.name, observe.OutcomeCacheHit)
-				}
-				results[i], errs[i] = t.result(ctx, outcome{replayed: true, result: ent.result, value: ent.value}, err)
-				continue
+		if out, hit, err := t.cached(store.Millis(now)); hit || lerr != nil {
+			if !hit {
+				err = lerr
 			}
-		}
-		if lerr != nil {
-			results[i], errs[i] = t.result(ctx, outcome{}, lerr)
+			results[i], errs[i] = t.result(ctx, out, err)
 			continue
 		}
+		calls[i] = t
 		t.flUsed = true
-		if f, leader := e.join(t.key, &t.fl); !leader {
-			followers = append(followers, follower{i, f})
-			continue
+		f, leader := e.join(t.key, &t.fl)
+		kn[i] = known{f: f, leader: leader, now: now, lease: lease}
+		if leader {
+			leaders = append(leaders, i)
+			params = append(params, t.claimParams(ctx, now, lease, true))
 		}
-		leaders = append(leaders, i)
-		params = append(params, t.claimParams(ctx, now, lease, true))
 	}
-
 	if len(params) > 0 {
 		start := e.callStart(now)
 		res, cerrs := bc.ClaimBatch(ctx, params)
@@ -110,61 +95,28 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 		e.callEnd(observe.StoreClaimBatch, start, first)
 		// Every flight hears its claim's answer before any operation runs
 		// (and takes a slot of concurrency): its followers wait for it.
-		claims := make([]store.ClaimResult, len(leaders))
 		for j, i := range leaders {
-			t := calls[i]
-			r, err := t.claimAnswer(res[j], cerrs[j])
-			claims[j], cerrs[j] = r, err
-			if err == nil && r.Acquired {
-				tell(&t.fl, r)
-			}
-		}
-		for j, i := range leaders {
-			t := calls[i]
-			r, err := claims[j], cerrs[j]
-			if err != nil || !r.Acquired {
-				out, err := t.claimed(ctx, &t.fl, now, lease, r, err)
-				if _, busy := asInProgress(err); busy {
-					if e.cfg.Wait > 0 {
-						rest = append(rest, i) // waits, as DoIdentity does
-						continue
-					}
-					e.cfg.Observer.Observe(t.name, observe.OutcomeInProgress)
-				}
-				results[i], errs[i] = t.result(ctx, out, err)
-				continue
-			}
-			async(func() {
-				out, err := t.acquired(ctx, &t.fl, now, lease, r)
-				results[i], errs[i] = t.result(ctx, out, err)
-			})
+			k := &kn[i]
+			k.res, k.err = calls[i].claimAnswer(res[j], cerrs[j])
+			tell(k.f, k.res, k.err)
 		}
 	}
-	// Followers only wait (for their flight's claim, or its outcome), so
-	// they take no slot: a slot held by a waiting follower could be the
-	// one its leader needs.
-	for _, fo := range followers {
-		t := calls[fo.i]
-		wg.Go(func() {
-			out, retry, err := t.follow(ctx, fo.f, deadline)
-			_, busy := asInProgress(err)
-			switch {
-			case retry, busy && e.cfg.Wait > 0 && !fo.f.acquired:
-				// Released, or held by another process (the flight's leader
-				// only saw it): go round as DoIdentity does.
-				out, err = t.run(ctx)
-			case busy:
-				e.cfg.Observer.Observe(t.name, observe.OutcomeInProgress)
-			}
-			results[fo.i], errs[fo.i] = t.result(ctx, out, err)
-		})
-	}
-	for _, i := range rest {
-		t := calls[i]
-		async(func() {
-			out, err := t.run(ctx)
+	for i, t := range calls {
+		if t == nil {
+			continue
+		}
+		run := func() {
+			out, err := t.run(ctx, &kn[i])
 			results[i], errs[i] = t.result(ctx, out, err)
-		})
+		}
+		if kn[i].leader {
+			async(run)
+		} else {
+			// Followers only wait (for their flight's claim, or its
+			// outcome), so they take no slot: a slot held by a waiting
+			// follower could be the one its leader needs.
+			wg.Go(run)
+		}
 	}
 	return results, errs
 }

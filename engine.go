@@ -123,7 +123,8 @@ func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Cont
 // cacheHit answers a call with an explicit key and no payload from the
 // local cache, if it holds the key, without building the call's store key
 // (the cache is keyed by its parts). A key the cache holds was valid when
-// it was stored, so no check is skipped.
+// it was stored, so no check is skipped; the answer is every path's
+// (call.fromCache, typedCall.answer).
 func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err error) {
 	// The key's bytes are read in place: Sum256 neither keeps nor changes them.
 	ck := cacheKey{name: req.Operation, tenant: req.Tenant, sum: sha256.Sum256(unsafe.Slice(unsafe.StringData(req.Key), len(req.Key)))}
@@ -131,24 +132,10 @@ func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err erro
 	if !ok {
 		return res, false, nil
 	}
-	if ent.fingerprint != "" {
-		e.cfg.Observer.Observe(req.Operation, observe.OutcomeMismatch)
-		return res, true, &MismatchError{Key: ent.key, Stored: ent.fingerprint}
-	}
-	e.cfg.Observer.Observe(req.Operation, observe.OutcomeCacheHit)
-	res.Replayed, res.StoreKey = true, ent.key
-	if v, ok := ent.value.(T); ok {
-		res.Value = v
-		return res, true, nil
-	}
-	v := new(T) // on the heap only for a type the cache cannot keep
-	if !e.raw || !setRawBytes(v, ent.result) {
-		if err := e.cfg.Codec.Unmarshal(ent.result, v); err != nil {
-			return res, true, &store.CorruptError{Key: ent.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", *v, err)}
-		}
-	}
-	res.Value = *v
-	return res, true, nil
+	c := call{e: e, key: ent.key, name: req.Operation} // no payload: no fingerprint
+	out, err := c.fromCache(ent)
+	res, err = answer[T](e, ent.key, out, err, false, nil)
+	return res, true, err
 }
 
 // DoIdentity runs fn at most once for id.Key (within the expiry window, while
@@ -229,7 +216,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context
 	// flight, its contexts and the typed value.
 	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
 	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
-	out, err := t.run(ctx)
+	out, err := t.run(ctx, nil)
 	return t.result(ctx, out, err)
 }
 
@@ -245,17 +232,27 @@ func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Resu
 		res.Value = v
 		return res, ferr
 	}
-	res.Replayed, res.Fence, res.Recorded, res.Unrecorded = out.replayed, out.fence, out.recorded, out.unrecorded
+	return answer(e, t.key, out, err, t.ran, &t.value)
+}
+
+// answer is the typed answer of a call with store key key from out and
+// err. When ran, *v is the operation's value; else the value comes from
+// out: the cache's, or a stored result, decoded into v (nil: a new T).
+func answer[T any](e *Engine, key string, out outcome, err error, ran bool, v *T) (Result[T], error) {
+	res := Result[T]{StoreKey: key, Replayed: out.replayed, Fence: out.fence, Recorded: out.recorded, Unrecorded: out.unrecorded}
 	switch {
-	case t.ran:
-		res.Value = t.value
+	case ran:
+		res.Value = *v
 	case out.value != nil:
 		res.Value, _ = out.value.(T)
 	case out.result != nil:
-		if uerr := t.decode(out.result); uerr != nil {
-			return res, &store.CorruptError{Key: t.key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", res.Value, uerr)}
+		if v == nil {
+			v = new(T) // on the heap only for a stored result to decode
 		}
-		res.Value = t.value
+		if uerr := decode(e, out.result, v); uerr != nil {
+			return res, &store.CorruptError{Key: key, Reason: fmt.Sprintf("stored result does not decode into %T: %v", *v, uerr)}
+		}
+		res.Value = *v
 	}
 	return res, err
 }
@@ -291,7 +288,7 @@ func (t *typedCall[T]) runOp(ctx context.Context) (opResult, error) {
 	}
 	var out opResult
 	if comp != nil && comp.result != nil {
-		out.result, out.settled = comp.result, true
+		out.result, out.selfRecorded = comp.result, true
 	} else if out.result, err = t.encode(); err != nil {
 		return opResult{}, &encodeError{err}
 	}
@@ -313,19 +310,19 @@ func (t *typedCall[T]) encode() ([]byte, error) {
 	return t.e.cfg.Codec.Marshal(t.value)
 }
 
-// decode decodes a stored result into t.value, as encode's inverse.
-func (t *typedCall[T]) decode(b []byte) error {
-	if t.e.raw && setRawBytes(&t.value, b) {
+// decode decodes a stored result into v, as encode's inverse.
+func decode[T any](e *Engine, b []byte, v *T) error {
+	if e.raw && setRawBytes(v, b) {
 		return nil
 	}
-	return t.e.cfg.Codec.Unmarshal(b, &t.value)
+	return e.cfg.Codec.Unmarshal(b, v)
 }
 
 // opResult is what the operation hands back to the engine.
 type opResult struct {
-	result  []byte // the encoded value
-	value   any    // the value itself, when the local cache may keep it (see cacheable)
-	settled bool   // the operation recorded its own success ([DoCompleting])
+	result       []byte // the encoded value
+	value        any    // the value itself, when the local cache may keep it (see cacheable)
+	selfRecorded bool   // the operation recorded its own success ([DoCompleting])
 }
 
 // operation runs the operation of a call.
@@ -405,6 +402,13 @@ func (s *signal) wait() <-chan struct{} {
 	return s.ch
 }
 
+// hasFired reports whether the signal has fired.
+func (s *signal) hasFired() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fired
+}
+
 // fire fires the signal; what was written before it is visible to every
 // waiter after.
 func (s *signal) fire() {
@@ -453,15 +457,52 @@ func (c *call) mismatch(stored string) error {
 	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
-func (h *holder) run(ctx context.Context) (outcome, error) {
+// fromCache answers the call from a cache entry: the replay, or a
+// mismatch. The cache's one answer, on every path.
+func (c *call) fromCache(ent lruEntry) (outcome, error) {
+	if err := c.mismatch(ent.fingerprint); err != nil {
+		return outcome{}, err
+	}
+	c.e.cfg.Observer.Observe(c.name, observe.OutcomeCacheHit)
+	return outcome{replayed: true, result: ent.result, value: ent.value}, nil
+}
+
+// cached answers the call from the local cache at now (ms), when it holds
+// the key.
+func (c *call) cached(now int64) (out outcome, hit bool, err error) {
+	if c.e.cache == nil {
+		return outcome{}, false, nil
+	}
+	ent, ok := c.e.cache.get(c.key, now)
+	if !ok {
+		return outcome{}, false, nil
+	}
+	out, err = c.fromCache(ent)
+	return out, true, err
+}
+
+// known is what a call of a batch knows when it enters run: the flight it
+// joined and, when it leads that flight, its claim's answer (made with the
+// batch's other claims at now, with lease).
+type known struct {
+	f      *flight
+	leader bool
+	now    time.Time
+	lease  time.Duration
+	res    store.ClaimResult
+	err    error
+}
+
+// run is the one path of a call through the engine: the cache, then the
+// key's in-process flight — leading it (the claim, then the operation) or
+// following it — going round while another holder keeps the key and
+// Config.Wait lasts. k, when not nil, is what a batch already did for the
+// call's first round (DoBatch); nil for Do.
+func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 	e := h.e
-	if e.cache != nil {
-		if ent, ok := e.cache.get(h.key, store.Millis(e.cfg.Clock.Now())); ok {
-			if err := h.mismatch(ent.fingerprint); err != nil {
-				return outcome{}, err
-			}
-			e.cfg.Observer.Observe(h.name, observe.OutcomeCacheHit)
-			return outcome{replayed: true, result: ent.result, value: ent.value}, nil
+	if k == nil {
+		if out, hit, err := h.cached(store.Millis(e.cfg.Clock.Now())); hit {
+			return out, err
 		}
 	}
 	var deadline time.Time
@@ -475,18 +516,18 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 			err   error
 			retry bool
 		)
-		fresh := &h.fl // the flight this call brings, if it leads
-		if h.flUsed {
-			fresh = new(flight) // a flight is never reused: followers may still read it
-		}
-		if f, leader := e.join(h.key, fresh); leader {
-			h.flUsed = true
+		f, leader := h.enter(k)
+		switch {
+		case leader && k != nil:
+			out, err = h.claimed(ctx, f, k.now, k.lease, k.res, k.err)
+		case leader:
 			out, err = h.lead(ctx, f)
-		} else {
+		default:
 			out, retry, err = h.follow(ctx, f, deadline)
-			if retry {
-				continue
-			}
+		}
+		k = nil
+		if retry {
+			continue
 		}
 		if err == nil {
 			return out, nil
@@ -506,6 +547,22 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 		}
 		return out, err
 	}
+}
+
+// enter returns the flight the call takes part in this round: the one k
+// names, or the key's flight in this process, joined (leader = false), or
+// else one the call brings and leads.
+func (h *holder) enter(k *known) (f *flight, leader bool) {
+	if k != nil {
+		return k.f, k.leader
+	}
+	fresh := &h.fl
+	if h.flUsed {
+		fresh = new(flight) // a flight is never reused: followers may still read it
+	}
+	f, leader = h.e.join(h.key, fresh)
+	h.flUsed = h.flUsed || leader
+	return f, leader
 }
 
 // asInProgress returns err's *InProgressError, if it has one. The target
@@ -546,23 +603,25 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 	if f.claimErr != nil {
 		return outcome{}, false, f.claimErr
 	}
-	if !f.acquired {
-		out, err := c.existing(f.claimRec)
-		return out, false, err
-	}
 	rec := f.claimRec
-	if err := c.mismatch(rec.Fingerprint); err != nil {
-		return outcome{}, false, err
+	if f.acquired {
+		// Held by the leader, in this process: the record as it stands,
+		// with the lease as last renewed (while the leader writes the
+		// outcome it may have run out in this process's view, but the key
+		// is still held) and the reference the leader attached.
+		held := *rec
+		held.LeaseUntil = max(f.leaseUntil.Load(), store.Millis(e.cfg.Clock.Now()))
+		if ref := f.ref.Load(); ref != nil {
+			held.Ref = *ref
+		}
+		rec = &held
 	}
-	// The lease as last renewed; while the leader writes the outcome it may
-	// have run out in this process's view, but the key is still held.
-	until := store.FromMillis(max(f.leaseUntil.Load(), store.Millis(e.cfg.Clock.Now())))
-	busy := &InProgressError{Key: c.key, LeaseUntil: until, Owner: rec.Owner}
-	if ref := f.ref.Load(); ref != nil {
-		busy.Ref = *ref
-	}
-	if e.cfg.Wait == 0 || busy.Ref != "" { // handed-off work: no wait
-		return outcome{}, false, busy
+	out, err = c.existing(rec)
+	busy, ok := asInProgress(err)
+	if !ok || !f.acquired || e.cfg.Wait == 0 || busy.Ref != "" {
+		// Answered; or held by another process, which run waits out
+		// claiming again; or handed-off work: no wait.
+		return out, false, err
 	}
 	var timeout <-chan time.Time
 	if d := deadline.Sub(e.cfg.Clock.Now()); d > 0 {
@@ -666,13 +725,11 @@ func (e *Engine) leaseFor(ctx context.Context) (time.Time, time.Duration, error)
 // operation.
 func (h *holder) claimed(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult, err error) (outcome, error) {
 	e := h.e
+	tell(f, res, err)
 	if err != nil {
-		f.claimErr = err
-		f.claimed.fire()
 		e.land(h.key, f, nil)
 		return outcome{}, err
 	}
-	tell(f, res)
 	if !res.Acquired {
 		e.land(h.key, f, nil)
 		return h.existing(res.Record)
@@ -680,10 +737,20 @@ func (h *holder) claimed(ctx context.Context, f *flight, now time.Time, lease ti
 	return h.acquired(ctx, f, now, lease, res)
 }
 
-// tell gives the flight's followers the claim's answer.
-func tell(f *flight, res store.ClaimResult) {
-	f.claimRec, f.acquired = res.Record, res.Acquired
-	f.leaseUntil.Store(res.Record.LeaseUntil)
+// tell gives the flight's followers the claim's answer (res, or err),
+// once: a batch tells every flight before any of its operations runs, and
+// its leaders then go the one path, which tells again. Only the flight's
+// leader calls it.
+func tell(f *flight, res store.ClaimResult, err error) {
+	if f.claimed.hasFired() {
+		return
+	}
+	if err != nil {
+		f.claimErr = err
+	} else {
+		f.claimRec, f.acquired = res.Record, res.Acquired
+		f.leaseUntil.Store(res.Record.LeaseUntil)
+	}
 	f.claimed.fire()
 }
 
@@ -866,27 +933,32 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 		h.cancel(nil)
 	}
 	defer h.stopRenewal()
-	out := outcome{fence: h.fence}
+	unrecorded, err := h.record(ctx, res, opErr)
+	// Followers replay what was written, if anything (final).
+	e.land(h.key, h.flight, h)
+	return outcome{fence: h.fence, recorded: h.wrote, unrecorded: unrecorded}, err
+}
 
-	if h.detached.Load() {
+// record writes the outcome of the operation (res, opErr) under the claim:
+// nothing when it was handed off or is uncertain, a complete, a fail, or
+// a release. unrecorded is the store's last answer when that write did not
+// land; err is the call's error.
+func (h *holder) record(ctx context.Context, res opResult, opErr error) (unrecorded, err error) {
+	e := h.e
+	switch {
+	case h.detached.Load():
 		// The claim was handed off: whoever holds its token settles it.
 		e.cfg.Observer.Observe(h.name, observe.OutcomeHandedOff)
-		e.land(h.key, h.flight, nil)
-		return out, opErr
-	}
-	if opErr == nil {
-		if res.settled {
-			// The operation recorded its own success (DoCompleting).
-			h.settled(res.result, store.Millis(e.cfg.Clock.Now()))
-			if e.cache != nil {
-				h.cachePut(res.value)
-			}
-		} else {
-			out.unrecorded = h.complete(ctx, res.result, res.value)
+		return nil, opErr
+	case opErr == nil && res.selfRecorded:
+		// The operation recorded its own success (DoCompleting).
+		h.noteCompleted(res.result, store.Millis(e.cfg.Clock.Now()))
+		if e.cache != nil {
+			h.cachePut(res.value)
 		}
-		out.recorded = h.wrote
-		e.land(h.key, h.flight, h)
-		return out, nil
+		return nil, nil
+	case opErr == nil:
+		return h.complete(ctx, res.result, res.value), nil
 	}
 	var (
 		encErr *encodeError
@@ -895,30 +967,21 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	)
 	switch {
 	case errors.As(opErr, &encErr):
-		out.unrecorded = h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1)
-		out.recorded = h.wrote
-		e.land(h.key, h.flight, h)
-		return out, nil
+		return h.storeUnreplayable(ctx, "idem.result_encoding", encErr.Error(), -1), nil
 	case errors.As(opErr, &term):
-		out.unrecorded = h.fail(ctx, term.record())
-		out.recorded = h.wrote
-		e.land(h.key, h.flight, h)
-		return out, opErr
+		return h.fail(ctx, term.record()), opErr
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
 		// that no retry runs the operation again before then.
 		e.cfg.Observer.Observe(h.name, observe.OutcomeUncertain)
 		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
 			"key", h.key, "fence", h.fence, "err", unc.Err)
-		e.land(h.key, h.flight, nil)
-		return out, opErr
+		return nil, opErr
 	default:
 		// A claim being given up needs no renewal: a lapsed lease only
 		// lets a retry in sooner.
 		h.stopRenewal()
-		out.unrecorded = h.release(ctx)
-		e.land(h.key, h.flight, nil)
-		return out, opErr
+		return h.release(ctx), opErr
 	}
 }
 
@@ -936,7 +999,7 @@ func (h *holder) complete(ctx context.Context, result []byte, value any) error {
 		return h.storeUnreplayable(ctx, CodeResultTooLarge,
 			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
 	}
-	err := h.write(ctx, writeComplete, store.StatusCompleted, result, nil, nil)
+	err := h.write(ctx, writeReq{kind: writeComplete, result: result})
 	if err != nil {
 		if tl, ok := asTooLarge(err); ok {
 			return h.storeUnreplayable(ctx, CodeResultTooLarge, err.Error(), tl.Limit)
@@ -957,9 +1020,9 @@ func asTooLarge(err error) (*store.TooLargeError, bool) {
 	return tl, ok
 }
 
-// settled notes that this claim's record is COMPLETED with result, as of
-// now.
-func (h *holder) settled(result []byte, now int64) {
+// noteCompleted notes that this claim's record is COMPLETED with result,
+// as of now.
+func (h *holder) noteCompleted(result []byte, now int64) {
 	h.wrote, h.result, h.errRec, h.wroteAt = store.StatusCompleted, result, nil, now
 }
 
@@ -992,7 +1055,7 @@ func boundedError(code, msg string, limit int) store.ErrorRecord {
 // IN_PROGRESS for a retry to run again.
 func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 	e := h.e
-	err := h.write(ctx, writeFail, store.StatusFailed, nil, &er, nil)
+	err := h.write(ctx, writeReq{kind: writeFail, err: &er})
 	if tl, ok := asTooLarge(err); ok {
 		// Each fallback is strictly smaller than what was refused, so
 		// this ends.
@@ -1019,7 +1082,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 // release failed (logged and counted already).
 func (h *holder) release(ctx context.Context) error {
 	e := h.e
-	err := h.write(ctx, writeRelease, 0, nil, nil, nil)
+	err := h.write(ctx, writeReq{kind: writeRelease})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.writeFailed(observe.StoreRelease, err)
 		return err
@@ -1045,17 +1108,37 @@ const (
 	writeExtend
 )
 
-// write makes one fenced write (complete with result, fail with er,
-// release, or an extend that ext sets up), retrying a transient failure
-// until it succeeds or Config.WriteTimeout has passed. Every write is
-// fenced, so a retry is safe; a retry that finds the record already
-// settled (status settled) under this very claim learns that an earlier
-// attempt landed and its reply was lost: success. Tokens let other writers
+// writeReq is one fenced write of a holder: its kind, and what that kind
+// writes.
+type writeReq struct {
+	kind   writeKind
+	result []byte                      // writeComplete: the encoded value
+	err    *store.ErrorRecord          // writeFail: the terminal error
+	extend func(p *store.ExtendParams) // writeExtend: sets the new lease and reference
+}
+
+// settles is the status a landed complete or fail leaves the record in;
+// zero for the writes that settle nothing.
+func (k writeKind) settles() store.Status {
+	switch k {
+	case writeComplete:
+		return store.StatusCompleted
+	case writeFail:
+		return store.StatusFailed
+	}
+	return 0
+}
+
+// write makes one fenced write, retrying a transient failure until it
+// succeeds or Config.WriteTimeout has passed. Every write is fenced, so a
+// retry is safe; a retry of a complete or fail that finds the record
+// already settled as it asked, under this very claim, learns that an
+// earlier attempt landed and its reply was lost: success. Tokens let other writers
 // hold the same claim, so the stored outcome must be this write's (landed,
 // read back) — else the refusal is returned. The writes go on when the
 // caller's context is cancelled. A complete or fail that lands is noted
 // on the holder (wrote, result, errRec, wroteAt).
-func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status, result []byte, er *store.ErrorRecord, ext func(p *store.ExtendParams)) error {
+func (h *holder) write(ctx context.Context, req writeReq) error {
 	e := h.e
 	now := e.cfg.Clock.Now()
 	deadline := now.Add(e.cfg.WriteTimeout)
@@ -1070,15 +1153,15 @@ func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status
 		}
 		h.wctxUse = true
 		w.init(ctx, e.realNow(now).Add(min(deadline.Sub(now), max(e.cfg.WriteTimeout/3, time.Millisecond))))
-		err := h.try(w, kind, store.Millis(now), result, er, ext)
+		err := h.try(w, &req, store.Millis(now))
 		w.stop()
 		switch {
 		case err == nil:
 			return nil
 		case !transient(err):
-			if fe, ok := asFenced(err); ok && fe.Own() && fe.Status == settled && kind != writeRelease && kind != writeExtend {
-				if h.ownWrite(context.WithoutCancel(ctx), kind, result, er) {
-					h.noteWrite(kind, result, er, store.Millis(now))
+			if fe, ok := asFenced(err); ok && fe.Own() && fe.Status != 0 && fe.Status == req.kind.settles() {
+				if h.ownWrite(context.WithoutCancel(ctx), &req) {
+					h.noteWrite(&req, store.Millis(now))
 					return nil
 				}
 			}
@@ -1087,49 +1170,49 @@ func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if e.cfg.Clock.Now().Add(wait).After(deadline) {
 			e.cfg.Logger.Error("idem: giving up on a store write after WriteTimeout",
-				"key", h.key, "op", kind.op(), "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
+				"key", h.key, "op", req.kind.op(), "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
 			return err
 		}
 		e.cfg.Observer.Observe(h.name, observe.OutcomeWriteRetried)
-		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", kind.op(), "attempt", attempt, "err", err)
+		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", req.kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
 	}
 }
 
 // try makes one attempt of a write at now (ms).
-func (h *holder) try(ctx context.Context, kind writeKind, now int64, result []byte, er *store.ErrorRecord, ext func(p *store.ExtendParams)) error {
+func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 	e := h.e
 	start := e.callStart(time.Time{})
 	var err error
-	switch kind {
+	switch req.kind {
 	case writeComplete:
 		err = e.store.Complete(ctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: result, From: h.from})
+			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: req.result, From: h.from})
 	case writeFail:
 		err = e.store.Fail(ctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *er, From: h.from})
+			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *req.err, From: h.from})
 	case writeRelease:
 		err = e.store.Release(ctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
 	case writeExtend:
 		p := store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}
-		ext(&p)
+		req.extend(&p)
 		err = e.store.Extend(ctx, p)
 	}
-	e.callEnd(kind.op(), start, err)
+	e.callEnd(req.kind.op(), start, err)
 	if err == nil {
-		h.noteWrite(kind, result, er, now)
+		h.noteWrite(req, now)
 	}
 	return err
 }
 
 // noteWrite notes a complete or fail that landed at now.
-func (h *holder) noteWrite(kind writeKind, result []byte, er *store.ErrorRecord, now int64) {
-	switch kind {
+func (h *holder) noteWrite(req *writeReq, now int64) {
+	switch req.kind {
 	case writeComplete:
-		h.settled(result, now)
+		h.noteCompleted(req.result, now)
 	case writeFail:
-		h.wrote, h.result, h.errRec, h.wroteAt = store.StatusFailed, nil, er, now
+		h.wrote, h.result, h.errRec, h.wroteAt = store.StatusFailed, nil, req.err, now
 	}
 }
 
@@ -1159,7 +1242,7 @@ func asFenced(err error) (*store.FencedError, bool) {
 // The record is read back: an earlier attempt, or an earlier call by the
 // same worker whose reply was lost, left this write's outcome; another
 // writer's outcome differs.
-func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er *store.ErrorRecord) bool {
+func (h *holder) ownWrite(ctx context.Context, req *writeReq) bool {
 	var r *store.Record
 	err := h.e.timed(observe.StoreGet, func() (err error) {
 		r, err = h.e.store.Get(ctx, h.key)
@@ -1170,9 +1253,10 @@ func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er
 		// as it asked, which is what a lost reply looks like.
 		return true
 	}
-	if kind == writeComplete {
-		return bytes.Equal(r.Result, result)
+	if req.kind == writeComplete {
+		return bytes.Equal(r.Result, req.result)
 	}
+	er := req.err
 	return r.Err != nil && r.Err.Code == er.Code && r.Err.Message == er.Message && bytes.Equal(r.Err.Body, er.Body)
 }
 
