@@ -31,11 +31,11 @@ type State struct {
 	Key string
 	// Status is the record's status.
 	Status Status
-	// Fence and LockedBy name the claim that made (or holds) the record.
-	// LockedBy is the claim's owner: the engine's owner, a unique suffix,
-	// and the label given with [WithLockedBy], if any.
-	Fence    uint64
-	LockedBy string
+	// Fence and Owner name the claim that made (or holds) the record.
+	// Owner is the claim's owner: the engine's owner, a unique suffix,
+	// and the label given with [WithOwnerLabel], if any.
+	Fence uint64
+	Owner string
 	// Ref is the execution reference attached to the claim ([Engine.Attach]),
 	// empty when none was.
 	Ref string
@@ -44,9 +44,11 @@ type State struct {
 	Fingerprint string
 	// CreatedAt is when the claim was made.
 	CreatedAt time.Time
-	// ExpectedCompletion is the claim's lease: when the work should be
-	// done, and when another caller may take over an IN_PROGRESS record.
-	ExpectedCompletion time.Time
+	// LeaseUntil is when the claim's lease ends: when the work should be
+	// done ([BeginOptions.ExpectedCompletion] after the claim, or as
+	// extended), and when another caller may take over an IN_PROGRESS
+	// record. [InProgressError.LeaseUntil] is the same time.
+	LeaseUntil time.Time
 	// CompletedAt is when the record was settled; zero while IN_PROGRESS.
 	CompletedAt time.Time
 	// ExpiresAt is when the record stops counting.
@@ -63,8 +65,8 @@ type State struct {
 
 func (e *Engine) state(r *store.Record) *State {
 	s := &State{
-		Key: r.Key, Status: r.Status, Fence: r.Fence, LockedBy: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
-		CreatedAt: store.FromMillis(r.CreatedAt), ExpectedCompletion: store.FromMillis(r.LeaseUntil),
+		Key: r.Key, Status: r.Status, Fence: r.Fence, Owner: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
+		CreatedAt: store.FromMillis(r.CreatedAt), LeaseUntil: store.FromMillis(r.LeaseUntil),
 		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, codec: e.cfg.Codec, engine: e,
 	}
 	if r.CompletedAt != 0 {
@@ -91,7 +93,7 @@ func (s *State) Decode(v any) error {
 // Overdue reports whether the record is IN_PROGRESS past its expected
 // completion at now: the work should have finished and has not (stuck).
 func (s *State) Overdue(now time.Time) bool {
-	return s.Status == StatusInProgress && !now.Before(s.ExpectedCompletion)
+	return s.Status == StatusInProgress && !now.Before(s.LeaseUntil)
 }
 
 // Token returns the token of the record's claim, requiring the record's
@@ -102,7 +104,7 @@ func (s *State) Overdue(now time.Time) bool {
 // code entitled to settle the key.
 func (s *State) Token() Token {
 	k, _ := ParseStoreKey(s.Key)
-	t := Token{Key: k, Fence: s.Fence, Owner: s.LockedBy, Status: s.Status}
+	t := Token{Key: k, Fence: s.Fence, Owner: s.Owner, Status: s.Status}
 	if s.engine != nil {
 		t = s.engine.sign(t)
 	}
@@ -172,7 +174,7 @@ type Begun struct {
 // Config.Disabled, Begin claims nothing and returns Acquired with a token
 // whose writes do nothing.
 //
-// The claim's owner is the engine's, plus the label of [WithLockedBy] when
+// The claim's owner is the engine's, plus the label of [WithOwnerLabel] when
 // ctx carries one (a request or invocation ID), so operators can tell who
 // claimed the key.
 func (e *Engine) Begin(ctx context.Context, req Request, o *BeginOptions) (Begun, error) {
@@ -191,7 +193,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 		lease = o.ExpectedCompletion
 	}
 	if lease <= 0 || lease > e.cfg.Expiry {
-		return Begun{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidConfig, lease, e.cfg.Expiry)
+		return Begun{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidArgument, lease, e.cfg.Expiry)
 	}
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(c.name, observe.OutcomeUnprotected)
@@ -333,7 +335,7 @@ func (e *Engine) Release(ctx context.Context, t Token) error {
 // outcome will not be recorded.
 func (e *Engine) Extend(ctx context.Context, t Token, d time.Duration) error {
 	if d <= 0 {
-		return fmt.Errorf("%w: Extend needs a positive duration, not %v", ErrInvalidConfig, d)
+		return fmt.Errorf("%w: Extend needs a positive duration, not %v", ErrInvalidArgument, d)
 	}
 	return e.touch(ctx, t, observe.StoreExtend, func(p *store.ExtendParams) { p.LeaseUntil = p.Now + max(d.Milliseconds(), 1) })
 }
@@ -366,17 +368,17 @@ func (e *Engine) touch(ctx context.Context, t Token, op observe.StoreOp, set fun
 	return tokenWrite(op, t, err)
 }
 
-// lockedByKey carries the label of WithLockedBy.
-type lockedByKey struct{}
+// ownerLabelKey carries the label of WithOwnerLabel.
+type ownerLabelKey struct{}
 
-// WithLockedBy returns a copy of ctx whose claims are labelled who — a
+// WithOwnerLabel returns a copy of ctx whose claims are labelled who — a
 // request ID, a Lambda invocation's request ID, a job name — in the
-// record's owner (State.LockedBy), so that operators can tell who claimed
+// record's owner (State.Owner), so that operators can tell who claimed
 // a key. Characters other than printable ASCII become '_' and the label is
-// cut to MaxLockedByLen.
-func WithLockedBy(ctx context.Context, who string) context.Context {
-	if len(who) > MaxLockedByLen {
-		who = who[:MaxLockedByLen]
+// cut to MaxOwnerLabelLen.
+func WithOwnerLabel(ctx context.Context, who string) context.Context {
+	if len(who) > MaxOwnerLabelLen {
+		who = who[:MaxOwnerLabelLen]
 	}
 	who = strings.Map(func(r rune) rune {
 		if r < 0x21 || r > 0x7e {
@@ -384,7 +386,7 @@ func WithLockedBy(ctx context.Context, who string) context.Context {
 		}
 		return r
 	}, who)
-	return context.WithValue(ctx, lockedByKey{}, who)
+	return context.WithValue(ctx, ownerLabelKey{}, who)
 }
 
 type holderKey struct{}
@@ -416,7 +418,7 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 	}
 	e := h.e
 	if expectedCompletion <= 0 || expectedCompletion > e.cfg.Expiry {
-		return Token{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidConfig, expectedCompletion, e.cfg.Expiry)
+		return Token{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidArgument, expectedCompletion, e.cfg.Expiry)
 	}
 	if ref != "" {
 		if err := validRef(ref); err != nil {
@@ -452,7 +454,7 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 // validRef checks an execution reference.
 func validRef(ref string) error {
 	if ref == "" || len(ref) > MaxRefLen || strings.IndexFunc(ref, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return fmt.Errorf("%w: execution reference must be 1 to %d printable characters", ErrInvalidConfig, MaxRefLen)
+		return fmt.Errorf("%w: execution reference must be 1 to %d printable characters", ErrInvalidArgument, MaxRefLen)
 	}
 	return nil
 }

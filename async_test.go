@@ -43,15 +43,15 @@ func TestBeginHandsTheClaimToAnotherProcess(t *testing.T) {
 	starter := en.eng
 	worker := en.another(t, idem.Config{})
 
-	b := mustBegin(t, starter, idem.WithLockedBy(ctx, "req-7 from\tthe edge"), req("t-1"), &idem.BeginOptions{ExpectedCompletion: 10 * time.Minute})
+	b := mustBegin(t, starter, idem.WithOwnerLabel(ctx, "req-7 from\tthe edge"), req("t-1"), &idem.BeginOptions{ExpectedCompletion: 10 * time.Minute})
 	if !b.Acquired || b.Token.IsZero() || b.State.Status != idem.StatusInProgress {
 		t.Fatalf("Begin of a new key: %+v", b)
 	}
-	if want := t0.Add(10 * time.Minute); !b.State.ExpectedCompletion.Equal(want) || !b.State.CreatedAt.Equal(t0) {
-		t.Fatalf("expected completion %v, created %v; want %v, %v", b.State.ExpectedCompletion, b.State.CreatedAt, want, t0)
+	if want := t0.Add(10 * time.Minute); !b.State.LeaseUntil.Equal(want) || !b.State.CreatedAt.Equal(t0) {
+		t.Fatalf("expected completion %v, created %v; want %v, %v", b.State.LeaseUntil, b.State.CreatedAt, want, t0)
 	}
-	if !strings.HasSuffix(b.State.LockedBy, "/req-7_from_the_edge") {
-		t.Fatalf("LockedBy %q does not end with the sanitised label", b.State.LockedBy)
+	if !strings.HasSuffix(b.State.Owner, "/req-7_from_the_edge") {
+		t.Fatalf("Owner %q does not end with the sanitised label", b.State.Owner)
 	}
 	wire := b.Token.String()
 	if strings.ContainsAny(wire, "+/=") {
@@ -69,7 +69,7 @@ func TestBeginHandsTheClaimToAnotherProcess(t *testing.T) {
 
 	en.clock.Advance(time.Minute) // the engine's own lease has passed; the expected completion has not
 	dup := mustBegin(t, starter, ctx, req("t-1"), nil)
-	if dup.Acquired || dup.State.Status != idem.StatusInProgress || dup.State.Ref != arn || dup.State.LockedBy != b.State.LockedBy {
+	if dup.Acquired || dup.State.Status != idem.StatusInProgress || dup.State.Ref != arn || dup.State.Owner != b.State.Owner {
 		t.Fatalf("duplicate during the work: %+v (state %+v)", dup, dup.State)
 	}
 	if dup.State.Overdue(en.clock.Now()) {
@@ -218,7 +218,7 @@ func TestStaleTokenIsRefused(t *testing.T) {
 	if err := en.eng.Complete(ctx, slow.Token, "late"); !errors.Is(err, idem.ErrStaleToken) || !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Complete through a token of a vanished record: %v", err)
 	}
-	if err := en.eng.Extend(ctx, retry.Token, 0); !errors.Is(err, idem.ErrInvalidConfig) {
+	if err := en.eng.Extend(ctx, retry.Token, 0); !errors.Is(err, idem.ErrInvalidArgument) {
 		t.Fatalf("Extend by 0: %v", err)
 	}
 }
@@ -254,13 +254,13 @@ func TestBadTokensNeverWrite(t *testing.T) {
 	if en.store.Total() != calls {
 		t.Fatal("refusing tokens made store calls")
 	}
-	if err := en.eng.Attach(ctx, b.Token, ""); !errors.Is(err, idem.ErrInvalidConfig) {
+	if err := en.eng.Attach(ctx, b.Token, ""); !errors.Is(err, idem.ErrInvalidArgument) {
 		t.Fatalf("empty reference: %v", err)
 	}
-	if err := en.eng.Attach(ctx, b.Token, "a\nb"); !errors.Is(err, idem.ErrInvalidConfig) {
+	if err := en.eng.Attach(ctx, b.Token, "a\nb"); !errors.Is(err, idem.ErrInvalidArgument) {
 		t.Fatalf("reference with a newline: %v", err)
 	}
-	if _, err := en.eng.Begin(ctx, req("b2"), &idem.BeginOptions{ExpectedCompletion: 2 * time.Hour}); !errors.Is(err, idem.ErrInvalidConfig) {
+	if _, err := en.eng.Begin(ctx, req("b2"), &idem.BeginOptions{ExpectedCompletion: 2 * time.Hour}); !errors.Is(err, idem.ErrInvalidArgument) {
 		t.Fatalf("expected completion past the expiry: %v", err)
 	}
 }
@@ -407,7 +407,7 @@ func TestDetachHandsTheRunningClaimOff(t *testing.T) {
 			t.Fatalf("Do that detached: %+v, %v", res, err)
 		}
 		st, err := en.eng.Status(context.Background(), tok.Key)
-		if err != nil || st.Status != idem.StatusInProgress || st.Ref != "job-42" || !st.ExpectedCompletion.Equal(t0.Add(15*time.Minute)) {
+		if err != nil || st.Status != idem.StatusInProgress || st.Ref != "job-42" || !st.LeaseUntil.Equal(t0.Add(15*time.Minute)) {
 			t.Fatalf("record after Detach: %+v, %v", st, err)
 		}
 	}

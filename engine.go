@@ -355,7 +355,7 @@ type outcome struct {
 type call struct {
 	e           *Engine
 	key         string // the store key
-	name        string // the operation's name (the key's scope), for the observer
+	name        string // the operation's name (the first part of the key's scope), for the observer
 	fingerprint string
 	op          operation
 }
@@ -675,11 +675,11 @@ func (c *call) replay(rec *store.Record) (outcome, error) {
 // prefix (the configured owner and a random instance id) and a sequence
 // number. Stores check it on every fenced write, so it must never repeat.
 //
-// A label given with [WithLockedBy] ends it, after another '/'.
+// A label given with [WithOwnerLabel] ends it, after another '/'.
 func (e *Engine) owner(ctx context.Context) string {
 	var b [24]byte
 	seq := strconv.AppendUint(b[:0], e.seq.Add(1), 10)
-	by, _ := ctx.Value(lockedByKey{}).(string)
+	by, _ := ctx.Value(ownerLabelKey{}).(string)
 	var sb strings.Builder
 	sb.Grow(len(e.ownerPrefix) + 2 + len(seq) + len(by))
 	sb.WriteString(e.ownerPrefix)

@@ -48,6 +48,10 @@ var (
 	// ErrInvalidConfig: a [Config] field is out of range. It is
 	// store.ErrInvalidConfig, the same error value, which stores return.
 	ErrInvalidConfig = store.ErrInvalidConfig
+	// ErrInvalidArgument: an argument of a call is out of range — a
+	// duration of [Engine.Begin], [Engine.Extend] or [Detach], an
+	// execution reference — while the engine's configuration is fine.
+	ErrInvalidArgument = errors.New("idem: invalid argument")
 )
 
 // InProgressError is returned when another caller holds the key.

@@ -19,8 +19,8 @@ const (
 	// MaxRefLen is the longest execution reference [Engine.Attach]
 	// accepts: room for any AWS ARN (2,048 characters) and a URL.
 	MaxRefLen = 2048
-	// MaxLockedByLen is the longest label [WithLockedBy] keeps.
-	MaxLockedByLen = 128
+	// MaxOwnerLabelLen is the longest label [WithOwnerLabel] keeps.
+	MaxOwnerLabelLen = 128
 )
 
 // StoreKey is a parsed store key, "<scope>#<digest>" where the scope is the

@@ -34,7 +34,7 @@ type Op[In, Out any] struct {
 	cfg  OpConfig[In, Out]
 }
 
-// NewOp wraps fn as the operation name (the key's scope) on engine e.
+// NewOp wraps fn as the operation name (the first part of the key's scope) on engine e.
 func NewOp[In, Out any](e *Engine, name string, fn func(context.Context, In) (Out, error), cfg *OpConfig[In, Out]) (*Op[In, Out], error) {
 	if err := validateName(name); err != nil {
 		return nil, err

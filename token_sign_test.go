@@ -90,7 +90,7 @@ func TestSignedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Token().String() == idem.Token.String(idem.Token{Key: tok.Key, Fence: st.Fence, Owner: st.LockedBy, Status: st.Status}) {
+	if st.Token().String() == idem.Token.String(idem.Token{Key: tok.Key, Fence: st.Fence, Owner: st.Owner, Status: st.Status}) {
 		t.Error("State.Token of a signing engine is not signed")
 	}
 	plain := en.another(t, idem.Config{})

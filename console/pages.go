@@ -496,7 +496,7 @@ func (c *Console) check(w http.ResponseWriter, r *http.Request, s *session, f *f
 		return nil, false
 	}
 	if st.Token().String() != f.Token {
-		c.refuse(w, r, s, f, st, &ops.ChangedError{Key: f.Key, Now: &ops.Seen{Status: st.Status, Fence: st.Fence, Owner: st.LockedBy}})
+		c.refuse(w, r, s, f, st, &ops.ChangedError{Key: f.Key, Now: &ops.Seen{Status: st.Status, Fence: st.Fence, Owner: st.Owner}})
 		return nil, false
 	}
 	if err := f.write.Allowed(st, c.now()); err != nil {

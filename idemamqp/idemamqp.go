@@ -181,7 +181,7 @@ func New(eng *idem.Engine, cfg *Config, fn func(context.Context, amqp.Delivery) 
 func (c *Consumer) Handle(ctx context.Context, d amqp.Delivery) Settlement {
 	s := c.handle(ctx, d)
 	if s.Action != Acked {
-		c.log.Info("idemamqp: delivery not acknowledged", "scope", c.cfg.Operation, "message_id", d.MessageId, "action", s.Action.String(), "err", s.Err)
+		c.log.Info("idemamqp: delivery not acknowledged", "operation", c.cfg.Operation, "message_id", d.MessageId, "action", s.Action.String(), "err", s.Err)
 	}
 	if c.cfg.Settled != nil {
 		c.cfg.Settled(d, s)

@@ -204,7 +204,7 @@ func (m *Middleware) serveStatus(w http.ResponseWriter, r *http.Request, id stri
 		return
 	}
 	if st.Status == idem.StatusInProgress {
-		w.Header().Set("Retry-After", RetryAfter(m.retryAfter(st.ExpectedCompletion)))
+		w.Header().Set("Retry-After", RetryAfter(m.retryAfter(st.LeaseUntil)))
 	}
 	writeStatus(w, http.StatusOK, doc)
 }
@@ -233,7 +233,7 @@ func (m *Middleware) duplicateAccepted(w http.ResponseWriter, r *http.Request, k
 		// Read failed or the record is gone: what the claim said is all
 		// there is.
 		m.cfg.Logger.Warn("idemhttp: reading the status of handed-off work", "key", key.String(), "err", err)
-		st = &idem.State{Key: key.String(), Status: idem.StatusInProgress, Ref: ipe.Ref, LockedBy: ipe.Owner, ExpectedCompletion: ipe.LeaseUntil}
+		st = &idem.State{Key: key.String(), Status: idem.StatusInProgress, Ref: ipe.Ref, Owner: ipe.Owner, LeaseUntil: ipe.LeaseUntil}
 	case st.Status == idem.StatusCompleted:
 		var resp Response
 		if err := st.Decode(&resp); err != nil {
@@ -253,7 +253,7 @@ func (m *Middleware) duplicateAccepted(w http.ResponseWriter, r *http.Request, k
 	}
 	h := w.Header()
 	h.Set("Location", m.location(key))
-	h.Set("Retry-After", RetryAfter(m.retryAfter(st.ExpectedCompletion)))
+	h.Set("Retry-After", RetryAfter(m.retryAfter(st.LeaseUntil)))
 	writeStatus(w, http.StatusAccepted, doc)
 }
 
@@ -305,8 +305,8 @@ type StatusResult struct {
 // sends.
 func (m *Middleware) statusResource(st *idem.State) (*StatusResource, error) {
 	doc := &StatusResource{Status: st.Status.String(), Execution: st.Ref, Created: st.CreatedAt.UTC()}
-	if !st.ExpectedCompletion.IsZero() && st.ExpectedCompletion.UnixMilli() > 0 {
-		t := st.ExpectedCompletion.UTC()
+	if !st.LeaseUntil.IsZero() && st.LeaseUntil.UnixMilli() > 0 {
+		t := st.LeaseUntil.UTC()
 		doc.ExpectedCompletion = &t
 	}
 	if !st.CompletedAt.IsZero() {

@@ -150,7 +150,7 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 		c.Operation = "http"
 	}
 	if _, err := idem.NewStoreKey(c.Operation, "", nil); err != nil {
-		return nil, fmt.Errorf("%w: idemhttp: Scope: %v", idem.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: idemhttp: Operation: %v", idem.ErrInvalidConfig, err)
 	}
 	if c.Methods == nil {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}

@@ -135,12 +135,12 @@ func newHTTPAdapter[E, R any](eng *idem.Engine, name string, fn func(context.Con
 	if cfg != nil {
 		c = *cfg
 	}
-	scope, err := scopeFor(name, c.Operation)
+	op, err := operationFor(name, c.Operation)
 	if err != nil {
 		return nil, err
 	}
 	hc := c.Config
-	hc.Operation = scope
+	hc.Operation = op
 	if hc.MaxBodyBytes == 0 {
 		hc.MaxBodyBytes = lambdaPayloadLimit
 	}

@@ -150,7 +150,7 @@ func TestWrapHandOffOutlivesTheInvocationDeadline(t *testing.T) {
 		claim, _ := idem.FromContext(ctx)
 		key, _ := idem.ParseStoreKey(claim.Key)
 		st, err := eng.Status(ctx, key)
-		if dl, _ := ctx.Deadline(); err != nil || !st.ExpectedCompletion.Equal(dl) {
+		if dl, _ := ctx.Deadline(); err != nil || !st.LeaseUntil.Equal(dl) {
 			t.Errorf("claim while the handler runs: %+v %v, want its lease at the invocation's deadline", st, err)
 		}
 		if e.Order == "o-sync" {
@@ -173,7 +173,7 @@ func TestWrapHandOffOutlivesTheInvocationDeadline(t *testing.T) {
 		t.Fatalf("handing off: %+v %v", r, err)
 	}
 	st, err := eng.Status(ctx, tok.Key)
-	if err != nil || st.Status != idem.StatusInProgress || !st.ExpectedCompletion.Equal(t0.Add(15*time.Minute)) {
+	if err != nil || st.Status != idem.StatusInProgress || !st.LeaseUntil.Equal(t0.Add(15*time.Minute)) {
 		t.Fatalf("claim after the hand-off: %+v %v, want IN_PROGRESS until t0+15m", st, err)
 	}
 	if _, err := h(ctx, ev("o-sync")); !errors.Is(err, idem.ErrUncertain) {

@@ -65,7 +65,7 @@ func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey
 
 // keyer turns an event into an idem identity.
 type keyer struct {
-	scope      string
+	operation  string
 	key        *expr
 	validation *expr
 	raise      bool
@@ -80,7 +80,7 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 		c = *cfg
 	}
 	var err error
-	if c.Operation, err = scopeFor(name, c.Operation); err != nil {
+	if c.Operation, err = operationFor(name, c.Operation); err != nil {
 		return nil, err
 	}
 	if c.KeyJMESPath == "" {
@@ -89,7 +89,7 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	k := &keyer{scope: c.Operation, raise: c.RaiseOnMissingKey, log: c.Logger}
+	k := &keyer{operation: c.Operation, raise: c.RaiseOnMissingKey, log: c.Logger}
 	if k.key, err = compile("KeyJMESPath", c.KeyJMESPath); err != nil {
 		return nil, err
 	}
@@ -99,19 +99,20 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 	return k, nil
 }
 
-// scopeFor returns scope, or by default the function's name (when running
-// in Lambda) and the handler's name; it fails when that is no valid scope.
-func scopeFor(name, scope string) (string, error) {
-	if scope == "" {
-		scope = name
+// operationFor returns op, or by default the function's name (when running
+// in Lambda) and the handler's name; it fails when that is no valid
+// operation name.
+func operationFor(name, op string) (string, error) {
+	if op == "" {
+		op = name
 		if fn := lambdacontext.FunctionName; fn != "" {
-			scope = fn + "." + name
+			op = fn + "." + name
 		}
 	}
-	if _, err := idem.NewStoreKey(scope, "", nil); err != nil {
-		return "", fmt.Errorf("%w: idemlambda: scope: %v", idem.ErrInvalidConfig, err)
+	if _, err := idem.NewStoreKey(op, "", nil); err != nil {
+		return "", fmt.Errorf("%w: idemlambda: Operation: %v", idem.ErrInvalidConfig, err)
 	}
-	return scope, nil
+	return op, nil
 }
 
 // identity derives the identity of a decoded event. ok is false when the
@@ -131,7 +132,7 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 		if k.raise {
 			return idem.Identity{}, false, &MissingKeyError{Expr: src}
 		}
-		k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "scope", k.scope, "key_jmespath", src)
+		k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "operation", k.operation, "key_jmespath", src)
 		return idem.Identity{}, false, nil
 	}
 	material, err := canonical(sel)
@@ -144,7 +145,7 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 // identityOf derives the identity for explicit key material, validating
 // event with ValidationJMESPath when set.
 func (k *keyer) identityOf(material []byte, event any) (idem.Identity, bool, error) {
-	key, err := idem.NewStoreKey(k.scope, "", material)
+	key, err := idem.NewStoreKey(k.operation, "", material)
 	if err != nil {
 		return idem.Identity{}, false, err
 	}
@@ -254,7 +255,7 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 			case key == "" && k.raise:
 				return zero, &MissingKeyError{Expr: "(Key func)"}
 			case key == "":
-				k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "scope", k.scope)
+				k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "operation", k.operation)
 			default:
 				id, ok, err = k.identityOf([]byte(key), event)
 			}

@@ -147,7 +147,7 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 }
 
 func logFailure(k *keyer, id string, v consume.Verdict) {
-	k.log.Info("idemlambda: record reported as a batch item failure", "scope", k.scope, "message_id", id, "verdict", v.Action.String(), "err", v.Err)
+	k.log.Info("idemlambda: record reported as a batch item failure", "operation", k.operation, "message_id", id, "verdict", v.Action.String(), "err", v.Err)
 }
 
 // unprotectedVerdict is the verdict of a record run without a key: done,

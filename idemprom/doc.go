@@ -12,7 +12,7 @@
 //     of a call ([observe.Outcome]: acquired, takeover, replayed, cache_hit,
 //     in_progress, mismatch, fenced, store_error, complete_failed, failed,
 //     released, unprotected, uncertain, write_retried, handed_off).
-//     operation is the operation's name (the key's scope, such as an
+//     operation is the operation's name (the first part of the key's scope, such as an
 //     [idem.Op]'s name or idemhttp's Config.Operation), never the key. The
 //     first outcome of an operation exports all of its outcomes at zero;
 //     Config.Operations exports them from the start.

@@ -23,7 +23,7 @@ var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 
 // The label names. Config.ConstLabels may not use them.
 const (
-	// LabelOperation is the operation's name (the key's scope) on
+	// LabelOperation is the operation's name (the first part of the key's scope) on
 	// idem_outcomes_total.
 	LabelOperation = "operation"
 	// LabelOutcome is the [observe.Outcome] on idem_outcomes_total.

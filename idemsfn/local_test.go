@@ -285,8 +285,8 @@ func TestLocalReconciler(t *testing.T) {
 		if rep, err := rc.RunOnce(ctx); err != nil || rep != (idemsfn.Report{Listed: 1, Extended: 1}) {
 			t.Fatalf("while running: %+v, %v", rep, err)
 		}
-		if st := l.status(t, "o-1"); !st.ExpectedCompletion.Equal(l.clock.Now().Add(time.Minute)) {
-			t.Errorf("expected completion %v", st.ExpectedCompletion)
+		if st := l.status(t, "o-1"); !st.LeaseUntil.Equal(l.clock.Now().Add(time.Minute)) {
+			t.Errorf("expected completion %v", st.LeaseUntil)
 		}
 		// The worker tells Step Functions only; the reconciler tells idem.
 		if _, err := l.c.SendTaskSuccess(ctx, &sfn.SendTaskSuccessInput{TaskToken: aws.String(tk.token), Output: aws.String(`{"receipt":"r-2"}`)}); err != nil {

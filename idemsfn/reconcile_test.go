@@ -100,8 +100,8 @@ func TestReconcilerRunOnce(t *testing.T) {
 			t.Errorf("%s: %s, want %s", k, st.Status, want)
 		}
 	}
-	if st := r.status(t, "running"); !st.ExpectedCompletion.Equal(r.clock.Now().Add(time.Minute)) {
-		t.Errorf("running: expected completion %v, want %v", st.ExpectedCompletion, r.clock.Now().Add(time.Minute))
+	if st := r.status(t, "running"); !st.LeaseUntil.Equal(r.clock.Now().Add(time.Minute)) {
+		t.Errorf("running: expected completion %v, want %v", st.LeaseUntil, r.clock.Now().Add(time.Minute))
 	}
 	if st := r.status(t, "done"); string(st.Result) != `{"receipt":"r-1"}` || st.Ref != done.arn {
 		t.Errorf("done: %+v", st)

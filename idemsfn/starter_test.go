@@ -79,7 +79,7 @@ func TestStartNewKey(t *testing.T) {
 	if string(env.Input) != `{"amount":5}` {
 		t.Errorf("input %s", env.Input)
 	}
-	if st := r.status(t, "o-1"); st.Ref != x.arn || st.Fence != tok.Fence || st.LockedBy != tok.Owner {
+	if st := r.status(t, "o-1"); st.Ref != x.arn || st.Fence != tok.Fence || st.Owner != tok.Owner {
 		t.Errorf("record %+v", st)
 	}
 }
@@ -270,8 +270,8 @@ func TestStartUnknownKeepsClaimUntilOrphanGrace(t *testing.T) {
 				t.Errorf("Adopted %v after %d starts and %d describes", got.Adopted, api.count("start"), api.count("describe"))
 			}
 			// The repaired start carries the orphan's own claim.
-			if env := envelope(t, x.input); env.Idem.Fence != "1" || env.Idem.Owner != st.LockedBy {
-				t.Errorf("envelope %+v, claim %d %s", env.Idem, st.Fence, st.LockedBy)
+			if env := envelope(t, x.input); env.Idem.Fence != "1" || env.Idem.Owner != st.Owner {
+				t.Errorf("envelope %+v, claim %d %s", env.Idem, st.Fence, st.Owner)
 			}
 		})
 	}

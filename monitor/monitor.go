@@ -189,9 +189,9 @@ type Event struct {
 	Owner, Ref string
 	// Fence is the claim's fence: a later claim of the key is a new event.
 	Fence uint64
-	// CreatedAt is when the claim was made, ExpectedCompletion when it
+	// CreatedAt is when the claim was made, LeaseUntil when it
 	// should have been done, CompletedAt when a FAILED record failed.
-	CreatedAt, ExpectedCompletion, CompletedAt time.Time
+	CreatedAt, LeaseUntil, CompletedAt time.Time
 	// ErrCode and ErrMessage are a FAILED record's stored error.
 	ErrCode, ErrMessage string
 }
@@ -383,7 +383,7 @@ func (m *Monitor) note(events []Event, found map[seenKey]bool, kind Kind, r *sto
 	}
 	m.seen[k] = true
 	ev := Event{Kind: kind, Key: r.Key, Owner: r.Owner, Ref: r.Ref, Fence: r.Fence,
-		CreatedAt: store.FromMillis(r.CreatedAt), ExpectedCompletion: store.FromMillis(r.LeaseUntil)}
+		CreatedAt: store.FromMillis(r.CreatedAt), LeaseUntil: store.FromMillis(r.LeaseUntil)}
 	if sk, err := idem.ParseStoreKey(r.Key); err == nil {
 		ev.Operation = sk.Operation
 	}
@@ -401,7 +401,7 @@ func (m *Monitor) report(ev Event) {
 	attrs := []any{"key", ev.Key, "owner", ev.Owner, "created", ev.CreatedAt, "ref", ev.Ref, "fence", ev.Fence}
 	switch ev.Kind {
 	case Stuck:
-		attrs = append(attrs, "expected_completion", ev.ExpectedCompletion)
+		attrs = append(attrs, "lease_until", ev.LeaseUntil)
 		m.cfg.Logger.Warn("idem monitor: record stuck past its expected completion", attrs...)
 	case Failed:
 		attrs = append(attrs, "failed_at", ev.CompletedAt, "code", ev.ErrCode, "message", ev.ErrMessage)

@@ -140,7 +140,7 @@ func TestSweepCountsAndReportsEachRecordOnce(t *testing.T) {
 	}
 	ev = f.takeEvents()
 	if len(ev) != 1 || ev[0].Kind != monitor.Stuck || ev[0].Ref != "arn:exec:slow" || !strings.HasPrefix(ev[0].Owner, "worker-7/") ||
-		!ev[0].CreatedAt.Equal(t0) || !ev[0].ExpectedCompletion.Equal(t0.Add(time.Minute)) {
+		!ev[0].CreatedAt.Equal(t0) || !ev[0].LeaseUntil.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("second sweep events: %+v", ev)
 	}
 	if m.Last() != snap {

@@ -102,8 +102,8 @@ func (w Write) Validate() error {
 // FreshError refuses a write to an IN_PROGRESS record still within its
 // expected completion without Write.Force: its holder may still be working.
 type FreshError struct {
-	Key                string
-	ExpectedCompletion time.Time
+	Key        string
+	LeaseUntil time.Time
 	// Left is the time left until the expected completion.
 	Left   time.Duration
 	Holder string
@@ -111,7 +111,7 @@ type FreshError struct {
 
 func (e *FreshError) Error() string {
 	return fmt.Sprintf("%s is IN_PROGRESS and within its expected completion (%s, in %v): its holder %s may still be working; wait, or force the write",
-		e.Key, e.ExpectedCompletion.UTC().Format(time.RFC3339), e.Left.Round(time.Second), e.Holder)
+		e.Key, e.LeaseUntil.UTC().Format(time.RFC3339), e.Left.Round(time.Second), e.Holder)
 }
 
 // ErrReleaseCompleted refuses to release a COMPLETED record.
@@ -150,7 +150,7 @@ func (e *ChangedError) Error() string {
 // [*FreshError] or [ErrReleaseCompleted] when not.
 func (w Write) Allowed(st *idem.State, now time.Time) error {
 	if st.Status == idem.StatusInProgress && !st.Overdue(now) && !w.Force {
-		return &FreshError{Key: st.Key, ExpectedCompletion: st.ExpectedCompletion, Left: st.ExpectedCompletion.Sub(now), Holder: st.LockedBy}
+		return &FreshError{Key: st.Key, LeaseUntil: st.LeaseUntil, Left: st.LeaseUntil.Sub(now), Holder: st.Owner}
 	}
 	if w.Action == Release && st.Status == idem.StatusCompleted {
 		return fmt.Errorf("%s is COMPLETED: %w", st.Key, ErrReleaseCompleted)
@@ -180,7 +180,7 @@ func (w Write) ExpiryFor(st *idem.State) time.Duration {
 
 // Describe says exactly what applying w to st changes, for a confirmation.
 func (w Write) Describe(st *idem.State) string {
-	before := fmt.Sprintf("%s (fence %d, owner %s)", st.Status, st.Fence, orDash(st.LockedBy))
+	before := fmt.Sprintf("%s (fence %d, owner %s)", st.Status, st.Fence, orDash(st.Owner))
 	switch w.Action {
 	case Release, Delete:
 		return fmt.Sprintf("The record %s is deleted: the next call with this key runs the operation again.", before)
@@ -294,7 +294,7 @@ func (o *Operator) Apply(ctx context.Context, st *idem.State, w Write) error {
 		return fmt.Errorf("%s: the write was accepted but the record cannot be read back: %w", st.Key, err)
 	}
 	if !landed(w, after) {
-		return &ChangedError{Key: st.Key, Now: &Seen{Status: after.Status, Fence: after.Fence, Owner: after.LockedBy}, Settled: true}
+		return &ChangedError{Key: st.Key, Now: &Seen{Status: after.Status, Fence: after.Fence, Owner: after.Owner}, Settled: true}
 	}
 	return nil
 }

@@ -156,7 +156,7 @@ func readAll(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error
 // as idemhttp.ProblemFor maps it.
 func (g *gateway) adminProblem(w http.ResponseWriter, r *http.Request, err error) {
 	var p idemhttp.Problem
-	if errors.Is(err, errBadRequest) || errors.Is(err, idem.ErrInvalidConfig) {
+	if errors.Is(err, errBadRequest) || errors.Is(err, idem.ErrInvalidArgument) {
 		p = idemhttp.Problem{Type: idemhttp.ProblemTypeBase + "invalid-request", Title: "Invalid request",
 			Status: http.StatusBadRequest, Detail: err.Error()}
 	} else {

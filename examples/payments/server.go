@@ -84,7 +84,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	default:
 		k, _ := idem.ParseStoreKey(st.State.Key)
 		w.Header().Set("Location", statusPath+k.Digest)
-		w.Header().Set("Retry-After", idemhttp.RetryAfter(st.State.ExpectedCompletion.Sub(a.Engine.Config().Clock.Now())))
+		w.Header().Set("Retry-After", idemhttp.RetryAfter(st.State.LeaseUntil.Sub(a.Engine.Config().Clock.Now())))
 		writeJSON(w, http.StatusAccepted, statusOf(st.State))
 	}
 }
@@ -121,7 +121,7 @@ type Status struct {
 }
 
 func statusOf(st *idem.State) Status {
-	s := Status{Status: st.Status.String(), Execution: st.Ref, Created: st.CreatedAt.UTC(), ExpectedCompletion: st.ExpectedCompletion.UTC()}
+	s := Status{Status: st.Status.String(), Execution: st.Ref, Created: st.CreatedAt.UTC(), ExpectedCompletion: st.LeaseUntil.UTC()}
 	if !st.CompletedAt.IsZero() {
 		t := st.CompletedAt.UTC()
 		s.CompletedAt = &t

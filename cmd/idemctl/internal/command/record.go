@@ -60,19 +60,19 @@ func (k *keyFlags) storeKey(pos []string) (idem.StoreKey, error) {
 
 // view is a record as idemctl prints it.
 type view struct {
-	Key                string     `json:"key"`
-	Status             string     `json:"status"`
-	Stuck              bool       `json:"stuck"`
-	Fence              uint64     `json:"fence"`
-	Owner              string     `json:"owner"`
-	Ref                string     `json:"execution_ref,omitempty"`
-	Fingerprint        string     `json:"fingerprint,omitempty"`
-	Created            time.Time  `json:"created"`
-	ExpectedCompletion time.Time  `json:"expected_completion"`
-	Completed          *time.Time `json:"completed,omitempty"`
-	Expires            time.Time  `json:"expires"`
-	AgeSeconds         int64      `json:"age_seconds"`
-	Error              *viewError `json:"error,omitempty"`
+	Key         string     `json:"key"`
+	Status      string     `json:"status"`
+	Stuck       bool       `json:"stuck"`
+	Fence       uint64     `json:"fence"`
+	Owner       string     `json:"owner"`
+	Ref         string     `json:"execution_ref,omitempty"`
+	Fingerprint string     `json:"fingerprint,omitempty"`
+	Created     time.Time  `json:"created"`
+	LeaseUntil  time.Time  `json:"lease_until"`
+	Completed   *time.Time `json:"completed,omitempty"`
+	Expires     time.Time  `json:"expires"`
+	AgeSeconds  int64      `json:"age_seconds"`
+	Error       *viewError `json:"error,omitempty"`
 	// Result is the stored result: JSON as is, other bytes as a string.
 	Result json.RawMessage `json:"result,omitempty"`
 }
@@ -86,7 +86,7 @@ func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 	v := view{
 		Key: r.Key, Status: r.Status.String(), Stuck: r.Status == store.StatusInProgress && r.LeaseExpired(store.Millis(now)),
 		Fence: r.Fence, Owner: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
-		Created: store.FromMillis(r.CreatedAt).UTC(), ExpectedCompletion: store.FromMillis(r.LeaseUntil).UTC(),
+		Created: store.FromMillis(r.CreatedAt).UTC(), LeaseUntil: store.FromMillis(r.LeaseUntil).UTC(),
 		Expires: store.FromMillis(r.ExpiresAt).UTC(),
 	}
 	v.AgeSeconds = int64(now.Sub(v.Created) / time.Second)
@@ -105,8 +105,8 @@ func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 
 func viewOfState(s *idem.State, now time.Time) view {
 	r := &store.Record{
-		Key: s.Key, Status: s.Status, Fence: s.Fence, Owner: s.LockedBy, Ref: s.Ref, Fingerprint: s.Fingerprint,
-		CreatedAt: store.Millis(s.CreatedAt), LeaseUntil: store.Millis(s.ExpectedCompletion), ExpiresAt: store.Millis(s.ExpiresAt),
+		Key: s.Key, Status: s.Status, Fence: s.Fence, Owner: s.Owner, Ref: s.Ref, Fingerprint: s.Fingerprint,
+		CreatedAt: store.Millis(s.CreatedAt), LeaseUntil: store.Millis(s.LeaseUntil), ExpiresAt: store.Millis(s.ExpiresAt),
 		Result: s.Result,
 	}
 	if !s.CompletedAt.IsZero() {
@@ -159,7 +159,7 @@ func writeTable(w io.Writer, vs []view) error {
 		if v.Stuck {
 			status += " (stuck)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Key, status, orDash(v.Owner), ts(v.Created), ts(v.ExpectedCompletion),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Key, status, orDash(v.Owner), ts(v.Created), ts(v.LeaseUntil),
 			time.Duration(v.AgeSeconds)*time.Second, orDash(v.Ref))
 	}
 	return tw.Flush()

@@ -55,7 +55,7 @@ func (s *settle) run(ctx context.Context, args []string) error {
 	if err := w.Allowed(state, s.c.now()); err != nil {
 		return explainRefusal(err)
 	}
-	q := fmt.Sprintf("%s %s (%s, fence %d, owner %s, created %s)?", s.verb, key, state.Status, state.Fence, state.LockedBy, ts(state.CreatedAt))
+	q := fmt.Sprintf("%s %s (%s, fence %d, owner %s, created %s)?", s.verb, key, state.Status, state.Fence, state.Owner, ts(state.CreatedAt))
 	if err := s.c.confirm(s.flags.yes, q); err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func explainRefusal(err error) error {
 	switch {
 	case errors.As(err, &fresh):
 		return fmt.Errorf("%s is IN_PROGRESS and within its expected completion (%s, in %v): its holder %s may still be working; wait, or pass --force",
-			fresh.Key, ts(fresh.ExpectedCompletion), fresh.Left.Round(time.Second), fresh.Holder)
+			fresh.Key, ts(fresh.LeaseUntil), fresh.Left.Round(time.Second), fresh.Holder)
 	case errors.As(err, &changed) && changed.Now != nil:
 		return fmt.Errorf("%w (idemctl show %s)", err, changed.Key)
 	}
