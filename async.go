@@ -103,12 +103,7 @@ func (s *State) Overdue(now time.Time) bool {
 // through it is refused if the record changed in between. Hand it only to
 // code entitled to settle the key.
 func (s *State) Token() Token {
-	k, _ := ParseStoreKey(s.Key)
-	t := Token{Key: k, Fence: s.Fence, Owner: s.Owner, Status: s.Status}
-	if s.engine != nil {
-		t = s.engine.sign(t)
-	}
-	return t
+	return tokenOf(s.engine, s.Key, s.Fence, s.Owner, s.Status)
 }
 
 // Status returns the record of key, read with strong consistency: for

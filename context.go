@@ -24,13 +24,20 @@ type Claim struct {
 // one): the token [Detach] returns. The zero Token for a claim whose key
 // does not parse (one made by hand with [NewContext]).
 func (c Claim) Token() Token {
-	k, err := ParseStoreKey(c.Key)
+	return tokenOf(c.e, c.Key, c.Fence, c.Owner, StatusInProgress)
+}
+
+// tokenOf is the token of the claim (key, fence, owner) of a record in
+// status st, signed by e when it has a TokenKey: the one place a token is
+// made from a claim. The zero Token when key does not parse.
+func tokenOf(e *Engine, key string, fence uint64, owner string, st Status) Token {
+	k, err := ParseStoreKey(key)
 	if err != nil {
 		return Token{}
 	}
-	t := Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: StatusInProgress}
-	if c.e != nil {
-		t = c.e.sign(t)
+	t := Token{Key: k, Fence: fence, Owner: owner, Status: st}
+	if e != nil {
+		t = e.sign(t)
 	}
 	return t
 }
