@@ -42,7 +42,7 @@ var showCommand = command{
 			rows := [][2]string{
 				{"key", v.Key}, {"status", status}, {"owner", orDash(v.Owner)}, {"fence", fmt.Sprint(v.Fence)},
 				{"execution ref", orDash(v.Ref)}, {"created", ts(v.Created)}, {"age", (time.Duration(v.AgeSeconds) * time.Second).String()},
-				{"lease until", ts(v.LeaseUntil)},
+				{"expected completion", ts(v.LeaseUntil)},
 			}
 			if v.Completed != nil {
 				rows = append(rows, [2]string{"completed", ts(*v.Completed)})
