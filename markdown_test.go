@@ -369,3 +369,25 @@ func TestMarkdownParsing(t *testing.T) {
 		t.Errorf("blocks = %+v, want %+v", d.blocks, wantBlocks)
 	}
 }
+
+// TestMarkdownIndexListsEveryGuide fails when a page of docs/ is missing
+// from the index, docs/README.md, so a new guide cannot be left where no
+// reader finds it.
+func TestMarkdownIndexListsEveryGuide(t *testing.T) {
+	t.Parallel()
+	index := parseMarkdown(t, "docs/README.md")
+	linked := map[string]bool{}
+	for _, l := range index.links {
+		p, _, _ := strings.Cut(l.target, "#")
+		linked[filepath.Join("docs", p)] = true
+	}
+	guides, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range guides {
+		if g != filepath.Join("docs", "README.md") && !linked[g] {
+			t.Errorf("docs/README.md does not link %s", g)
+		}
+	}
+}
