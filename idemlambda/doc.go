@@ -19,7 +19,7 @@
 //     key, and reports partial batch failures; FIFO batches run in order.
 //   - [EventBridge] keys on the event id, or on a selection of the event.
 //
-// The README's Lambda section maps every Powertools idempotency option to
+// docs/lambda.md maps every Powertools idempotency option to
 // its idem counterpart.
 //
 // # Work that outlives the invocation

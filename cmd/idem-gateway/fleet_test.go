@@ -47,7 +47,7 @@ const (
 // from the store by the failover for longer than its lease loses its key,
 // as the lease rule says, so a key running then may run once more, and the
 // cut-off holder still answers with its own run's response (its outcome
-// write is refused; the README's complete_failed case): one more body.
+// write is refused; docs/library.md's complete_failed case): one more body.
 //
 // Per key: the upstream ran it at most once, plus once for every kill of a
 // gateway while the key was in flight there; no run started before the

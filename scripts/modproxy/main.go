@@ -6,7 +6,7 @@
 //
 // Every module of go.work except the repository's tooling under scripts/
 // is written at the one version the modules require of each other (the
-// next release; see README "Versioning and releases"):
+// next release; see docs/releases.md):
 // DIR/<module path, case-encoded>/@v/{list,VERSION.info,VERSION.mod,VERSION.zip}.
 // The zips hold the working tree's files that git tracks or would track
 // (ignored files left out), so uncommitted changes are checked too.

@@ -81,7 +81,7 @@ func (s *Store) checkTable(ctx context.Context, api DescribeAPI) error {
 	bad := func(cause error, reason, fix string) error {
 		return &TableError{Table: c.Table, Cause: cause, Reason: reason, Fix: fix}
 	}
-	create := "create it with idemctl create-table, dynamodb://…&create=true, dynamostore.CreateTable or the README's CloudFormation or Terraform"
+	create := "create it with idemctl create-table, dynamodb://…&create=true, dynamostore.CreateTable or the CloudFormation or Terraform of docs/dynamodb.md"
 	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(c.Table)})
 	if err != nil {
 		var nf *types.ResourceNotFoundException

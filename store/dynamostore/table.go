@@ -25,7 +25,7 @@ type TableAPI interface {
 // index when cfg.StatusIndex is set (both projecting every attribute), and
 // TTL on cfg.ExpiryAttr. An existing table is left as it is: it gains no
 // index. It waits until the table is ACTIVE (at most maxWait).
-// Production tables belong in infrastructure code; the README has
+// Production tables belong in infrastructure code; docs/dynamodb.md has
 // CloudFormation and Terraform equivalents. The table is in one Region: to
 // make it a global table, give it one writing Region or multi-Region
 // strong consistency, never writers in several Regions under eventual

@@ -64,7 +64,7 @@ func (e *BucketError) Error() string {
 	case ErrAccessDenied:
 		fix = "grant the credentials s3:PutObject, s3:PutObjectTagging and s3:GetObject on the bucket's objects under the prefix (and s3:ListBucket for this check's HeadBucket, s3:DeleteObject for the probe)"
 	case ErrNoBucket:
-		fix = "create the bucket, with the lifecycle rules of the README's DynamoDB section, or fix the bucket name (storeurl: spill=s3://BUCKET/PREFIX)"
+		fix = "create the bucket, with the lifecycle rules of docs/dynamodb.md, or fix the bucket name (storeurl: spill=s3://BUCKET/PREFIX)"
 	case ErrWrongRegion:
 		in := "another region"
 		if e.Region != "" {

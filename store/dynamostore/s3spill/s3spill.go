@@ -57,8 +57,8 @@
 //	idem-expires-at  = the record's expiry, RFC 3339 (UTC)
 //
 // so a bucket lifecycle rule per idem-expiry-days value expires objects,
-// orphans included, no earlier than their records (the README's DynamoDB
-// section has the lifecycle JSON). Tags are sent with the PutObject (the x-amz-tagging
+// orphans included, no earlier than their records (docs/dynamodb.md has
+// the lifecycle JSON). Tags are sent with the PutObject (the x-amz-tagging
 // header), which needs s3:PutObjectTagging besides s3:PutObject.
 package s3spill
 
