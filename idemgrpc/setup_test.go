@@ -79,6 +79,8 @@ type options struct {
 	client      *idemrpc.ClientConfig
 	noClient    bool
 	dialOptions []grpc.DialOption
+	// bare serves without any interceptor (benchmarks' baseline).
+	bare bool
 }
 
 func newEnv(t testing.TB, st store.Store, o options) *env {
@@ -106,7 +108,11 @@ func newEnv(t testing.TB, st store.Store, o options) *env {
 	}
 	e := &env{orders: &ordertest.Server{}, eng: eng, guard: g}
 	chain := append(append([]grpc.UnaryServerInterceptor(nil), o.outer...), idemgrpc.UnaryServerInterceptor(g))
-	e.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(idemgrpc.StreamServerInterceptor(g)))
+	if o.bare {
+		e.srv = grpc.NewServer()
+	} else {
+		e.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(idemgrpc.StreamServerInterceptor(g)))
+	}
 	e.srv.RegisterService(&ordertest.ServiceDesc, e.orders)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
