@@ -18,9 +18,9 @@
 //
 // On a replay the handler does not run, so there is no *connect.Response
 // of the method's type to return: the interceptor returns a
-// *connect.Response[ReplayedMessage] whose message holds the stored
-// response, decoded into its own type, and encodes as that message (in
-// binary and JSON alike). Interceptors outside this one that read a
+// *connect.Response whose message is a [*ReplayedMessage] holding the
+// stored response, decoded into its own type, which encodes as that
+// message (in binary and JSON alike). Interceptors outside this one that read a
 // response's message should accept a proto.Message, or unwrap a
 // *ReplayedMessage.
 package idemconnect
