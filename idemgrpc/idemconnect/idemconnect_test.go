@@ -408,3 +408,40 @@ func TestStreamingRefused(t *testing.T) {
 		t.Errorf("covered stream: %v, want unimplemented", err)
 	}
 }
+
+// Over Connect, Principal reads the caller from the handler context
+// (connect.CallInfoForHandlerContext): two callers with one key get their
+// own executions.
+func TestPrincipal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, memstore.New(&memstore.Config{SweepInterval: -1}), &idemrpc.Config{
+		Methods: map[string]idemrpc.Method{ordertest.Create: {}},
+		Principal: func(ctx context.Context) (string, error) {
+			ci, ok := connect.CallInfoForHandlerContext(ctx)
+			if !ok || ci.RequestHeader().Get("X-User") == "" {
+				return "", errors.New("no X-User")
+			}
+			return ci.RequestHeader().Get("X-User"), nil
+		},
+	})
+	as := func(user string) error {
+		req := connect.NewRequest(ordertest.Order("o", 1))
+		req.Header().Set("Idempotency-Key", "shared")
+		if user != "" {
+			req.Header().Set("X-User", user)
+		}
+		_, err := e.create.CallUnary(context.Background(), req)
+		return err
+	}
+	for _, u := range []string{"alice", "bob", "alice"} {
+		if err := as(u); err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+	}
+	if n := e.orders.Creates.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2: once per caller", n)
+	}
+	if err := as(""); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("no caller: %v, want unauthenticated", err)
+	}
+}
