@@ -124,11 +124,20 @@ func storeUsesEngine(p string) bool {
 	return true
 }
 
+// rpcForbidden names, for the transport-neutral packages of module
+// idemgrpc, the transports they must not depend on.
+var rpcForbidden = map[string][]string{
+	repo + "/idemgrpc/idemrpc":     {"google.golang.org/grpc", "connectrpc.com/connect"},
+	repo + "/idemgrpc/idemconnect": {"google.golang.org/grpc"},
+}
+
 // Over every module of the workspace: no production package reaches a test
 // kit (they stay out of the gateway's binary and of users' builds), and no
 // package, tests included, imports another module's internal packages. A
 // module compiles against whatever version of the core its user selects,
-// and internal packages promise nothing across versions.
+// and internal packages promise nothing across versions. The
+// transport-neutral packages of idemgrpc reach no transport
+// (rpcForbidden).
 func TestModulesKeepTheirBoundaries(t *testing.T) {
 	t.Parallel()
 	if gowork, err := exec.Command("go", "env", "GOWORK").Output(); err != nil || len(bytes.TrimSpace(gowork)) == 0 {
@@ -163,6 +172,16 @@ func TestModulesKeepTheirBoundaries(t *testing.T) {
 			// transaction, is the one exception.
 			if storeUsesEngine(p.ImportPath) && slices.Contains(p.Imports, repo) {
 				t.Errorf("store %s imports the root package %s; a store needs package store only", p.ImportPath, repo)
+			}
+			// The RPC rules are transport-neutral, and a Connect user
+			// never builds grpc-go: idemrpc reaches neither gRPC nor
+			// Connect, idemconnect not gRPC.
+			for _, d := range p.Deps {
+				for _, f := range rpcForbidden[p.ImportPath] {
+					if d == f || strings.HasPrefix(d, f+"/") {
+						t.Errorf("%s reaches %s through %s; it must not depend on that transport", p.ImportPath, f, d)
+					}
+				}
 			}
 		}
 		for _, imp := range p.Imports {

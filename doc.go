@@ -115,7 +115,8 @@
 // service as a reverse proxy; module idemlambda adapts Lambda handlers
 // (typed, API Gateway, Function URL, SQS batches, EventBridge); module
 // idemsfn starts AWS Step Functions executions once per key and records
-// their outcomes (docs/stepfunctions.md).
+// their outcomes (docs/stepfunctions.md); module idemgrpc gives unary gRPC
+// and Connect methods the same, through interceptors (docs/grpc.md).
 //
 // # Errors
 //

@@ -1,0 +1,260 @@
+package idemrpc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/code"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/seed-a1b882c0/idem"
+)
+
+// Call is one call as a transport received it.
+type Call struct {
+	// Method is the full method name, "/shop.v1.Orders/Create".
+	Method string
+	// Descriptor is the method's descriptor when the transport has it
+	// (Connect's Spec.Schema); nil otherwise.
+	Descriptor protoreflect.MethodDescriptor
+	// Metadata returns the values of a request metadata entry, by its
+	// lower-case name.
+	Metadata func(name string) []string
+	// Request is the request message; a covered call needs a
+	// proto.Message.
+	Request any
+	// StatusOf returns the status of an error the handler returned (gRPC:
+	// status.FromError; Connect: its code, message and details).
+	StatusOf func(error) *spb.Status
+}
+
+// Outcome is the answer to a call that did not fail.
+type Outcome struct {
+	// Response is the handler's response, or the stored one on a replay,
+	// decoded into its message type.
+	Response proto.Message
+	// Replayed is true when the answer, a response or a terminal error,
+	// was stored by an earlier call: the transport marks it with
+	// [ReplayedMetadata].
+	Replayed bool
+	// Ran is true when the handler ran in this call: the error returned
+	// with it is then the handler's own, to be passed on as it is. When
+	// Ran is false a non-nil error is the Guard's or the engine's, for
+	// [StatusFor].
+	Ran bool
+	// Terminal is set when the handler ran and returned an error the
+	// Guard stored as terminal: the status stored, the one inside the
+	// error (code, message, details; text wrapped around it dropped).
+	// The transport answers with it, so the first caller gets what every
+	// replay will get.
+	Terminal *spb.Status
+}
+
+// Handler runs the call's handler: the next interceptor or the method.
+type Handler func(ctx context.Context) (proto.Message, error)
+
+// Do runs one call under the Guard's rules: a call of a method that is not
+// covered, or without a key where none is required, runs the handler
+// directly; a covered call with a key runs it at most once per key (see
+// the package documentation for every answer).
+func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error) {
+	m, err := g.rules(c.Method, c.Descriptor, false)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if m == nil {
+		resp, err := handler(ctx)
+		return Outcome{Response: resp, Ran: true}, err
+	}
+	key, err := ParseKey(c.Metadata(g.cfg.KeyMetadata))
+	if errors.Is(err, ErrMissingKey) && !m.required {
+		resp, err := handler(ctx)
+		return Outcome{Response: resp, Ran: true}, err
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	req, ok := c.Request.(proto.Message)
+	if !ok {
+		return Outcome{}, &MessageError{Method: c.Method, Type: fmt.Sprintf("%T", c.Request)}
+	}
+	id, err := g.identity(ctx, m, key, req, c.Metadata)
+	if err != nil {
+		return Outcome{}, err
+	}
+	var (
+		ran      bool
+		resp     proto.Message
+		herr     error
+		terminal *spb.Status
+	)
+	res, err := idem.DoIdentity(ctx, g.eng, id, func(ctx context.Context) ([]byte, error) {
+		ran = true
+		resp, herr = handler(ctx)
+		if herr != nil {
+			var err error
+			terminal, err = g.outcomeError(herr, c.StatusOf)
+			return nil, err
+		}
+		if resp == nil {
+			herr = fmt.Errorf("idemrpc: %s returned a nil response and a nil error", c.Method)
+			return nil, herr
+		}
+		b, err := encodeResponse(resp)
+		if err != nil {
+			// The handler did its work: a retry must not run it again.
+			return nil, idem.Terminal(err, CodeResponseUnencodable)
+		}
+		return b, nil
+	})
+	if ran {
+		// The handler answered; what the engine made of it (stored,
+		// released, kept) it logs itself.
+		return Outcome{Response: resp, Ran: true, Terminal: terminal}, herr
+	}
+	if err != nil {
+		var te *idem.TerminalError
+		return Outcome{Replayed: errors.As(err, &te) && te.Replayed}, err
+	}
+	out, err := g.decodeResponse(id.StoreKey.String(), res.Value)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Response: out, Replayed: true}, nil
+}
+
+// outcomeError is what the engine gets of a handler's error: a terminal
+// one (Config.Terminal, or marked with idem.Terminal) as an
+// *idem.TerminalError whose Body is its google.rpc.Status, to be stored
+// and replayed; any other as it is, to release the key (or keep it, for an
+// uncertain outcome). For a terminal error it also returns the status
+// stored.
+func (g *Guard) outcomeError(err error, statusOf func(error) *spb.Status) (*spb.Status, error) {
+	if errors.Is(err, idem.ErrUncertain) {
+		return nil, err
+	}
+	st := statusOf(err)
+	if st.GetCode() == int32(code.Code_OK) {
+		st = &spb.Status{Code: int32(code.Code_UNKNOWN), Message: st.GetMessage(), Details: st.GetDetails()}
+	}
+	var marked *idem.TerminalError
+	isMarked := errors.As(err, &marked)
+	if !isMarked && !g.cfg.Terminal(code.Code(st.GetCode())) {
+		return nil, err
+	}
+	body, merr := proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	if merr != nil {
+		body = nil // replayed as its code name and message only
+	}
+	c := TerminalCodePrefix + code.Code(st.GetCode()).String()
+	if isMarked && marked.Code != "" {
+		c = marked.Code
+	}
+	return st, &idem.TerminalError{Code: c, Message: st.GetMessage(), Body: body}
+}
+
+// TerminalCodePrefix prefixes the code of a stored terminal error that the
+// Guard classified by its status code: "grpc.FAILED_PRECONDITION", as
+// idemctl lists it. An error marked with [idem.Terminal] keeps its own
+// code. Either way the error's Body is its google.rpc.Status, details
+// included.
+const TerminalCodePrefix = "grpc."
+
+// CodeResponseUnencodable is the code of the terminal error stored when a
+// handler's response cannot be encoded (proto.Marshal failed): the handler
+// ran, so a retry must not run it again.
+const CodeResponseUnencodable = "idemrpc.response_unencodable"
+
+// identity derives the store key and fingerprint of a covered call.
+func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.Message, md func(string) []string) (idem.Identity, error) {
+	tenant, err := g.tenant(ctx)
+	if err != nil {
+		return idem.Identity{}, err
+	}
+	k, err := idem.NewStoreKey(m.operation, tenant, []byte(key))
+	if err != nil {
+		return idem.Identity{}, err
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return idem.Identity{}, &MessageError{Method: m.name, Type: string(req.ProtoReflect().Descriptor().FullName()), Err: err}
+	}
+	size := 2*8 + len(m.name) + len(body)
+	for _, name := range m.fpNames {
+		size += 2*8 + len(name)
+		for _, v := range md(name) {
+			size += len(v) + 1
+		}
+	}
+	b := make([]byte, 0, size)
+	b = field(b, m.name)
+	b = field(b, string(body))
+	for _, name := range m.fpNames {
+		b = field(b, name)
+		b = field(b, strings.Join(md(name), "\x00"))
+	}
+	sum := sha256.Sum256(b)
+	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(sum[:])}, nil
+}
+
+// field appends s, after its length, so that no two field lists hash alike.
+func field(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// tenant returns the tenant of the call's store keys: its principal,
+// hashed (Config.Principal), or "" when there is none.
+func (g *Guard) tenant(ctx context.Context) (string, error) {
+	if g.cfg.Principal == nil {
+		return "", nil
+	}
+	p, err := g.cfg.Principal(ctx)
+	if err != nil {
+		return "", &PrincipalError{Err: err}
+	}
+	if p == "" {
+		return "", nil
+	}
+	sum := sha256.Sum256([]byte("idemrpc-principal\x00" + p))
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+// encodeResponse encodes a response for the store: a google.protobuf.Any
+// of its deterministic encoding, so a replay finds its type again.
+func encodeResponse(m proto.Message) ([]byte, error) {
+	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	a := &anypb.Any{TypeUrl: typeURLPrefix + string(m.ProtoReflect().Descriptor().FullName()), Value: v}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(a)
+}
+
+const typeURLPrefix = "type.googleapis.com/"
+
+// decodeResponse decodes a stored response into a new message of its type
+// (Config.Types).
+func (g *Guard) decodeResponse(key string, b []byte) (proto.Message, error) {
+	var a anypb.Any
+	if err := proto.Unmarshal(b, &a); err != nil {
+		return nil, &ResponseError{Key: key, Err: err}
+	}
+	mt, err := g.cfg.Types.FindMessageByURL(a.GetTypeUrl())
+	if err != nil {
+		return nil, &ResponseError{Key: key, Type: a.GetTypeUrl(), Err: err}
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(a.GetValue(), m); err != nil {
+		return nil, &ResponseError{Key: key, Type: a.GetTypeUrl(), Err: err}
+	}
+	return m, nil
+}
