@@ -136,6 +136,8 @@ var docImports = map[string]string{
 	"codes":      "google.golang.org/grpc/codes",
 	"metadata":   "google.golang.org/grpc/metadata",
 	"status":     "google.golang.org/grpc/status",
+	"insecure":   "google.golang.org/grpc/credentials/insecure",
+	"connect":    "connectrpc.com/connect",
 	"amqp":       "github.com/rabbitmq/amqp091-go",
 	"config":     "github.com/aws/aws-sdk-go-v2/config",
 	"dynamodb":   "github.com/aws/aws-sdk-go-v2/service/dynamodb",
@@ -156,6 +158,8 @@ var docImports = map[string]string{
 // listed here fails, saying so.
 var docPlaceholders = map[string]string{
 	"ctx":              "var ctx = context.Background()",
+	"subjectFrom":      "func subjectFrom(context.Context) (string, error) { return \"\", nil }",
+	"authenticate":     "var authenticate grpc.UnaryServerInterceptor",
 	"eng":              "var eng *idem.Engine",
 	"engine":           "var engine *idem.Engine",
 	"memStore":         "var memStore store.Store",
