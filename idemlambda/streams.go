@@ -22,16 +22,23 @@ type StreamConfig[R any] struct {
 	// "powertools_json(powertools_base64(kinesis.data)).order_id" or
 	// "dynamodb.NewImage.order_id.S".
 	Config
-	// SkipDeadLetter moves the shard past a record whose verdict is
-	// consume.DeadLetter (a terminal error, stored or replayed; a result
-	// too large to store; a key reused with another payload; a key that
-	// cannot be derived) instead of reporting it: the record is logged
-	// with its sequence number and the batch goes on. By default such a
-	// record is reported like any other failure, so the shard stops there
-	// and Lambda's retry policy for the event source mapping decides
-	// (MaximumRetryAttempts, BisectBatchOnFunctionError, the on-failure
-	// destination); docs/lambda-streams.md argues the choice.
-	SkipDeadLetter bool
+	// StopOnDeadLetter reports a record whose verdict is consume.DeadLetter
+	// like any other failure, so the shard stops at it until Lambda's
+	// retry policy for the event source mapping gives up
+	// (MaximumRetryAttempts, MaximumRecordAgeInSeconds; the on-failure
+	// destination then gets the batch's details, and the records of that
+	// batch, the ones after it included, are discarded). Set it when a
+	// record must never be followed by later records of its shard once it
+	// failed for good.
+	//
+	// By default the shard moves past a dead letter — a terminal error,
+	// stored and replayed as FAILED; a result too large to store; a key
+	// reused with another payload; a key that cannot be derived — because
+	// retrying it cannot succeed: it is logged at error level with its
+	// sequence number, Settled sees it, and a terminal error stays in the
+	// store for `idemctl list --failed` and the monitor.
+	// docs/lambda-streams.md argues the choice.
+	StopOnDeadLetter bool
 	// Settled, when set, is called with every record that ran or was
 	// replayed and the verdict it was settled by (consume.Decide). The
 	// records after the one reported are not called: they did not run.
@@ -58,8 +65,11 @@ type DynamoDBStreamConfig = StreamConfig[events.DynamoDBEventRecord]
 //     of the response, so Lambda resumes the shard at it, and the records
 //     after it do not run (the next invocation brings them). A record
 //     whose key another invocation holds, whose fn failed, or whose
-//     outcome is uncertain stops the batch so; a consume.DeadLetter stops
-//     it too unless SkipDeadLetter is set.
+//     outcome is uncertain stops the batch so;
+//   - a record whose verdict is consume.DeadLetter (a terminal error, now
+//     or stored; a key reused with another payload; no usable key) cannot
+//     succeed on a retry: it is logged and the batch goes on, unless
+//     StopOnDeadLetter is set.
 //
 // This is not the SQS rule (report each failed record and go on): a stream
 // has one position per shard, and Lambda resumes from the lowest sequence
@@ -148,14 +158,21 @@ func newStream[R any](eng *idem.Engine, name string, fn func(context.Context, R)
 // move past the whole batch.
 func (s *stream[R]) run(ctx context.Context, records []R) (seq string, failed bool) {
 	for _, r := range records {
-		v := record(ctx, s.eng, s.k, r, func(ctx context.Context) error { return s.fn(ctx, r) })
+		var v consume.Verdict
+		if err := ctx.Err(); err != nil {
+			// The invocation is ending: the record is not begun, and the
+			// shard resumes at it.
+			v = consume.Verdict{Action: consume.Retry, Err: err}
+		} else {
+			v = record(ctx, s.eng, s.k, r, func(ctx context.Context) error { return s.fn(ctx, r) })
+		}
 		if s.c.Settled != nil {
 			s.c.Settled(r, v)
 		}
 		switch {
 		case v.Action == consume.Done:
-		case v.Action == consume.DeadLetter && s.c.SkipDeadLetter:
-			s.k.log.Warn("idemlambda: stream record skipped as a dead letter", "scope", s.k.scope, "sequence_number", s.seq(r), "err", v.Err)
+		case v.Action == consume.DeadLetter && !s.c.StopOnDeadLetter:
+			s.k.log.Error("idemlambda: stream record failed for good; the shard moves past it", "scope", s.k.scope, "sequence_number", s.seq(r), "err", v.Err)
 		default:
 			s.k.log.Info("idemlambda: stream record reported as the batch item failure; the shard resumes there", "scope", s.k.scope, "sequence_number", s.seq(r), "verdict", v.Action.String(), "err", v.Err)
 			return s.seq(r), true

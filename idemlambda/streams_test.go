@@ -49,9 +49,9 @@ func seqs(rs []rec) []string {
 // streamOpts is the configuration of a stream handler under test, for
 // either source.
 type streamOpts struct {
-	Config         idemlambda.Config
-	SkipDeadLetter bool
-	Settled        func(r rec, v consume.Verdict)
+	Config           idemlambda.Config
+	StopOnDeadLetter bool
+	Settled          func(r rec, v consume.Verdict)
 }
 
 // streamSource is one of the stream adapters, on aws-lambda-go's event
@@ -111,7 +111,7 @@ func streamSources() []streamSource {
 			name:       "Kinesis",
 			payloadKey: "powertools_json(powertools_base64(kinesis.data)).order_id",
 			open: func(t testing.TB, eng *idem.Engine, o streamOpts, fn func(context.Context, rec) error) func(context.Context, []rec) []string {
-				cfg := &idemlambda.KinesisConfig{Config: o.Config, SkipDeadLetter: o.SkipDeadLetter}
+				cfg := &idemlambda.KinesisConfig{Config: o.Config, StopOnDeadLetter: o.StopOnDeadLetter}
 				if o.Settled != nil {
 					cfg.Settled = func(r events.KinesisEventRecord, v consume.Verdict) { o.Settled(kinesisRec(r), v) }
 				}
@@ -142,7 +142,7 @@ func streamSources() []streamSource {
 			name:       "DynamoDB",
 			payloadKey: "dynamodb.NewImage.pk.S",
 			open: func(t testing.TB, eng *idem.Engine, o streamOpts, fn func(context.Context, rec) error) func(context.Context, []rec) []string {
-				cfg := &idemlambda.DynamoDBStreamConfig{Config: o.Config, SkipDeadLetter: o.SkipDeadLetter}
+				cfg := &idemlambda.DynamoDBStreamConfig{Config: o.Config, StopOnDeadLetter: o.StopOnDeadLetter}
 				if o.Settled != nil {
 					cfg.Settled = func(r events.DynamoDBEventRecord, v consume.Verdict) { o.Settled(dynamoRec(r), v) }
 				}
@@ -346,10 +346,10 @@ func TestStreamStopsAtTheFirstFailure(t *testing.T) {
 }
 
 // TestStreamDeadLetter: a record whose handler fails with a terminal error
-// is stored FAILED. By default it is reported and the shard stays there:
-// every delivery replays its stored error without running it again. With
-// SkipDeadLetter the shard moves past it at once, and a redelivery runs
-// nothing.
+// is stored FAILED. By default the shard moves past it at once, and a
+// redelivery replays its stored error and runs nothing. With
+// StopOnDeadLetter it is reported and the shard stays there: every
+// delivery replays its stored error without running it again.
 func TestStreamDeadLetter(t *testing.T) {
 	t.Parallel()
 	declined := func(r rec, run int) error {
@@ -364,7 +364,7 @@ func TestStreamDeadLetter(t *testing.T) {
 			rs := shard(4)
 			l := newLedger()
 			var last consume.Verdict
-			deliver := src.open(t, eng(idem.Config{}), streamOpts{Settled: func(_ rec, v consume.Verdict) { last = v }}, l.handler(declined))
+			deliver := src.open(t, eng(idem.Config{}), streamOpts{StopOnDeadLetter: true, Settled: func(_ rec, v consume.Verdict) { last = v }}, l.handler(declined))
 			for range 3 {
 				if failed := deliver(context.Background(), rs[1:]); !slices.Equal(failed, []string{rs[1].seq}) {
 					t.Fatalf("reported %v, want %s", failed, rs[1].seq)
@@ -384,10 +384,21 @@ func TestStreamDeadLetter(t *testing.T) {
 		eachStream(t, func(t *testing.T, src streamSource, eng func(idem.Config) *idem.Engine) {
 			rs := shard(4)
 			l := newLedger()
-			deliver := src.open(t, eng(idem.Config{}), streamOpts{SkipDeadLetter: true}, l.handler(declined))
+			var dead []consume.Verdict
+			deliver := src.open(t, eng(idem.Config{}), streamOpts{Settled: func(r rec, v consume.Verdict) {
+				if r.seq == rs[1].seq {
+					dead = append(dead, v)
+				}
+			}}, l.handler(declined))
 			for range 2 {
 				if failed := deliver(context.Background(), rs); failed != nil {
 					t.Fatalf("reported %v", failed)
+				}
+			}
+			for _, v := range dead {
+				var te *idem.TerminalError
+				if v.Action != consume.DeadLetter || !errors.As(v.Err, &te) || te.Code != "declined" {
+					t.Fatalf("settled %v (%v), want a dead letter with the stored error", v.Action, v.Err)
 				}
 			}
 			if got := l.runs(); !slices.Equal(got, seqs(rs)) {
@@ -444,9 +455,9 @@ func TestStreamRecordHeldElsewhere(t *testing.T) {
 }
 
 // TestStreamBadKey: a record with no key under RaiseOnMissingKey is a
-// dead letter: reported by default (the records after it wait), skipped
-// with SkipDeadLetter. Without RaiseOnMissingKey it runs unprotected and
-// the batch goes on.
+// dead letter: skipped by default, reported with StopOnDeadLetter (the
+// records after it wait). Without RaiseOnMissingKey it runs unprotected
+// and the batch goes on.
 func TestStreamBadKey(t *testing.T) {
 	t.Parallel()
 	eachStream(t, func(t *testing.T, src streamSource, eng func(idem.Config) *idem.Engine) {
@@ -454,20 +465,20 @@ func TestStreamBadKey(t *testing.T) {
 		rs[1].order = "" // the payload key selects ""
 		for _, c := range []struct {
 			name          string
-			raise, skip   bool
+			raise, stop   bool
 			wantFailed    []string
 			wantRuns      []string
 			wantMissingIs bool
 		}{
-			{"raise", true, false, []string{rs[1].seq}, seqs(rs[:1]), true},
-			{"raise and skip", true, true, nil, []string{rs[0].seq, rs[2].seq, rs[3].seq}, true},
+			{"raise", true, false, nil, []string{rs[0].seq, rs[2].seq, rs[3].seq}, true},
+			{"raise and stop", true, true, []string{rs[1].seq}, seqs(rs[:1]), true},
 			{"unprotected", false, false, nil, seqs(rs), false},
 		} {
 			l := newLedger()
 			var missing error
 			deliver := src.open(t, eng(idem.Config{}), streamOpts{
-				Config:         idemlambda.Config{KeyJMESPath: src.payloadKey, RaiseOnMissingKey: c.raise, Logger: quiet},
-				SkipDeadLetter: c.skip,
+				Config:           idemlambda.Config{KeyJMESPath: src.payloadKey, RaiseOnMissingKey: c.raise, Logger: quiet},
+				StopOnDeadLetter: c.stop,
 				Settled: func(r rec, v consume.Verdict) {
 					if r.seq == rs[1].seq {
 						missing = v.Err
@@ -694,7 +705,7 @@ func TestKinesisDefaultKey(t *testing.T) {
 		t.Fatalf("%d runs, want 4", runs.Load())
 	}
 	strict, err := idemlambda.Kinesis(engine(t, idem.Config{}), "orders", func(context.Context, events.KinesisEventRecord) error { return nil },
-		&idemlambda.KinesisConfig{Config: idemlambda.Config{RaiseOnMissingKey: true}})
+		&idemlambda.KinesisConfig{Config: idemlambda.Config{RaiseOnMissingKey: true, Logger: quiet}, StopOnDeadLetter: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -718,4 +729,37 @@ func TestStreamConfigErrors(t *testing.T) {
 		&idemlambda.DynamoDBStreamConfig{Config: idemlambda.Config{KeyJMESPath: "dynamodb.Keys["}}); !errors.As(err, &xe) {
 		t.Errorf("broken expression: %v", err)
 	}
+}
+
+// TestStreamStopsWhenTheInvocationEnds: once the invocation's context is
+// done, no further record begins; the first not begun is reported, and
+// the redelivery from it completes the shard.
+func TestStreamStopsWhenTheInvocationEnds(t *testing.T) {
+	t.Parallel()
+	eachStream(t, func(t *testing.T, src streamSource, eng func(idem.Config) *idem.Engine) {
+		rs := shard(4)
+		l := newLedger()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var last consume.Verdict
+		deliver := src.open(t, eng(idem.Config{}), streamOpts{Settled: func(_ rec, v consume.Verdict) { last = v }}, l.handler(func(r rec, run int) error {
+			if r.seq == rs[1].seq {
+				cancel() // the invocation ends while this record's handler finishes
+			}
+			return nil
+		}))
+		if failed := deliver(ctx, rs); !slices.Equal(failed, []string{rs[2].seq}) {
+			t.Fatalf("reported %v, want %s, the first record not begun", failed, rs[2].seq)
+		}
+		if !errors.Is(last.Err, context.Canceled) || last.Action != consume.Retry {
+			t.Fatalf("the record not begun settled as %v (%v)", last.Action, last.Err)
+		}
+		if got := l.runs(); !slices.Equal(got, seqs(rs[:2])) {
+			t.Fatalf("ran %v", got)
+		}
+		if failed := deliver(context.Background(), rs[2:]); failed != nil {
+			t.Fatalf("redelivery reported %v", failed)
+		}
+		l.exactlyOnce(t, rs)
+	})
 }

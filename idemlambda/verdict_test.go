@@ -15,8 +15,9 @@ import (
 // The consumers' table (idemtest/consumetest) through the SQS and stream
 // adapters, on aws-lambda-go's event shapes: every situation settles the
 // record by consume's verdict, and exactly the records not Done are
-// reported as batch item failures (for streams with SkipDeadLetter, the
-// records neither Done nor DeadLetter).
+// reported as batch item failures — for streams, which move past a dead
+// letter unless StopOnDeadLetter is set, the records neither Done nor
+// DeadLetter.
 func TestVerdicts(t *testing.T) {
 	t.Run("SQS", func(t *testing.T) {
 		consumetest.Run(t, func(t *testing.T, f *consumetest.Fixture, key string, payload []byte, handle func(context.Context) error) consume.Verdict {
@@ -39,11 +40,11 @@ func TestVerdicts(t *testing.T) {
 			return got
 		})
 	})
-	for _, skip := range []bool{false, true} {
+	for _, stop := range []bool{false, true} {
 		for _, src := range streamSources() {
 			name := src.name
-			if skip {
-				name += "/SkipDeadLetter"
+			if stop {
+				name += "/StopOnDeadLetter"
 			}
 			t.Run(name, func(t *testing.T) {
 				consumetest.Run(t, func(t *testing.T, f *consumetest.Fixture, key string, payload []byte, handle func(context.Context) error) consume.Verdict {
@@ -53,8 +54,8 @@ func TestVerdicts(t *testing.T) {
 					// the payload, which the validation selects.
 					r := rec{seq: key, order: string(payload)}
 					deliver := src.open(t, f.Engine, streamOpts{
-						Config:         idemlambda.Config{Operation: f.Operation, ValidationJMESPath: src.payloadKey},
-						SkipDeadLetter: skip,
+						Config:           idemlambda.Config{Operation: f.Operation, ValidationJMESPath: src.payloadKey},
+						StopOnDeadLetter: stop,
 						Settled: func(r rec, v consume.Verdict) {
 							if r.seq == key {
 								got = v
@@ -67,7 +68,7 @@ func TestVerdicts(t *testing.T) {
 						return handle(ctx)
 					})
 					failed := deliver(context.Background(), []rec{r, {seq: key + "-next", order: "next"}})
-					want := got.Action != consume.Done && (!skip || got.Action != consume.DeadLetter)
+					want := got.Action != consume.Done && (stop || got.Action != consume.DeadLetter)
 					if reported := slices.Equal(failed, []string{key}); reported != want || (!want && failed != nil) {
 						t.Errorf("verdict %v, batch item failures %v", got.Action, failed)
 					}
