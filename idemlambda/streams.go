@@ -36,7 +36,7 @@ type StreamConfig[R any] struct {
 	// reused with another payload; a key that cannot be derived — because
 	// retrying it cannot succeed: it is logged at error level with its
 	// sequence number, Settled sees it, and a terminal error stays in the
-	// store for `idemctl list --failed` and the monitor.
+	// store for `idemctl list --status failed` and the monitor.
 	// docs/lambda-streams.md argues the choice.
 	StopOnDeadLetter bool
 	// Settled, when set, is called with every record that ran or was
