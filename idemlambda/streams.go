@@ -39,10 +39,11 @@ type StreamConfig[R any] struct {
 	// store for `idemctl list --status failed` and the monitor.
 	// docs/lambda-streams.md argues the choice.
 	StopOnDeadLetter bool
-	// Settled, when set, is called with every record that ran or was
-	// replayed and the verdict it was settled by (consume.Decide). The
-	// records after the one reported are not called: they did not run.
-	// For metrics and tests.
+	// Settled, when set, is called with every record the batch reached
+	// (run, replayed, or reported without being begun because the
+	// invocation was ending) and the verdict it was settled by
+	// (consume.Decide). The records after the one reported are not
+	// called: they did not run. For metrics and tests.
 	Settled func(R, consume.Verdict)
 }
 
