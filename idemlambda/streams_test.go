@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,17 +198,19 @@ func storeBackends() []storeBackend {
 	}
 }
 
-// eachStream runs f for every source on every store.
+// eachStream runs f for every source on every store. eng returns a new
+// engine (a sandbox of its own) over the subtest's one store.
 func eachStream(t *testing.T, f func(t *testing.T, src streamSource, eng func(idem.Config) *idem.Engine)) {
 	for _, src := range streamSources() {
 		for _, b := range storeBackends() {
 			t.Run(src.name+"/"+b.name, func(t *testing.T) {
 				t.Parallel()
+				st := b.open(t)
 				f(t, src, func(cfg idem.Config) *idem.Engine {
 					if cfg.Logger == nil {
 						cfg.Logger = quiet
 					}
-					e, err := idem.New(b.open(t), &cfg)
+					e, err := idem.New(st, &cfg)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -416,12 +419,11 @@ func TestStreamDeadLetter(t *testing.T) {
 func TestStreamRecordHeldElsewhere(t *testing.T) {
 	t.Parallel()
 	eachStream(t, func(t *testing.T, src streamSource, eng func(idem.Config) *idem.Engine) {
-		e := eng(idem.Config{})
 		opts := streamOpts{Config: idemlambda.Config{KeyJMESPath: src.payloadKey}}
 		rs := shard(5)
 		l := newLedger()
 		inside, release := make(chan struct{}), make(chan struct{})
-		other := src.open(t, e, opts, func(ctx context.Context, r rec) error {
+		other := src.open(t, eng(idem.Config{}), opts, func(ctx context.Context, r rec) error {
 			close(inside)
 			<-release
 			return l.handler(nil)(ctx, r)
@@ -436,7 +438,7 @@ func TestStreamRecordHeldElsewhere(t *testing.T) {
 		<-inside
 		var verdicts []consume.Action
 		opts.Settled = func(_ rec, v consume.Verdict) { verdicts = append(verdicts, v.Action) }
-		deliver := src.open(t, e, opts, l.handler(nil))
+		deliver := src.open(t, eng(idem.Config{}), opts, l.handler(nil))
 		if failed := deliver(context.Background(), rs); !slices.Equal(failed, []string{rs[2].seq}) {
 			t.Fatalf("reported %v, want %s", failed, rs[2].seq)
 		}
@@ -477,7 +479,7 @@ func TestStreamBadKey(t *testing.T) {
 			l := newLedger()
 			var missing error
 			deliver := src.open(t, eng(idem.Config{}), streamOpts{
-				Config:           idemlambda.Config{KeyJMESPath: src.payloadKey, RaiseOnMissingKey: c.raise, Logger: quiet},
+				Config:           idemlambda.Config{Operation: "orders-" + strings.ReplaceAll(c.name, " ", "-"), KeyJMESPath: src.payloadKey, RaiseOnMissingKey: c.raise, Logger: quiet},
 				StopOnDeadLetter: c.stop,
 				Settled: func(r rec, v consume.Verdict) {
 					if r.seq == rs[1].seq {
@@ -510,9 +512,6 @@ func TestStreamBadKey(t *testing.T) {
 func TestStreamConcurrentInvocations(t *testing.T) {
 	t.Parallel()
 	eachStream(t, func(t *testing.T, src streamSource, eng func(idem.Config) *idem.Engine) {
-		// Wait: a record held by the other invocation waits for its outcome
-		// instead of spinning through redeliveries.
-		e := eng(idem.Config{Wait: 10 * time.Second})
 		rs := shard(12)
 		l := newLedger()
 		var mu sync.Mutex
@@ -520,6 +519,10 @@ func TestStreamConcurrentInvocations(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 2 {
 			var order []string
+			// Each invocation in a sandbox of its own, so that they meet
+			// in the store. Wait: a record held by the other waits for its
+			// outcome instead of spinning through redeliveries.
+			e := eng(idem.Config{Wait: 10 * time.Second})
 			deliver := src.open(t, e, streamOpts{}, func(ctx context.Context, r rec) error {
 				order = append(order, r.seq)
 				mu.Lock()
