@@ -174,7 +174,7 @@ func ExampleWrap_handOff() {
 func ExampleKinesis() {
 	store := memstore.New(nil)
 	defer store.Close()
-	eng, err := idem.New(store, nil)
+	eng, err := idem.New(store, &idem.Config{Expiry: 48 * time.Hour}) // beyond the stream's retention
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -230,7 +230,7 @@ func ExampleKinesis() {
 func ExampleDynamoDBStream() {
 	store := memstore.New(nil)
 	defer store.Close()
-	eng, err := idem.New(store, nil)
+	eng, err := idem.New(store, &idem.Config{Expiry: 48 * time.Hour}) // beyond the stream's retention
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -3,6 +3,7 @@ package idemlambda
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -65,8 +66,9 @@ type DynamoDBStreamConfig = StreamConfig[events.DynamoDBEventRecord]
 //     stops the batch: its sequence number is the one batch item failure
 //     of the response, so Lambda resumes the shard at it, and the records
 //     after it do not run (the next invocation brings them). A record
-//     whose key another invocation holds, whose fn failed, or whose
-//     outcome is uncertain stops the batch so;
+//     whose key another invocation holds, whose fn failed with an error
+//     that is not terminal, or whose outcome is uncertain stops the batch
+//     so;
 //   - a record whose verdict is consume.DeadLetter (a terminal error, now
 //     or stored; a key reused with another payload; no usable key) cannot
 //     succeed on a retry: it is logged and the batch goes on, unless
@@ -84,6 +86,10 @@ type DynamoDBStreamConfig = StreamConfig[events.DynamoDBEventRecord]
 // (see RaiseOnMissingKey). A producer that put a record twice (a retried
 // PutRecord) writes two sequence numbers: select from the data to catch
 // it.
+//
+// The engine's Expiry must outlast every redelivery of a record (the
+// stream's retention, 24 hours by default, or the mapping's
+// MaximumRecordAgeInSeconds): a shorter one is logged as a warning.
 //
 // The returned error is nil: every failure is in the response.
 func Kinesis(eng *idem.Engine, name string, fn func(context.Context, events.KinesisEventRecord) error, cfg *KinesisConfig) (func(context.Context, events.KinesisEvent) (events.KinesisEventResponse, error), error) {
@@ -129,6 +135,11 @@ func DynamoDBStream(eng *idem.Engine, name string, fn func(context.Context, even
 	}, nil
 }
 
+// streamRetention is how long Kinesis and DynamoDB Streams keep a record
+// by default, and so how long Lambda may deliver it again when the event
+// source mapping sets no MaximumRecordAgeInSeconds.
+const streamRetention = 24 * time.Hour
+
 // stream is what the stream handlers share: the ordered walk through a
 // shard's batch.
 type stream[R any] struct {
@@ -150,6 +161,10 @@ func newStream[R any](eng *idem.Engine, name string, fn func(context.Context, R)
 	var err error
 	if s.k, err = newKeyer(name, &s.c.Config, defaultKey); err != nil {
 		return nil, err
+	}
+	if exp := eng.Config().Expiry; exp < streamRetention {
+		s.k.log.Warn("idemlambda: the engine's Expiry is shorter than a stream's default retention: a record Lambda delivers again after its key expired runs again (raise idem.Config.Expiry; docs/lambda-streams.md)",
+			"scope", s.k.scope, "expiry", exp, "retention", streamRetention)
 	}
 	return s, nil
 }

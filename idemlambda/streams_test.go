@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -765,4 +766,24 @@ func TestStreamStopsWhenTheInvocationEnds(t *testing.T) {
 		}
 		l.exactlyOnce(t, rs)
 	})
+}
+
+// TestStreamWarnsOfAShortExpiry: an engine whose records expire before the
+// stream's default retention is named at construction.
+func TestStreamWarnsOfAShortExpiry(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		expiry time.Duration
+		warned bool
+	}{{time.Hour, true}, {48 * time.Hour, false}} {
+		var log strings.Builder
+		_, err := idemlambda.DynamoDBStream(engine(t, idem.Config{Expiry: c.expiry}), "orders", func(context.Context, events.DynamoDBEventRecord) error { return nil },
+			&idemlambda.DynamoDBStreamConfig{Config: idemlambda.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(log.String(), "Expiry is shorter"); got != c.warned {
+			t.Errorf("Expiry %v: warned %t, want %t (%q)", c.expiry, got, c.warned, log.String())
+		}
+	}
 }
