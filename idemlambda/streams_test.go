@@ -787,3 +787,48 @@ func TestStreamWarnsOfAShortExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TestKinesisDataThatIsNotJSON: a key expression that fails on a record's
+// data (powertools_json over bytes that are no JSON) makes the record a
+// dead letter with the *ExprError: passed by default, reported with
+// StopOnDeadLetter.
+func TestKinesisDataThatIsNotJSON(t *testing.T) {
+	t.Parallel()
+	var ev events.KinesisEvent
+	load(t, "kinesis.json", &ev)
+	ev.Records[1].Kinesis.Data = []byte("not json")
+	for _, stop := range []bool{false, true} {
+		var runs atomic.Int64
+		var bad consume.Verdict
+		h, err := idemlambda.Kinesis(engine(t, idem.Config{Expiry: 48 * time.Hour}), "orders", func(context.Context, events.KinesisEventRecord) error {
+			runs.Add(1)
+			return nil
+		}, &idemlambda.KinesisConfig{
+			Config:           idemlambda.Config{KeyJMESPath: "powertools_json(powertools_base64(kinesis.data)).order_id", Logger: quiet},
+			StopOnDeadLetter: stop,
+			Settled: func(r events.KinesisEventRecord, v consume.Verdict) {
+				if r.Kinesis.SequenceNumber == ev.Records[1].Kinesis.SequenceNumber {
+					bad = v
+				}
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := h(context.Background(), ev)
+		var xe *idemlambda.ExprError
+		if err != nil || bad.Action != consume.DeadLetter || !errors.As(bad.Err, &xe) {
+			t.Fatalf("stop %t: %v; the record settled as %v (%v)", stop, err, bad.Action, bad.Err)
+		}
+		wantRuns, wantFailed := int64(1), 1 // the first order, then the stop
+		if !stop {
+			wantRuns, wantFailed = 1, 0 // the third record repeats the first order: replayed
+		}
+		if runs.Load() != wantRuns || len(r.BatchItemFailures) != wantFailed {
+			t.Errorf("stop %t: %d runs, failures %+v", stop, runs.Load(), r.BatchItemFailures)
+		}
+		if stop && r.BatchItemFailures[0].ItemIdentifier != ev.Records[1].Kinesis.SequenceNumber {
+			t.Errorf("reported %+v", r.BatchItemFailures)
+		}
+	}
+}
