@@ -160,6 +160,7 @@ var docPlaceholders = map[string]string{
 	"ctx":              "var ctx = context.Background()",
 	"subjectFrom":      "func subjectFrom(context.Context) (string, error) { return \"\", nil }",
 	"authenticate":     "var authenticate grpc.UnaryServerInterceptor",
+	"handler":          "var handler func(context.Context, events.KinesisEvent) (events.KinesisEventResponse, error)",
 	"eng":              "var eng *idem.Engine",
 	"engine":           "var engine *idem.Engine",
 	"memStore":         "var memStore store.Store",

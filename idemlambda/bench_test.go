@@ -59,3 +59,65 @@ func BenchmarkSQSBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKinesisBatch measures the latency of one Kinesis batch of new
+// records over Redis with 2 ms added to every reply: records of a shard
+// run one after the other, so a batch costs about two round trips per
+// record (claim, outcome); replays=true measures the same batch delivered
+// again, one round trip per record.
+//
+//	cd idemlambda && go test -run '^$' -bench KinesisBatch -benchtime 50x
+func BenchmarkKinesisBatch(b *testing.B) {
+	addr := testenv.Reach(b, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+	px, err := faultproxy.New(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer px.Close()
+	px.SetLatency(2 * time.Millisecond)
+	store, err := redisstore.Open("redis://"+px.Addr()+"/0", &redisstore.Config{Prefix: fmt.Sprintf("kinesisbench-%d:", time.Now().UnixNano())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	eng, err := idem.New(store, &idem.Config{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := idemlambda.Kinesis(eng, "bench", func(context.Context, events.KinesisEventRecord) error { return nil }, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 10} {
+		for _, replays := range []bool{false, true} {
+			b.Run(fmt.Sprintf("records=%d/replays=%t", n, replays), func(b *testing.B) {
+				seq := 0
+				batch := func() events.KinesisEvent {
+					var ev events.KinesisEvent
+					for range n {
+						seq++
+						s := fmt.Sprintf("%d-%t-%d", n, replays, seq)
+						ev.Records = append(ev.Records, events.KinesisEventRecord{EventID: "shardId-000000000000:" + s,
+							EventSourceArn: "arn:aws:kinesis:eu-west-1:1:stream/s", Kinesis: events.KinesisRecord{SequenceNumber: s}})
+					}
+					return ev
+				}
+				ev := batch()
+				if replays {
+					if r, err := h(context.Background(), ev); err != nil || len(r.BatchItemFailures) != 0 {
+						b.Fatalf("%v %v", r, err)
+					}
+				}
+				for b.Loop() {
+					if !replays {
+						ev = batch()
+					}
+					r, err := h(context.Background(), ev)
+					if err != nil || len(r.BatchItemFailures) != 0 {
+						b.Fatalf("%v %v", r, err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -17,6 +17,10 @@
 //     responses, replays marked "Idempotent-Replayed: true".
 //   - [SQS] runs the records of a batch concurrently, each under its own
 //     key, and reports partial batch failures; FIFO batches run in order.
+//   - [Kinesis] and [DynamoDBStream] run the records of a shard in order,
+//     each under its own key, and answer a stream's partial batch
+//     response: the first record not done is reported and stops the batch
+//     (see "Stream sources" below).
 //   - [EventBridge] keys on the event id, or on a selection of the event.
 //
 // docs/lambda.md maps every Powertools idempotency option to
@@ -36,6 +40,37 @@
 // settles the key (with an idemhttp middleware of the same Operation:
 // Complete, Fail), and GET events for the Location get the status
 // resource.
+//
+// # Stream sources
+//
+// A Kinesis or DynamoDB Streams batch is a run of one shard's records, and
+// Lambda keeps one position per shard: it resumes at the lowest sequence
+// number a response reports and delivers everything after it again. So
+// the stream handlers do not follow the SQS rule (report every failed
+// record, settle the rest). They run the records one at a time, in order,
+// each settled by consume.Decide's verdict:
+//
+//   - Done (run and recorded, or replayed: a record processed before is
+//     skipped with its stored outcome): the next record;
+//   - RetryAfter, Retry, Leave (held by another invocation, a retryable
+//     error, an uncertain outcome, the invocation ending): the record's
+//     sequence number is the response's one batch item failure, and the
+//     records after it do not run, so the shard resumes there;
+//   - DeadLetter (a terminal error, stored and replayed; a key reused with
+//     another payload; no usable key): logged and passed, since a retry
+//     cannot succeed and Lambda's only way to give up on a stream record
+//     (MaximumRetryAttempts, then the on-failure destination) discards the
+//     records behind it too; StreamConfig.StopOnDeadLetter reports it
+//     instead.
+//
+// The default key is the record's eventID (for Kinesis with the stream's
+// ARN); KeyJMESPath selects from the payload instead. The event source
+// mapping must have ReportBatchItemFailures in its FunctionResponseTypes,
+// or Lambda ignores the response and moves past the whole batch; and the
+// engine's Expiry must outlast every redelivery of a record (the stream's
+// retention, or the mapping's MaximumRecordAgeInSeconds), or a late retry
+// runs the record again. docs/lambda-streams.md has the mapping's settings
+// and the guarantees per record.
 //
 // # HTTP events
 //

@@ -165,3 +165,121 @@ func ExampleWrap_handOff() {
 	// duplicate during the work: queue://charges/o-42
 	// ch_1 <nil>
 }
+
+// A Kinesis handler runs the records of a shard in order, each at most
+// once. The first record that fails is the batch's one batch item failure,
+// so Lambda resumes the shard at it and the records after it wait; a
+// redelivered batch skips the records already done, with their stored
+// outcome.
+func ExampleKinesis() {
+	store := memstore.New(nil)
+	defer store.Close()
+	eng, err := idem.New(store, &idem.Config{Expiry: 48 * time.Hour}) // beyond the stream's retention
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	attempts := map[string]int{}
+	ship := func(ctx context.Context, r events.KinesisEventRecord) error {
+		var o struct {
+			OrderID string `json:"order_id"`
+		}
+		if err := json.Unmarshal(r.Kinesis.Data, &o); err != nil {
+			return idem.Terminal(err, "unreadable")
+		}
+		attempts[o.OrderID]++
+		if o.OrderID == "o-2" && attempts[o.OrderID] == 1 {
+			return errors.New("carrier unavailable")
+		}
+		fmt.Println("shipped", o.OrderID)
+		return nil
+	}
+	// The default key is the record's eventID (with the stream's ARN).
+	h, err := idemlambda.Kinesis(eng, "ship", ship, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	var batch events.KinesisEvent
+	for i, order := range []string{"o-1", "o-2", "o-3"} {
+		seq := fmt.Sprintf("4959033827149025660855969253836157109592157598913658889%d", i)
+		batch.Records = append(batch.Records, events.KinesisEventRecord{
+			EventID:        "shardId-000000000000:" + seq,
+			EventSourceArn: "arn:aws:kinesis:eu-west-1:123456789012:stream/orders",
+			Kinesis:        events.KinesisRecord{SequenceNumber: seq, PartitionKey: order, Data: []byte(`{"order_id":"` + order + `"}`)},
+		})
+	}
+	for range 2 { // the second time, as Lambda redelivers the batch
+		resp, err := h(context.Background(), batch)
+		fmt.Printf("batch item failures: %v %v\n", resp.BatchItemFailures, err)
+	}
+	// Output:
+	// shipped o-1
+	// batch item failures: [{49590338271490256608559692538361571095921575989136588891}] <nil>
+	// shipped o-2
+	// shipped o-3
+	// batch item failures: [] <nil>
+}
+
+// A DynamoDB Streams handler keyed on the item and its version runs once
+// per version of an item, however often the stream delivers it. A record
+// that fails with a terminal error is stored as failed and the shard
+// moves past it (StopOnDeadLetter would stop the shard there instead).
+func ExampleDynamoDBStream() {
+	store := memstore.New(nil)
+	defer store.Close()
+	eng, err := idem.New(store, &idem.Config{Expiry: 48 * time.Hour}) // beyond the stream's retention
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	runs := 0
+	project := func(ctx context.Context, r events.DynamoDBEventRecord) error {
+		runs++
+		img := r.Change.NewImage
+		if img["amount"].IsNull() || img["amount"].DataType() != events.DataTypeNumber {
+			return idem.Terminal(errors.New("no amount"), "invalid_order")
+		}
+		fmt.Println(img["pk"].String(), "version", img["version"].Number(), img["status"].String())
+		return nil
+	}
+	h, err := idemlambda.DynamoDBStream(eng, "project", project, &idemlambda.DynamoDBStreamConfig{
+		Config: idemlambda.Config{KeyJMESPath: "[dynamodb.Keys.pk.S, dynamodb.NewImage.version.N]"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	item := func(eventID, seq, pk, version, status string, amount *string) events.DynamoDBEventRecord {
+		img := map[string]events.DynamoDBAttributeValue{
+			"pk": events.NewStringAttribute(pk), "version": events.NewNumberAttribute(version), "status": events.NewStringAttribute(status),
+		}
+		if amount != nil {
+			img["amount"] = events.NewNumberAttribute(*amount)
+		}
+		return events.DynamoDBEventRecord{EventID: eventID, EventName: "MODIFY", Change: events.DynamoDBStreamRecord{
+			SequenceNumber: seq, Keys: map[string]events.DynamoDBAttributeValue{"pk": events.NewStringAttribute(pk)}, NewImage: img,
+		}}
+	}
+	amount := "1999"
+	batch := events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{
+		item("c4ca4238", "4421584500000000017450439091", "o-1", "1", "PLACED", &amount),
+		item("c81e728d", "4421584500000000017450439092", "o-2", "1", "PLACED", nil),
+		item("eccbc87e", "4421584500000000017450439093", "o-1", "2", "PAID", &amount),
+	}}
+	for range 2 {
+		resp, err := h(context.Background(), batch)
+		fmt.Printf("batch item failures: %v %v\n", resp.BatchItemFailures, err)
+	}
+	fmt.Println("runs:", runs)
+	// Output:
+	// o-1 version 1 PLACED
+	// o-1 version 2 PAID
+	// batch item failures: [] <nil>
+	// batch item failures: [] <nil>
+	// runs: 3
+}
