@@ -35,6 +35,11 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			f()
 		})
 	}
+	var batch call // the batch's span, when traced: each key's call is its child
+	if e.tracer != nil {
+		ctx, batch.span = e.tracer.StartCall(ctx, observe.Call{Kind: observe.CallBatch, DBSystem: e.dbSystem, BatchSize: n})
+		defer batch.endSpan(observe.CallEnd{})
+	}
 	defer wg.Wait()
 	bc, batched := e.store.(store.BatchClaimer)
 	if e.cfg.Disabled || !batched || n < 2 {
@@ -67,11 +72,16 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 		t := &typedCall[T]{fn: func(ctx context.Context) (T, error) { return fn(ctx, i) }, keep: keep}
 		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
 		calls[i] = t
+		if e.tracer != nil {
+			t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
+			sp := t.span
+			t.fn = func(ctx context.Context) (T, error) { return fn(sp.Context(ctx), i) }
+		}
 		if e.cache != nil {
 			if ent, ok := e.cache.get(t.key, store.Millis(now)); ok {
 				err := t.mismatch(ent.fingerprint)
 				if err == nil {
-					e.cfg.Observer.Observe(t.name, observe.OutcomeCacheHit)
+					t.observe(observe.OutcomeCacheHit)
 				}
 				results[i], errs[i] = t.result(ctx, outcome{replayed: true, result: ent.result, value: ent.value}, err)
 				continue
@@ -92,7 +102,8 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 
 	if len(params) > 0 {
 		start := e.callStart(now)
-		res, cerrs := bc.ClaimBatch(ctx, params)
+		sctx, ss := batch.storeSpan(ctx, observe.StoreClaimBatch)
+		res, cerrs := bc.ClaimBatch(sctx, params)
 		var first error
 		if len(res) != len(params) || len(cerrs) != len(params) {
 			first = &store.CorruptError{Key: params[0].Key, Reason: "store answered a batch claim with the wrong number of results"}
@@ -108,6 +119,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			}
 		}
 		e.callEnd(observe.StoreClaimBatch, start, first)
+		endStore(ss, first)
 		// Every flight hears its claim's answer before any operation runs
 		// (and takes a slot of concurrency): its followers wait for it.
 		claims := make([]store.ClaimResult, len(leaders))
@@ -129,7 +141,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 						rest = append(rest, i) // waits, as DoIdentity does
 						continue
 					}
-					e.cfg.Observer.Observe(t.name, observe.OutcomeInProgress)
+					t.observe(observe.OutcomeInProgress)
 				}
 				results[i], errs[i] = t.result(ctx, out, err)
 				continue
@@ -154,7 +166,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 				// only saw it): go round as DoIdentity does.
 				out, err = t.run(ctx)
 			case busy:
-				e.cfg.Observer.Observe(t.name, observe.OutcomeInProgress)
+				t.observe(observe.OutcomeInProgress)
 			}
 			results[fo.i], errs[fo.i] = t.result(ctx, out, err)
 		})

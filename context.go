@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/seed-a1b882c0/idem/observe"
 )
 
 // Claim describes the claim under which an operation runs. The engine puts
@@ -16,19 +18,22 @@ type Claim struct {
 	// Owner is the claim's owner string.
 	Owner string
 
-	e *Engine // the engine running the operation, which signs Token
+	e     *Engine              // the engine running the operation, which signs Token
+	trace observe.TraceContext // the call's span, which Token carries
 }
 
 // Token returns the token of the claim, IN_PROGRESS, as work the claim is
 // handed to needs it (signed with the engine's Config.TokenKey when it has
-// one): the token [Detach] returns. The zero Token for a claim whose key
-// does not parse (one made by hand with [NewContext]).
+// one): the token [Detach] returns. When the engine traces, the token
+// carries the trace context of the call's span ([Token.TraceParent]). The
+// zero Token for a claim whose key does not parse (one made by hand with
+// [NewContext]).
 func (c Claim) Token() Token {
 	k, err := ParseStoreKey(c.Key)
 	if err != nil {
 		return Token{}
 	}
-	t := Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: StatusInProgress}
+	t := Token{Key: k, Fence: c.Fence, Owner: c.Owner, Status: StatusInProgress, trace: c.trace}
 	if c.e != nil {
 		t = c.e.sign(t)
 	}

@@ -31,9 +31,11 @@ type Engine struct {
 	ownerPrefix string
 	seq         atomic.Uint64
 
-	timing   bool // the observer wants store-call latencies
-	raw      bool // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
-	sysClock bool // the clock is store.SystemClock
+	timing   bool           // the observer wants store-call latencies
+	tracer   observe.Tracer // the observer traces: nil when it does not
+	dbSystem string         // the store's store.SystemNamer name, for its spans
+	raw      bool           // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
+	sysClock bool           // the clock is store.SystemClock
 
 	mu       sync.Mutex
 	flights  map[string]*flight
@@ -58,6 +60,10 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	}
 	_, e.sysClock = c.Clock.(store.SystemClock)
 	e.timing = !nop
+	e.tracer, _ = c.Observer.(observe.Tracer)
+	if sn, ok := s.(store.SystemNamer); ok {
+		e.dbSystem = sn.SystemName()
+	}
 	e.renewals.init(e)
 	if c.Cache != nil {
 		e.cache = newLRU(c.Cache.withDefaults())
@@ -108,7 +114,7 @@ type Result[T any] struct {
 
 // Do runs fn at most once for the key that req names. See [DoIdentity].
 func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Context) (T, error)) (Result[T], error) {
-	if e.cache != nil && req.Payload == nil && req.Key != "" && !e.cfg.Disabled {
+	if e.cache != nil && req.Payload == nil && req.Key != "" && !e.cfg.Disabled && e.tracer == nil {
 		if res, hit, err := cacheHit[T](e, &req); hit {
 			return res, err
 		}
@@ -222,23 +228,47 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(id.StoreKey.Operation, observe.OutcomeUnprotected)
+		var sp observe.Span
+		if e.tracer != nil {
+			c := call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation}
+			ctx = c.startSpan(ctx, observe.CallDo, observe.TraceContext{})
+			sp = c.span
+			sp.Outcome(observe.OutcomeUnprotected)
+		}
 		v, err := callOp(context.WithValue(ctx, disabledKey{}, id.StoreKey), fn, completing, &Completion[T]{e: e})
+		if sp != nil {
+			sp.End(observe.CallEnd{Err: err})
+		}
 		return Result[T]{Value: v, StoreKey: id.StoreKey.String()}, err
 	}
 	// One allocation holds the whole call: its claim, its in-process
 	// flight, its contexts and the typed value.
 	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
 	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
+	if e.tracer != nil {
+		ctx = t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
+		defer t.endSpan(observe.CallEnd{Panicked: true}) // only when result did not end it: a panic
+	}
 	out, err := t.run(ctx)
 	return t.result(ctx, out, err)
 }
 
-// result is the typed answer of a call that ran (out, err).
+// result is the typed answer of a call that ran (out, err); it ends the
+// call's span, when it is traced.
 func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Result[T], error) {
+	res, err := t.answer(ctx, out, err)
+	if t.span != nil {
+		t.endSpan(observe.CallEnd{Replayed: res.Replayed, Fence: res.Fence, Err: err})
+	}
+	return res, err
+}
+
+// answer is the typed answer of a call that ran (out, err).
+func (t *typedCall[T]) answer(ctx context.Context, out outcome, err error) (Result[T], error) {
 	e, fn, completing := t.e, t.fn, t.completing
 	res := Result[T]{StoreKey: t.key}
 	if err != nil && !t.ran && e.cfg.FailOpen && isClaimFailure(err) {
-		e.cfg.Observer.Observe(t.name, observe.OutcomeUnprotected)
+		t.observe(observe.OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
 			"key", t.key, "err", err)
 		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e})
@@ -361,6 +391,7 @@ type call struct {
 	name        string // the operation's name (the key's scope), for the observer
 	fingerprint string
 	op          operation
+	span        observe.Span // the call's span, when the observer traces it
 }
 
 // flight lets concurrent duplicates inside one process share one claim.
@@ -449,7 +480,7 @@ func (c *call) mismatch(stored string) error {
 	if stored == c.fingerprint {
 		return nil
 	}
-	c.e.cfg.Observer.Observe(c.name, observe.OutcomeMismatch)
+	c.observe(observe.OutcomeMismatch)
 	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
@@ -460,7 +491,7 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 			if err := h.mismatch(ent.fingerprint); err != nil {
 				return outcome{}, err
 			}
-			e.cfg.Observer.Observe(h.name, observe.OutcomeCacheHit)
+			h.observe(observe.OutcomeCacheHit)
 			return outcome{replayed: true, result: ent.result, value: ent.value}, nil
 		}
 	}
@@ -495,6 +526,7 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 		// Work handed elsewhere (a reference is attached) runs for its
 		// expected completion, not for a wait's worth: answer at once.
 		if busy && e.cfg.Wait > 0 && ipe.Ref == "" {
+			h.event(observe.Event{Kind: observe.EventWait, Owner: ipe.Owner, LeaseUntil: ipe.LeaseUntil})
 			if werr := e.pause(ctx, deadline, &backoff); werr == nil {
 				continue
 			} else if !errors.Is(werr, ErrInProgress) {
@@ -502,7 +534,7 @@ func (h *holder) run(ctx context.Context) (outcome, error) {
 			}
 		}
 		if busy {
-			e.cfg.Observer.Observe(h.name, observe.OutcomeInProgress)
+			h.observe(observe.OutcomeInProgress)
 		}
 		return out, err
 	}
@@ -538,6 +570,7 @@ func (e *Engine) pause(ctx context.Context, deadline time.Time, backoff *time.Du
 // process. retry asks the caller to go round again (the leader released).
 func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out outcome, retry bool, err error) {
 	e := c.e
+	c.event(observe.Event{Kind: observe.EventJoin})
 	select {
 	case <-f.claimed.wait():
 	case <-ctx.Done():
@@ -591,7 +624,7 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 	}
 	switch rec.Status {
 	case store.StatusCompleted, store.StatusFailed:
-		c.e.cfg.Observer.Observe(c.name, observe.OutcomeReplayed)
+		c.observe(observe.OutcomeReplayed)
 		if c.e.cache != nil {
 			c.e.cache.put(rec.Key, rec.Fingerprint, rec.Result, nil, rec.Status, rec.ExpiresAt)
 		}
@@ -691,9 +724,10 @@ func tell(f *flight, res store.ClaimResult) {
 // followers told.
 func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
 	e := h.e
-	e.cfg.Observer.Observe(h.name, observe.OutcomeAcquired)
+	h.observe(observe.OutcomeAcquired)
 	if res.Takeover {
 		e.cfg.Observer.Observe(h.name, observe.OutcomeTakeover)
+		h.event(observe.Event{Kind: observe.EventTakeover, Fence: res.Record.Fence, Owner: res.Record.Owner})
 		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", h.key, "fence", res.Record.Fence)
 	}
 	h.fence, h.owner, h.expiresAt, h.lease, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, lease, f
@@ -708,8 +742,10 @@ func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration, lo
 	e := c.e
 	p := c.claimParams(ctx, now, lease, local)
 	start := e.callStart(now)
-	res, err := e.store.Claim(ctx, p)
+	sctx, ss := c.storeSpan(ctx, observe.StoreClaim)
+	res, err := e.store.Claim(sctx, p)
 	e.callEnd(observe.StoreClaim, start, err)
+	endStore(ss, err)
 	return c.claimAnswer(res, err)
 }
 
@@ -734,7 +770,7 @@ func (c *call) claimAnswer(res store.ClaimResult, err error) (store.ClaimResult,
 		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
-		c.e.cfg.Observer.Observe(c.name, observe.OutcomeStoreError)
+		c.observe(observe.OutcomeStoreError)
 		return store.ClaimResult{}, &StoreError{Op: observe.StoreClaim, Key: c.key, Err: err}
 	}
 	return res, nil
@@ -815,7 +851,7 @@ type opContext struct {
 func (c *opContext) Value(key any) any {
 	switch key.(type) {
 	case claimCtxKey:
-		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner, e: c.h.e}
+		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner, e: c.h.e, trace: c.h.traceContext()}
 	case holderKey:
 		return c.h
 	}
@@ -870,7 +906,7 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 
 	if h.detached.Load() {
 		// The claim was handed off: whoever holds its token settles it.
-		e.cfg.Observer.Observe(h.name, observe.OutcomeHandedOff)
+		h.observe(observe.OutcomeHandedOff)
 		e.land(h.key, h.flight, nil)
 		return out, opErr
 	}
@@ -907,7 +943,7 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
 		// that no retry runs the operation again before then.
-		e.cfg.Observer.Observe(h.name, observe.OutcomeUncertain)
+		h.observe(observe.OutcomeUncertain)
 		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
 			"key", h.key, "fence", h.fence, "err", unc.Err)
 		e.land(h.key, h.flight, nil)
@@ -968,7 +1004,7 @@ func (h *holder) settled(result []byte, now int64) {
 // the operation a second time. The message is cut to fit limit (0: none).
 func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) error {
 	e := h.e
-	e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
+	h.observe(observe.OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
 		"key", h.key, "code", code, "reason", msg)
 	return h.fail(ctx, boundedError(code, msg, limit))
@@ -999,7 +1035,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 		marker := boundedError(CodeResultTooLarge,
 			fmt.Sprintf("terminal error %q of %d bytes is over the store's limit of %d", er.Code, er.Size(), tl.Limit), tl.Limit)
 		if marker.Size() < er.Size() {
-			e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
+			h.observe(observe.OutcomeCompleteFailed)
 			e.cfg.Logger.Error("idem: terminal error too large to store; a bounded marker is stored instead",
 				"key", h.key, "code", er.Code, "size", er.Size(), "limit", tl.Limit)
 			return h.fail(ctx, marker)
@@ -1009,7 +1045,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 		h.writeFailed(observe.StoreFail, err)
 		return err
 	}
-	e.cfg.Observer.Observe(h.name, observe.OutcomeFailed)
+	h.observe(observe.OutcomeFailed)
 	return nil
 }
 
@@ -1018,13 +1054,12 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 // was lost) is released. The error is the store's last answer when the
 // release failed (logged and counted already).
 func (h *holder) release(ctx context.Context) error {
-	e := h.e
 	err := h.write(ctx, writeRelease, 0, nil, nil, nil)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.writeFailed(observe.StoreRelease, err)
 		return err
 	}
-	e.cfg.Observer.Observe(h.name, observe.OutcomeReleased)
+	h.observe(observe.OutcomeReleased)
 	return nil
 }
 
@@ -1091,6 +1126,7 @@ func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status
 			return err
 		}
 		e.cfg.Observer.Observe(h.name, observe.OutcomeWriteRetried)
+		h.event(observe.Event{Kind: observe.EventWriteRetry, Op: kind.op(), Attempt: attempt, Delay: wait, Err: err})
 		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
@@ -1101,6 +1137,7 @@ func (h *holder) write(ctx context.Context, kind writeKind, settled store.Status
 func (h *holder) try(ctx context.Context, kind writeKind, now int64, result []byte, er *store.ErrorRecord, ext func(p *store.ExtendParams)) error {
 	e := h.e
 	start := e.callStart(time.Time{})
+	ctx, ss := h.storeSpan(ctx, kind.op())
 	var err error
 	switch kind {
 	case writeComplete:
@@ -1117,6 +1154,7 @@ func (h *holder) try(ctx context.Context, kind writeKind, now int64, result []by
 		err = e.store.Extend(ctx, p)
 	}
 	e.callEnd(kind.op(), start, err)
+	endStore(ss, err)
 	if err == nil {
 		h.noteWrite(kind, result, er, now)
 	}
@@ -1161,10 +1199,12 @@ func asFenced(err error) (*store.FencedError, bool) {
 // writer's outcome differs.
 func (h *holder) ownWrite(ctx context.Context, kind writeKind, result []byte, er *store.ErrorRecord) bool {
 	var r *store.Record
+	ctx, ss := h.storeSpan(ctx, observe.StoreGet)
 	err := h.e.timed(observe.StoreGet, func() (err error) {
 		r, err = h.e.store.Get(ctx, h.key)
 		return err
 	})
+	endStore(ss, err)
 	if err != nil {
 		// Cannot tell: the claim is this holder's and the record settled
 		// as it asked, which is what a lost reply looks like.
@@ -1190,13 +1230,13 @@ func (h *holder) writeFailed(op observe.StoreOp, err error) {
 	e := h.e
 	level := slog.LevelError
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
+		h.observe(observe.OutcomeFenced)
 		level = slog.LevelWarn
 	} else {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeStoreError)
+		h.observe(observe.OutcomeStoreError)
 	}
 	if op == observe.StoreComplete {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
+		h.observe(observe.OutcomeCompleteFailed)
 	}
 	e.cfg.Logger.Log(context.Background(), level, "idem: store "+string(op)+" failed after the operation ran",
 		"key", h.key, "fence", h.fence, "err", err)
