@@ -23,6 +23,17 @@
 //
 // Run idem-gateway -h for every flag.
 //
+// # Tracing
+//
+// Off unless OTEL_TRACES_EXPORTER is otlp (OTLP over HTTP/protobuf to
+// OTEL_EXPORTER_OTLP_ENDPOINT) or console (JSON on standard output); the
+// rest is the OpenTelemetry SDK's standard environment (OTEL_SERVICE_NAME,
+// default idem-gateway; OTEL_TRACES_SAMPLER; OTEL_EXPORTER_OTLP_HEADERS …).
+// Each request is a server span continuing the client's trace, with the
+// idem attributes (idem.operation, idem.key.hash, idem.outcome,
+// idem.replayed, idem.fence); the engine's spans are its children, and the
+// upstream gets the trace in traceparent. See docs/tracing.md.
+//
 // # Starting before the store
 //
 // The gateway listens at once and opens its store in the background,
