@@ -317,3 +317,69 @@ func TestGatewayExportsOTLPFromTheEnvironment(t *testing.T) {
 		t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", service)
 	}
 }
+
+// In asynchronous mode the worker settles the key through the admin
+// listener with the request's Idem-Token: that is a server span too, and
+// the engine's write through the token is linked to the span of the
+// request that began the work.
+func TestGatewayTokenWriteIsLinkedToTheRequest(t *testing.T) {
+	t.Parallel()
+	up := newAsyncUpstream(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	o, err := parseFlags([]string{"-upstream", up.srv.URL, "-store", "memory:", "-admin", "127.0.0.1:0", "-status-path", statusPath}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.tracing = newTracingWith(tp)
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	g, err := newGateway(o, mem, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, admin := httptest.NewServer(g.handler), httptest.NewServer(g.adminHandler())
+	t.Cleanup(gw.Close)
+	t.Cleanup(admin.Close)
+
+	req, _ := http.NewRequest("POST", gw.URL+"/transfers", strings.NewReader(`{"amount":5}`))
+	req.Header.Set("Idempotency-Key", "transfer-secret-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	tok := up.job(t)
+	resp, err = http.Post(admin.URL+"/idem/v1/tokens/"+tok+"/complete?status=201", "application/json", strings.NewReader(`{"done":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("complete: status %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for countNamed(exp.GetSpans(), "POST", trace.SpanKindServer) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	spans := exp.GetSpans()
+	var began, complete tracetest.SpanStub
+	for _, s := range spans {
+		switch s.Name {
+		case "idem.do gateway":
+			began = s
+		case "idem.complete gateway":
+			complete = s
+		}
+	}
+	if len(complete.Links) != 1 || complete.Links[0].SpanContext.SpanID() != began.SpanContext.SpanID() {
+		t.Fatalf("the token's complete is linked to %+v, want the request's span %s:\n%s", complete.Links, began.SpanContext.SpanID(), spanTree(spans))
+	}
+	if p := complete.Parent; !p.IsValid() || countNamed(spans, "POST", trace.SpanKindServer) != 2 {
+		t.Fatalf("the token's complete is not under the admin request's server span:\n%s", spanTree(spans))
+	}
+}
