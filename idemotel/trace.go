@@ -150,17 +150,11 @@ func KeyHash(storeKey string) string {
 func (t *Tracer) StartCall(ctx context.Context, c observe.Call) (context.Context, observe.Span) {
 	s := &span{t: t, call: c}
 	s.outcome.Store(-1)
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, AttrCall.String(string(c.Kind)))
 	name := "idem." + string(c.Kind)
-	if c.Kind == observe.CallBatch {
-		attrs = append(attrs, AttrBatchSize.Int(c.BatchSize))
-	} else {
+	if c.Kind != observe.CallBatch {
 		name += " " + c.Operation
-		s.keyHash = KeyHash(c.Key)
-		attrs = append(attrs, AttrIdemOperation.String(labelValue(c.Operation)), AttrKeyHash.String(s.keyHash))
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	if c.Link.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: spanContext(c.Link)}))
 	}
@@ -170,6 +164,15 @@ func (t *Tracer) StartCall(ctx context.Context, c observe.Call) (context.Context
 		}
 	}
 	ctx, s.span = t.tracer.Start(ctx, name, opts...)
+	if !s.span.IsRecording() && s.parent == nil {
+		return ctx, s // not sampled: nothing to record
+	}
+	if c.Kind == observe.CallBatch {
+		s.span.SetAttributes(AttrCall.String(string(c.Kind)), AttrBatchSize.Int(c.BatchSize))
+	} else {
+		s.keyHash = KeyHash(c.Key)
+		s.span.SetAttributes(AttrCall.String(string(c.Kind)), AttrIdemOperation.String(labelValue(c.Operation)), AttrKeyHash.String(s.keyHash))
+	}
 	return ctx, s
 }
 
@@ -251,6 +254,10 @@ func (s *span) scrub(msg string) string {
 }
 
 func (s *span) End(e observe.CallEnd) {
+	if !s.span.IsRecording() && s.parent == nil {
+		s.span.End()
+		return
+	}
 	attrs := make([]attribute.KeyValue, 0, 4)
 	if o := s.outcome.Load(); o >= 0 {
 		attrs = append(attrs, AttrOutcomeName.String(observe.Outcome(o).String()))
@@ -299,7 +306,7 @@ type storeSpan struct {
 }
 
 func (ss storeSpan) End(err error) {
-	if err != nil {
+	if err != nil && ss.span.IsRecording() {
 		r := observe.StoreResultOf(err)
 		if r == observe.StoreOtherError {
 			ss.span.SetAttributes(semconv.ErrorTypeOther)

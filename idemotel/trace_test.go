@@ -525,3 +525,24 @@ func TestTracerConfigValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A call that is not sampled records nothing, and runs as any other.
+func TestUnsampledCallsRecordNothing(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.NeverSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	eng, err := idem.New(newMem(t), &idem.Config{Observer: idemotel.MustNewTracer(tp, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []bool{false, true} {
+		res, err := idem.Do(context.Background(), eng, charge("order-u"), func(context.Context) (int, error) { return 7, nil })
+		if err != nil || res.Value != 7 || res.Replayed != want {
+			t.Fatalf("%+v %v", res, err)
+		}
+	}
+	if spans := exp.GetSpans(); len(spans) != 0 {
+		t.Fatalf("%d spans recorded:\n%s", len(spans), tree(spans))
+	}
+}
