@@ -546,3 +546,94 @@ func TestUnsampledCallsRecordNothing(t *testing.T) {
 		t.Fatalf("%d spans recorded:\n%s", len(spans), tree(spans))
 	}
 }
+
+// A call that waits for another holder has an idem.wait event per wait
+// and ends in_progress; a duplicate in the same process joins the call in
+// flight (idem.join); an outcome write that failed on a transient fault
+// has an idem.write.retry event and a failed store span before the one
+// that landed.
+func TestTraceEventsOfWaitsJoinsAndRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTraced(t, nil)
+		mem := newMem(t)
+		faulty := faultstore.New(mem)
+		cfg := idem.Config{Clock: store.SystemClock{}, Wait: 300 * time.Millisecond}
+		holder, waiter := tr.engine(t, mem, cfg), tr.engine(t, faulty, cfg)
+		ctx := context.Background()
+		if _, err := holder.Begin(ctx, charge("order-w"), &idem.BeginOptions{ExpectedCompletion: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		tr.take()
+		// Another process waits, then gives up.
+		if _, err := idem.Do(ctx, waiter, charge("order-w"), func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("%v, want ErrInProgress", err)
+		}
+		spans := tr.take()
+		call := named(t, spans, "idem.do charge")
+		var waits int
+		for _, ev := range call.Events {
+			if ev.Name == "idem.wait" {
+				waits++
+				if a := attrs(ev.Attributes); a["idem.owner"] == "" || a["idem.lease_until"] == "" {
+					t.Errorf("wait event without the holder: %v", a)
+				}
+			}
+		}
+		if waits < 2 {
+			t.Errorf("%d idem.wait events, want one per wait", waits)
+		}
+		wantAttrs(t, "waiter", call.Attributes, map[attribute.Key]string{"idem.outcome": "in_progress", "error.type": "in_progress"})
+
+		// A duplicate in the same process joins; the first's complete
+		// fails once and is retried.
+		faulty.FailWith("complete", func(n int64) error {
+			if n == 1 {
+				return fmt.Errorf("reset: %w", store.ErrUnavailable)
+			}
+			return nil
+		})
+		inside, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 2)
+		go func() {
+			_, err := idem.Do(ctx, waiter, charge("order-r"), func(context.Context) (int, error) { close(inside); <-release; return 1, nil })
+			done <- err
+		}()
+		<-inside
+		go func() {
+			_, err := idem.Do(ctx, waiter, charge("order-r"), func(context.Context) (int, error) { return 2, nil })
+			done <- err
+		}()
+		synctest.Wait() // the duplicate has joined
+		close(release)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		spans = tr.take()
+		var joined, retried bool
+		for _, s := range spans {
+			for _, ev := range s.Events {
+				switch ev.Name {
+				case "idem.join":
+					joined = true
+				case "idem.write.retry":
+					retried = true
+					wantAttrs(t, "retry", ev.Attributes, map[attribute.Key]string{"db.operation.name": "complete", "idem.attempt": "1", "error.type": "store_unavailable"})
+				}
+			}
+		}
+		if !joined || !retried {
+			t.Errorf("joined %v, retried %v:\n%s", joined, retried, tree(spans))
+		}
+		var completes []string
+		for _, s := range spans {
+			if s.Name == "complete" {
+				completes = append(completes, attrs(s.Attributes)["error.type"])
+			}
+		}
+		if !slices.Equal(completes, []string{"unavailable", ""}) {
+			t.Errorf("complete spans with error.type %q, want a failed one, then one that landed", completes)
+		}
+	})
+}
