@@ -103,20 +103,27 @@ func (s *State) Overdue(now time.Time) bool {
 // through it is refused if the record changed in between. Hand it only to
 // code entitled to settle the key.
 func (s *State) Token() Token {
-	return tokenOf(s.engine, s.Key, s.Fence, s.Owner, s.Status)
+	return tokenOf(s.engine, s.Key, s.Fence, s.Owner, s.Status, observe.TraceContext{})
 }
 
 // Status returns the record of key, read with strong consistency: for
 // status endpoints, workers and operators. A key with no live record
 // (absent or expired) gives an error matching [ErrNotFound]; a store
 // failure a [*StoreError].
-func (e *Engine) Status(ctx context.Context, key StoreKey) (*State, error) {
+func (e *Engine) Status(ctx context.Context, key StoreKey) (_ *State, err error) {
 	k := key.String()
+	c := call{e: e, key: k, name: key.Operation}
+	if e.tracer != nil {
+		ctx = c.startSpan(ctx, observe.CallStatus, observe.TraceContext{})
+		defer func() { c.endSpan(observe.CallEnd{Err: err}) }()
+	}
 	var r *store.Record
-	err := e.timed(observe.StoreGet, func() (err error) {
-		r, err = e.store.Get(ctx, k)
+	sctx, ss := c.storeSpan(ctx, observe.StoreGet)
+	err = e.timed(observe.StoreGet, func() (err error) {
+		r, err = e.store.Get(sctx, k)
 		return err
 	})
+	endStore(ss, err)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && r.Expired(store.Millis(e.cfg.Clock.Now()))) {
 		return nil, fmt.Errorf("idem: no live record for %s: %w", k, store.ErrNotFound)
 	}
@@ -181,8 +188,14 @@ func (e *Engine) Begin(ctx context.Context, req Request, o *BeginOptions) (Begun
 }
 
 // BeginIdentity is [Engine.Begin] for a precomputed [Identity].
-func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions) (Begun, error) {
+func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions) (b Begun, err error) {
 	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint}
+	if e.tracer != nil {
+		ctx = c.startSpan(ctx, observe.CallBegin, observe.TraceContext{})
+		defer func() {
+			c.endSpan(observe.CallEnd{Replayed: b.State != nil && !b.Acquired && b.State.Status != StatusInProgress, Fence: b.Token.Fence, Err: err})
+		}()
+	}
 	lease := e.cfg.Lease
 	if o != nil && o.ExpectedCompletion != 0 {
 		lease = o.ExpectedCompletion
@@ -191,7 +204,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 		return Begun{}, fmt.Errorf("%w: expected completion %v must be positive and at most Expiry (%v)", ErrInvalidArgument, lease, e.cfg.Expiry)
 	}
 	if e.cfg.Disabled {
-		e.cfg.Observer.Observe(c.name, observe.OutcomeUnprotected)
+		c.observe(observe.OutcomeUnprotected)
 		return Begun{Acquired: true, Token: disabledToken(id.StoreKey)}, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -204,19 +217,21 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	if err := c.mismatch(res.Record.Fingerprint); err != nil {
 		return Begun{}, err
 	}
-	b := Begun{Acquired: res.Acquired, Takeover: res.Takeover, State: e.state(res.Record)}
+	b = Begun{Acquired: res.Acquired, Takeover: res.Takeover, State: e.state(res.Record)}
 	switch {
 	case res.Acquired:
-		e.cfg.Observer.Observe(c.name, observe.OutcomeAcquired)
+		c.observe(observe.OutcomeAcquired)
 		if res.Takeover {
 			e.cfg.Observer.Observe(c.name, observe.OutcomeTakeover)
+			c.event(observe.Event{Kind: observe.EventTakeover, Fence: res.Record.Fence, Owner: res.Record.Owner})
 			e.cfg.Logger.Info("idem: took over a claim whose expected completion had passed", "key", c.key, "fence", res.Record.Fence)
 		}
 		b.Token = e.sign(Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress})
+		b.Token.trace = c.traceContext()
 	case res.Record.Status == store.StatusInProgress:
-		e.cfg.Observer.Observe(c.name, observe.OutcomeInProgress)
+		c.observe(observe.OutcomeInProgress)
 	default:
-		e.cfg.Observer.Observe(c.name, observe.OutcomeReplayed)
+		c.observe(observe.OutcomeReplayed)
 	}
 	return b, nil
 }
@@ -236,13 +251,20 @@ type disabledKey struct{}
 // tokenHolder is the holder of a token's claim, for the engine's retried,
 // fenced outcome writes. A local cache forgets the key: a write through a
 // token may change a settled record this engine has cached.
-func (e *Engine) tokenHolder(t Token) *holder {
+func (e *Engine) tokenHolder(t Token, span observe.Span) *holder {
 	if e.cache != nil {
 		e.cache.forget(t.Key.String())
 	}
 	return &holder{
-		call:  call{e: e, key: t.Key.String(), name: t.Key.Operation},
+		call:  call{e: e, key: t.Key.String(), name: t.Key.Operation, span: span},
 		fence: t.Fence, owner: t.Owner, from: t.Status,
+	}
+}
+
+// endToken ends the span of a write through t, when it has one.
+func endToken(sp observe.Span, t Token, err error) {
+	if sp != nil {
+		sp.End(observe.CallEnd{Fence: t.Fence, Err: err})
 	}
 }
 
@@ -272,9 +294,14 @@ func tokenWrite(op observe.StoreOp, t Token, err error) error {
 // replaced by the [CodeResultTooLarge] marker, as for [Do], and Complete
 // returns nil: the key is settled. Writes through a token of a disabled
 // engine do nothing.
-func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
+func (e *Engine) Complete(ctx context.Context, t Token, v any) (err error) {
 	if e.cfg.Disabled {
 		return nil
+	}
+	var sp observe.Span
+	if e.tracer != nil {
+		ctx, sp = e.tokenSpan(ctx, observe.CallComplete, t)
+		defer func() { endToken(sp, t, err) }()
 	}
 	if err := e.verify(t); err != nil {
 		return err
@@ -283,7 +310,7 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
 	if err != nil {
 		return &encodeError{err}
 	}
-	err = e.tokenHolder(t).complete(ctx, b, nil)
+	err = e.tokenHolder(t, sp).complete(ctx, b, nil)
 	return tokenWrite(observe.StoreComplete, t, err)
 }
 
@@ -292,9 +319,14 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
 // [*TerminalError] keeps its code, message and body; any other error is
 // stored with its message and no code. Fenced and retried as
 // [Engine.Complete] is.
-func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
+func (e *Engine) Fail(ctx context.Context, t Token, err error) (ferr error) {
 	if e.cfg.Disabled {
 		return nil
+	}
+	var sp observe.Span
+	if e.tracer != nil {
+		ctx, sp = e.tokenSpan(ctx, observe.CallFail, t)
+		defer func() { endToken(sp, t, ferr) }()
 	}
 	if err == nil {
 		return errors.New("idem: Fail needs an error to store")
@@ -306,21 +338,26 @@ func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
 	if !errors.As(err, &term) {
 		term = &TerminalError{Message: err.Error()}
 	}
-	werr := e.tokenHolder(t).fail(ctx, term.record())
+	werr := e.tokenHolder(t, sp).fail(ctx, term.record())
 	return tokenWrite(observe.StoreFail, t, werr)
 }
 
 // Release deletes t's claim so that the key can run again: for work that
 // could not start or failed in a way worth retrying. A claim that is gone
 // already counts as released. Fenced and retried as [Engine.Complete] is.
-func (e *Engine) Release(ctx context.Context, t Token) error {
+func (e *Engine) Release(ctx context.Context, t Token) (err error) {
 	if e.cfg.Disabled {
 		return nil
+	}
+	var sp observe.Span
+	if e.tracer != nil {
+		ctx, sp = e.tokenSpan(ctx, observe.CallRelease, t)
+		defer func() { endToken(sp, t, err) }()
 	}
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	return tokenWrite(observe.StoreRelease, t, e.tokenHolder(t).release(ctx))
+	return tokenWrite(observe.StoreRelease, t, e.tokenHolder(t, sp).release(ctx))
 }
 
 // Extend moves t's expected completion to now + d, in one fenced store
@@ -332,7 +369,7 @@ func (e *Engine) Extend(ctx context.Context, t Token, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Extend needs a positive duration, not %v", ErrInvalidArgument, d)
 	}
-	return e.touch(ctx, t, observe.StoreExtend, func(p *store.ExtendParams) { p.LeaseUntil = p.Now + max(d.Milliseconds(), 1) })
+	return e.touch(ctx, t, observe.CallExtend, func(p *store.ExtendParams) { p.LeaseUntil = p.Now + max(d.Milliseconds(), 1) })
 }
 
 // Attach records ref — the execution the work was handed to, such as a
@@ -343,22 +380,31 @@ func (e *Engine) Attach(ctx context.Context, t Token, ref string) error {
 	if err := validRef(ref); err != nil {
 		return err
 	}
-	return e.touch(ctx, t, observe.StoreAttach, func(p *store.ExtendParams) { p.Ref = ref })
+	return e.touch(ctx, t, observe.CallAttach, func(p *store.ExtendParams) { p.Ref = ref })
 }
 
 // touch makes one fenced Extend through t, retried on transient faults
 // while Config.WriteTimeout lasts.
-func (e *Engine) touch(ctx context.Context, t Token, op observe.StoreOp, set func(*store.ExtendParams)) error {
+func (e *Engine) touch(ctx context.Context, t Token, kind observe.CallKind, set func(*store.ExtendParams)) (err error) {
 	if e.cfg.Disabled {
 		return nil
+	}
+	op := observe.StoreExtend
+	if kind == observe.CallAttach {
+		op = observe.StoreAttach
+	}
+	var sp observe.Span
+	if e.tracer != nil {
+		ctx, sp = e.tokenSpan(ctx, kind, t)
+		defer func() { endToken(sp, t, err) }()
 	}
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	h := e.tokenHolder(t)
-	err := h.write(ctx, writeReq{kind: writeExtend, extend: set})
+	h := e.tokenHolder(t, sp)
+	err = h.write(ctx, writeReq{kind: writeExtend, extend: set})
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
+		h.observe(observe.OutcomeFenced)
 	}
 	return tokenWrite(op, t, err)
 }
@@ -420,7 +466,7 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 			return Token{}, err
 		}
 	}
-	t := Claim{Key: h.key, Fence: h.fence, Owner: h.owner, e: e}.Token()
+	t := Claim{Key: h.key, Fence: h.fence, Owner: h.owner, e: e, trace: h.traceContext()}.Token()
 	if t.IsZero() {
 		return Token{}, fmt.Errorf("idem: the claim's key %q does not parse", h.key)
 	}
@@ -443,6 +489,7 @@ func Detach(ctx context.Context, expectedCompletion time.Duration, ref string) (
 		}
 	}
 	h.detached.Store(true)
+	h.event(observe.Event{Kind: observe.EventDetach, LeaseUntil: store.FromMillis(until)})
 	return t, nil
 }
 

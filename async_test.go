@@ -362,6 +362,18 @@ func FuzzParseToken(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(b.Token.String())
+	// Tokens with a trace context (version 3, 4 signed).
+	for _, key := range [][]byte{nil, []byte("fuzz-token-key-0123456789")} {
+		tracer, err := idem.New(memstore.New(&memstore.Config{SweepInterval: -1}), &idem.Config{Observer: &fakeTracer{}, TokenKey: key})
+		if err != nil {
+			f.Fatal(err)
+		}
+		b, err := tracer.Begin(context.Background(), idem.Request{Operation: "charge", Key: "k"}, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Token.String())
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := idem.ParseToken(s, "")
 		if err != nil {

@@ -34,6 +34,11 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			f()
 		})
 	}
+	var batch call // the batch's span, when traced: each key's call is its child
+	if e.tracer != nil {
+		ctx, batch.span = e.tracer.StartCall(ctx, observe.Call{Kind: observe.CallBatch, DBSystem: e.dbSystem, BatchSize: n})
+		defer batch.endSpan(observe.CallEnd{})
+	}
 	defer wg.Wait()
 	bc, batched := e.store.(store.BatchClaimer)
 	if e.cfg.Disabled || !batched || n < 2 {
@@ -59,6 +64,11 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 	for i, id := range ids {
 		t := &typedCall[T]{fn: func(ctx context.Context) (T, error) { return fn(ctx, i) }, keep: keep}
 		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
+		if e.tracer != nil {
+			t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
+			sp := t.span
+			t.fn = func(ctx context.Context) (T, error) { return fn(sp.Context(ctx), i) }
+		}
 		if out, hit, err := t.cached(store.Millis(now)); hit || lerr != nil {
 			if !hit {
 				err = lerr
@@ -77,7 +87,8 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 	}
 	if len(params) > 0 {
 		start := e.callStart(now)
-		res, cerrs := bc.ClaimBatch(ctx, params)
+		sctx, ss := batch.storeSpan(ctx, observe.StoreClaimBatch)
+		res, cerrs := bc.ClaimBatch(sctx, params)
 		var first error
 		if len(res) != len(params) || len(cerrs) != len(params) {
 			first = &store.CorruptError{Key: params[0].Key, Reason: "store answered a batch claim with the wrong number of results"}
@@ -93,6 +104,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			}
 		}
 		e.callEnd(observe.StoreClaimBatch, start, first)
+		endStore(ss, first)
 		// Every flight hears its claim's answer before any operation runs
 		// (and takes a slot of concurrency): its followers wait for it.
 		for j, i := range leaders {

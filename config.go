@@ -80,7 +80,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Observer is told about every outcome and store call (see package
-	// observe; idemprom and idemotel export them). Default: none.
+	// observe; idemprom and idemotel export them). An observer that is
+	// also an observe.Tracer (idemotel.Tracer) traces every call. Default:
+	// none.
 	Observer observe.Observer
 
 	// Owner prefixes the owner of every claim, for people reading logs.

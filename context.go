@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/seed-a1b882c0/idem/observe"
 )
 
 // Claim describes the claim under which an operation runs. The engine puts
@@ -16,26 +18,30 @@ type Claim struct {
 	// Owner is the claim's owner string.
 	Owner string
 
-	e *Engine // the engine running the operation, which signs Token
+	e     *Engine              // the engine running the operation, which signs Token
+	trace observe.TraceContext // the call's span, which Token carries
 }
 
 // Token returns the token of the claim, IN_PROGRESS, as work the claim is
 // handed to needs it (signed with the engine's Config.TokenKey when it has
-// one): the token [Detach] returns. The zero Token for a claim whose key
-// does not parse (one made by hand with [NewContext]).
+// one): the token [Detach] returns. When the engine traces, the token
+// carries the trace context of the call's span ([Token.TraceParent]). The
+// zero Token for a claim whose key does not parse (one made by hand with
+// [NewContext]).
 func (c Claim) Token() Token {
-	return tokenOf(c.e, c.Key, c.Fence, c.Owner, StatusInProgress)
+	return tokenOf(c.e, c.Key, c.Fence, c.Owner, StatusInProgress, c.trace)
 }
 
 // tokenOf is the token of the claim (key, fence, owner) of a record in
-// status st, signed by e when it has a TokenKey: the one place a token is
-// made from a claim. The zero Token when key does not parse.
-func tokenOf(e *Engine, key string, fence uint64, owner string, st Status) Token {
+// status st, signed by e when it has a TokenKey, carrying trace (when
+// valid): the one place a token is made from a claim. The zero Token when
+// key does not parse.
+func tokenOf(e *Engine, key string, fence uint64, owner string, st Status, trace observe.TraceContext) Token {
 	k, err := ParseStoreKey(key)
 	if err != nil {
 		return Token{}
 	}
-	t := Token{Key: k, Fence: fence, Owner: owner, Status: st}
+	t := Token{Key: k, Fence: fence, Owner: owner, Status: st, trace: trace}
 	if e != nil {
 		t = e.sign(t)
 	}

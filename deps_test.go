@@ -183,6 +183,15 @@ func TestModulesKeepTheirBoundaries(t *testing.T) {
 					}
 				}
 			}
+			// idemotel speaks the OpenTelemetry API (metrics and traces);
+			// the application picks the SDK and the exporter.
+			if p.ImportPath == repo+"/idemotel" {
+				for _, d := range p.Deps {
+					if strings.HasPrefix(d, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(d, "go.opentelemetry.io/otel/exporters") {
+						t.Errorf("idemotel imports %s; it must use the OpenTelemetry API only", d)
+					}
+				}
+			}
 		}
 		for _, imp := range p.Imports {
 			imp, _, _ = strings.Cut(imp, " ") // "p [q.test]" names a test variant of p

@@ -31,9 +31,11 @@ type Engine struct {
 	ownerPrefix string
 	seq         atomic.Uint64
 
-	timing   bool // the observer wants store-call latencies
-	raw      bool // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
-	sysClock bool // the clock is store.SystemClock
+	timing   bool           // the observer wants store-call latencies
+	tracer   observe.Tracer // the observer traces: nil when it does not
+	dbSystem string         // the store's store.SystemNamer name, for its spans
+	raw      bool           // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
+	sysClock bool           // the clock is store.SystemClock
 
 	mu       sync.Mutex
 	flights  map[string]*flight
@@ -58,6 +60,10 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	}
 	_, e.sysClock = c.Clock.(store.SystemClock)
 	e.timing = !nop
+	e.tracer, _ = c.Observer.(observe.Tracer)
+	if sn, ok := s.(store.SystemNamer); ok {
+		e.dbSystem = sn.SystemName()
+	}
 	e.renewals.init(e)
 	if c.Cache != nil {
 		e.cache = newLRU(c.Cache.withDefaults())
@@ -108,7 +114,7 @@ type Result[T any] struct {
 
 // Do runs fn at most once for the key that req names. See [DoIdentity].
 func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Context) (T, error)) (Result[T], error) {
-	if e.cache != nil && req.Payload == nil && req.Key != "" && !e.cfg.Disabled {
+	if e.cache != nil && req.Payload == nil && req.Key != "" && !e.cfg.Disabled && e.tracer == nil {
 		if res, hit, err := cacheHit[T](e, &req); hit {
 			return res, err
 		}
@@ -124,7 +130,7 @@ func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Cont
 // local cache, if it holds the key, without building the call's store key
 // (the cache is keyed by its parts). A key the cache holds was valid when
 // it was stored, so no check is skipped; the answer is every path's
-// (call.fromCache, typedCall.answer).
+// (call.fromCache, typedAnswer).
 func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err error) {
 	// The key's bytes are read in place: Sum256 neither keeps nor changes them.
 	ck := cacheKey{name: req.Operation, tenant: req.Tenant, sum: sha256.Sum256(unsafe.Slice(unsafe.StringData(req.Key), len(req.Key)))}
@@ -134,7 +140,7 @@ func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err erro
 	}
 	c := call{e: e, key: ent.key, name: req.Operation} // no payload: no fingerprint
 	out, err := c.fromCache(ent)
-	res, err = answer[T](e, ent.key, out, err, false, nil)
+	res, err = typedAnswer[T](e, ent.key, out, err, false, nil)
 	return res, true, err
 }
 
@@ -209,36 +215,60 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(id.StoreKey.Operation, observe.OutcomeUnprotected)
+		var sp observe.Span
+		if e.tracer != nil {
+			c := call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation}
+			ctx = c.startSpan(ctx, observe.CallDo, observe.TraceContext{})
+			sp = c.span
+			sp.Outcome(observe.OutcomeUnprotected)
+		}
 		v, err := callOp(context.WithValue(ctx, disabledKey{}, id.StoreKey), fn, completing, &Completion[T]{e: e})
+		if sp != nil {
+			sp.End(observe.CallEnd{Err: err})
+		}
 		return Result[T]{Value: v, StoreKey: id.StoreKey.String()}, err
 	}
 	// One allocation holds the whole call: its claim, its in-process
 	// flight, its contexts and the typed value.
 	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
 	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
+	if e.tracer != nil {
+		ctx = t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
+		defer t.endSpan(observe.CallEnd{Panicked: true}) // only when result did not end it: a panic
+	}
 	out, err := t.run(ctx, nil)
 	return t.result(ctx, out, err)
 }
 
-// result is the typed answer of a call that ran (out, err).
+// result is the typed answer of a call that ran (out, err); it ends the
+// call's span, when it is traced.
 func (t *typedCall[T]) result(ctx context.Context, out outcome, err error) (Result[T], error) {
+	res, err := t.answer(ctx, out, err)
+	if t.span != nil {
+		t.endSpan(observe.CallEnd{Replayed: res.Replayed, Fence: res.Fence, Err: err})
+	}
+	return res, err
+}
+
+// answer is the typed answer of a call that ran (out, err).
+func (t *typedCall[T]) answer(ctx context.Context, out outcome, err error) (Result[T], error) {
 	e, fn, completing := t.e, t.fn, t.completing
 	res := Result[T]{StoreKey: t.key}
 	if err != nil && !t.ran && e.cfg.FailOpen && isClaimFailure(err) {
-		e.cfg.Observer.Observe(t.name, observe.OutcomeUnprotected)
+		t.observe(observe.OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
 			"key", t.key, "err", err)
 		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e})
 		res.Value = v
 		return res, ferr
 	}
-	return answer(e, t.key, out, err, t.ran, &t.value)
+	return typedAnswer(e, t.key, out, err, t.ran, &t.value)
 }
 
-// answer is the typed answer of a call with store key key from out and
+// typedAnswer is the typed answer of a call with store key key from out and
 // err. When ran, *v is the operation's value; else the value comes from
 // out: the cache's, or a stored result, decoded into v (nil: a new T).
-func answer[T any](e *Engine, key string, out outcome, err error, ran bool, v *T) (Result[T], error) {
+func typedAnswer[T any](e *Engine, key string, out outcome, err error, ran bool, v *T) (Result[T], error) {
 	res := Result[T]{StoreKey: key, Replayed: out.replayed, Fence: out.fence, Recorded: out.recorded, Unrecorded: out.unrecorded}
 	switch {
 	case ran:
@@ -358,6 +388,7 @@ type call struct {
 	name        string // the operation's name (the first part of the key's scope), for the observer
 	fingerprint string
 	op          operation
+	span        observe.Span // the call's span, when the observer traces it
 }
 
 // flight lets concurrent duplicates inside one process share one claim.
@@ -453,7 +484,7 @@ func (c *call) mismatch(stored string) error {
 	if stored == c.fingerprint {
 		return nil
 	}
-	c.e.cfg.Observer.Observe(c.name, observe.OutcomeMismatch)
+	c.observe(observe.OutcomeMismatch)
 	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
@@ -463,7 +494,7 @@ func (c *call) fromCache(ent lruEntry) (outcome, error) {
 	if err := c.mismatch(ent.fingerprint); err != nil {
 		return outcome{}, err
 	}
-	c.e.cfg.Observer.Observe(c.name, observe.OutcomeCacheHit)
+	c.observe(observe.OutcomeCacheHit)
 	return outcome{replayed: true, result: ent.result, value: ent.value}, nil
 }
 
@@ -536,6 +567,7 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 		// Work handed elsewhere (a reference is attached) runs for its
 		// expected completion, not for a wait's worth: answer at once.
 		if busy && e.cfg.Wait > 0 && ipe.Ref == "" {
+			h.event(observe.Event{Kind: observe.EventWait, Owner: ipe.Owner, LeaseUntil: ipe.LeaseUntil})
 			if werr := e.pause(ctx, deadline, &backoff); werr == nil {
 				continue
 			} else if !errors.Is(werr, ErrInProgress) {
@@ -543,7 +575,7 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 			}
 		}
 		if busy {
-			e.cfg.Observer.Observe(h.name, observe.OutcomeInProgress)
+			h.observe(observe.OutcomeInProgress)
 		}
 		return out, err
 	}
@@ -595,6 +627,7 @@ func (e *Engine) pause(ctx context.Context, deadline time.Time, backoff *time.Du
 // process. retry asks the caller to go round again (the leader released).
 func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out outcome, retry bool, err error) {
 	e := c.e
+	c.event(observe.Event{Kind: observe.EventJoin})
 	select {
 	case <-f.claimed.wait():
 	case <-ctx.Done():
@@ -650,7 +683,7 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 	}
 	switch rec.Status {
 	case store.StatusCompleted, store.StatusFailed:
-		c.e.cfg.Observer.Observe(c.name, observe.OutcomeReplayed)
+		c.observe(observe.OutcomeReplayed)
 		if c.e.cache != nil {
 			c.e.cache.put(rec.Key, rec.Fingerprint, rec.Result, nil, rec.Status, rec.ExpiresAt)
 		}
@@ -758,9 +791,10 @@ func tell(f *flight, res store.ClaimResult, err error) {
 // followers told.
 func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
 	e := h.e
-	e.cfg.Observer.Observe(h.name, observe.OutcomeAcquired)
+	h.observe(observe.OutcomeAcquired)
 	if res.Takeover {
 		e.cfg.Observer.Observe(h.name, observe.OutcomeTakeover)
+		h.event(observe.Event{Kind: observe.EventTakeover, Fence: res.Record.Fence, Owner: res.Record.Owner})
 		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", h.key, "fence", res.Record.Fence)
 	}
 	h.fence, h.owner, h.expiresAt, h.lease, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, lease, f
@@ -775,8 +809,10 @@ func (c *call) claim(ctx context.Context, now time.Time, lease time.Duration, lo
 	e := c.e
 	p := c.claimParams(ctx, now, lease, local)
 	start := e.callStart(now)
-	res, err := e.store.Claim(ctx, p)
+	sctx, ss := c.storeSpan(ctx, observe.StoreClaim)
+	res, err := e.store.Claim(sctx, p)
 	e.callEnd(observe.StoreClaim, start, err)
+	endStore(ss, err)
 	return c.claimAnswer(res, err)
 }
 
@@ -801,7 +837,7 @@ func (c *call) claimAnswer(res store.ClaimResult, err error) (store.ClaimResult,
 		err = &store.CorruptError{Key: c.key, Reason: "store answered a claim with no record"}
 	}
 	if err != nil {
-		c.e.cfg.Observer.Observe(c.name, observe.OutcomeStoreError)
+		c.observe(observe.OutcomeStoreError)
 		return store.ClaimResult{}, &StoreError{Op: observe.StoreClaim, Key: c.key, Err: err}
 	}
 	return res, nil
@@ -882,7 +918,7 @@ type opContext struct {
 func (c *opContext) Value(key any) any {
 	switch key.(type) {
 	case claimCtxKey:
-		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner, e: c.h.e}
+		return Claim{Key: c.h.key, Fence: c.h.fence, Owner: c.h.owner, e: c.h.e, trace: c.h.traceContext()}
 	case holderKey:
 		return c.h
 	}
@@ -948,7 +984,7 @@ func (h *holder) record(ctx context.Context, res opResult, opErr error) (unrecor
 	switch {
 	case h.detached.Load():
 		// The claim was handed off: whoever holds its token settles it.
-		e.cfg.Observer.Observe(h.name, observe.OutcomeHandedOff)
+		h.observe(observe.OutcomeHandedOff)
 		return nil, opErr
 	case opErr == nil && res.selfRecorded:
 		// The operation recorded its own success (DoCompleting).
@@ -973,7 +1009,7 @@ func (h *holder) record(ctx context.Context, res opResult, opErr error) (unrecor
 	case errors.As(opErr, &unc):
 		// The effect is unknown: keep the claim until its lease ends, so
 		// that no retry runs the operation again before then.
-		e.cfg.Observer.Observe(h.name, observe.OutcomeUncertain)
+		h.observe(observe.OutcomeUncertain)
 		e.cfg.Logger.Warn("idem: outcome uncertain; the claim is kept until its lease ends",
 			"key", h.key, "fence", h.fence, "err", unc.Err)
 		return nil, opErr
@@ -1031,7 +1067,7 @@ func (h *holder) noteCompleted(result []byte, now int64) {
 // the operation a second time. The message is cut to fit limit (0: none).
 func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit int) error {
 	e := h.e
-	e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
+	h.observe(observe.OutcomeCompleteFailed)
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
 		"key", h.key, "code", code, "reason", msg)
 	return h.fail(ctx, boundedError(code, msg, limit))
@@ -1062,7 +1098,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 		marker := boundedError(CodeResultTooLarge,
 			fmt.Sprintf("terminal error %q of %d bytes is over the store's limit of %d", er.Code, er.Size(), tl.Limit), tl.Limit)
 		if marker.Size() < er.Size() {
-			e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
+			h.observe(observe.OutcomeCompleteFailed)
 			e.cfg.Logger.Error("idem: terminal error too large to store; a bounded marker is stored instead",
 				"key", h.key, "code", er.Code, "size", er.Size(), "limit", tl.Limit)
 			return h.fail(ctx, marker)
@@ -1072,7 +1108,7 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 		h.writeFailed(observe.StoreFail, err)
 		return err
 	}
-	e.cfg.Observer.Observe(h.name, observe.OutcomeFailed)
+	h.observe(observe.OutcomeFailed)
 	return nil
 }
 
@@ -1081,13 +1117,12 @@ func (h *holder) fail(ctx context.Context, er store.ErrorRecord) error {
 // was lost) is released. The error is the store's last answer when the
 // release failed (logged and counted already).
 func (h *holder) release(ctx context.Context) error {
-	e := h.e
 	err := h.write(ctx, writeReq{kind: writeRelease})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.writeFailed(observe.StoreRelease, err)
 		return err
 	}
-	e.cfg.Observer.Observe(h.name, observe.OutcomeReleased)
+	h.observe(observe.OutcomeReleased)
 	return nil
 }
 
@@ -1174,6 +1209,7 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 			return err
 		}
 		e.cfg.Observer.Observe(h.name, observe.OutcomeWriteRetried)
+		h.event(observe.Event{Kind: observe.EventWriteRetry, Op: req.kind.op(), Attempt: attempt, Delay: wait, Err: err})
 		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", req.kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 		backoff = min(backoff*2, maxWriteBackoff)
@@ -1184,6 +1220,7 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 	e := h.e
 	start := e.callStart(time.Time{})
+	ctx, ss := h.storeSpan(ctx, req.kind.op())
 	var err error
 	switch req.kind {
 	case writeComplete:
@@ -1200,6 +1237,7 @@ func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 		err = e.store.Extend(ctx, p)
 	}
 	e.callEnd(req.kind.op(), start, err)
+	endStore(ss, err)
 	if err == nil {
 		h.noteWrite(req, now)
 	}
@@ -1244,10 +1282,12 @@ func asFenced(err error) (*store.FencedError, bool) {
 // writer's outcome differs.
 func (h *holder) ownWrite(ctx context.Context, req *writeReq) bool {
 	var r *store.Record
+	ctx, ss := h.storeSpan(ctx, observe.StoreGet)
 	err := h.e.timed(observe.StoreGet, func() (err error) {
 		r, err = h.e.store.Get(ctx, h.key)
 		return err
 	})
+	endStore(ss, err)
 	if err != nil {
 		// Cannot tell: the claim is this holder's and the record settled
 		// as it asked, which is what a lost reply looks like.
@@ -1274,13 +1314,13 @@ func (h *holder) writeFailed(op observe.StoreOp, err error) {
 	e := h.e
 	level := slog.LevelError
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
+		h.observe(observe.OutcomeFenced)
 		level = slog.LevelWarn
 	} else {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeStoreError)
+		h.observe(observe.OutcomeStoreError)
 	}
 	if op == observe.StoreComplete {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeCompleteFailed)
+		h.observe(observe.OutcomeCompleteFailed)
 	}
 	e.cfg.Logger.Log(context.Background(), level, "idem: store "+string(op)+" failed after the operation ran",
 		"key", h.key, "fence", h.fence, "err", err)

@@ -143,26 +143,31 @@ func (h *holder) renewOnce() {
 	// outage, must not let the lease lapse while the work runs (with the
 	// default interval of a third of the lease, three attempts fit in it).
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond)))
+	ctx, ss := h.storeSpan(ctx, observe.StoreExtend)
 	err := e.timed(observe.StoreExtend, func() error {
 		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
 	})
+	endStore(ss, err)
 	cancel()
 	next := h.interval()
 	lost := false
 	switch fe, fenced := asFenced(err); {
 	case err == nil:
 		h.flight.leaseUntil.Store(until)
+		h.event(observe.Event{Kind: observe.EventRenew, LeaseUntil: store.FromMillis(until)})
 	case fenced && fe.Own():
 		// The outcome write landed before its reply came back: nothing
 		// is left to renew.
 		next = -1
 	case fenced || errors.Is(err, store.ErrNotFound):
 		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
+		h.event(observe.Event{Kind: observe.EventLeaseLost, Fence: h.fence, Err: err})
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",
 			"key", h.key, "fence", h.fence, "err", err)
 		next, lost = -1, true
 	default:
 		e.cfg.Observer.Observe(h.name, observe.OutcomeStoreError)
+		h.event(observe.Event{Kind: observe.EventRenew, LeaseUntil: store.FromMillis(until), Err: err})
 		e.cfg.Logger.Warn("idem: lease renewal failed; will retry", "key", h.key, "err", err)
 		next = max(h.interval()/4, time.Millisecond)
 	}

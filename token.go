@@ -37,6 +37,18 @@ import (
 // carries an HMAC-SHA256 of its contents, and every write through a token
 // checks it before any store call, refusing a forged, altered or unsigned
 // token with [ErrInvalidToken].
+//
+// # Trace context
+//
+// A token handed out by a traced call (Config.Observer is an
+// [observe.Tracer], such as idemotel's) carries the W3C trace context of
+// that call's span ([Token.TraceParent]), and the span of every write
+// through it is linked to that span: the trace of the request that began
+// the work leads to the worker that finished it. The trace context names
+// a trace, not a claim: it is not part of what a signature covers (like a
+// traceparent header, it is a hint for telemetry, and [Token.WithTraceOf]
+// moves it to another token without the key). Tokens without one, such
+// as those made before tokens carried it, parse and work as before.
 type Token struct {
 	// Key is the claimed key.
 	Key StoreKey
@@ -55,43 +67,78 @@ type Token struct {
 	// engine's Config.TokenKey, when signed is set.
 	mac    [sha256.Size]byte
 	signed bool
+	// trace is the trace context of the call that handed the token out;
+	// zero when it was not traced.
+	trace observe.TraceContext
 }
 
-// The first byte of every encoded token: its version. A signed token has
-// its MAC between the key and the owner.
+// The first byte of every encoded token: its version. After the key, a
+// token with a trace context has it (25 bytes: trace id, span id, flags),
+// then a signed token has its MAC, then comes the owner.
 const (
-	tokenVersion       = 1
-	signedTokenVersion = 2
+	tokenVersion             = 1
+	signedTokenVersion       = 2
+	tracedTokenVersion       = 3
+	signedTracedTokenVersion = 4
+	traceContextLen          = 16 + 8 + 1
 )
 
 // String returns the token's opaque, URL-safe form (base64url, no padding).
 func (t Token) String() string {
-	return base64.RawURLEncoding.EncodeToString(t.encode(t.signed))
+	return base64.RawURLEncoding.EncodeToString(t.encode(t.signed, t.trace.IsValid()))
 }
 
-// encode returns the token's bytes, with its MAC when signed.
-func (t Token) encode(signed bool) []byte {
+// encode returns the token's bytes, with its MAC when signed and its
+// trace context when traced.
+func (t Token) encode(signed, traced bool) []byte {
 	key := t.Key.String()
-	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(key)+sha256.Size+len(t.Owner))
-	v := byte(tokenVersion)
-	if signed {
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(key)+traceContextLen+sha256.Size+len(t.Owner))
+	var v byte
+	switch {
+	case signed && traced:
+		v = signedTracedTokenVersion
+	case traced:
+		v = tracedTokenVersion
+	case signed:
 		v = signedTokenVersion
+	default:
+		v = tokenVersion
 	}
 	b = append(b, v, byte(t.Status))
 	b = binary.AppendUvarint(b, t.Fence)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
+	if traced {
+		b = append(b, t.trace.TraceID[:]...)
+		b = append(b, t.trace.SpanID[:]...)
+		b = append(b, t.trace.Flags)
+	}
 	if signed {
 		b = append(b, t.mac[:]...)
 	}
 	return append(b, t.Owner...)
 }
 
-// tokenMAC is the MAC of t's unsigned form under key.
+// TraceParent returns the W3C traceparent of the span of the call that
+// handed the token out ("00-<trace id>-<span id>-<flags>"), or "" when the
+// token carries none (see [Token]).
+func (t Token) TraceParent() string { return t.trace.String() }
+
+// WithTraceOf returns t carrying the trace context of from (none, when
+// from carries none). A signature stays valid: it does not cover the
+// trace context. idemsfn uses it to settle a key through the record's
+// current claim while linking the write to the call that began the work.
+func (t Token) WithTraceOf(from Token) Token {
+	t.trace = from.trace
+	return t
+}
+
+// tokenMAC is the MAC of t's unsigned form, without its trace context,
+// under key.
 func tokenMAC(key []byte, t Token) [sha256.Size]byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("idem-token\x00"))
-	m.Write(t.encode(false))
+	m.Write(t.encode(false, false))
 	var out [sha256.Size]byte
 	m.Sum(out[:0])
 	return out
@@ -145,10 +192,11 @@ func ParseToken(s, operation string) (Token, error) {
 	if err != nil {
 		return bad("not base64url: " + err.Error())
 	}
-	if len(b) < 2 || (b[0] != tokenVersion && b[0] != signedTokenVersion) {
+	if len(b) < 2 || b[0] < tokenVersion || b[0] > signedTracedTokenVersion {
 		return bad("unknown token version")
 	}
-	t := Token{Status: Status(b[1]), signed: b[0] == signedTokenVersion}
+	t := Token{Status: Status(b[1]), signed: b[0] == signedTokenVersion || b[0] == signedTracedTokenVersion}
+	traced := b[0] >= tracedTokenVersion
 	if t.Status == 0 || !t.Status.Valid() {
 		return bad(fmt.Sprintf("unknown status %d", b[1]))
 	}
@@ -167,6 +215,18 @@ func ParseToken(s, operation string) (Token, error) {
 		return bad("its key is invalid: " + err.Error())
 	}
 	b = b[klen:]
+	if traced {
+		if len(b) < traceContextLen {
+			return bad("truncated trace context")
+		}
+		copy(t.trace.TraceID[:], b)
+		copy(t.trace.SpanID[:], b[16:])
+		t.trace.Flags = b[24]
+		if !t.trace.IsValid() {
+			return bad("its trace context has an all-zero id")
+		}
+		b = b[traceContextLen:]
+	}
 	if t.signed {
 		if len(b) < sha256.Size {
 			return bad("truncated signature")

@@ -1,6 +1,6 @@
 // Package idemotel records idem's outcomes and store latencies with
 // OpenTelemetry metrics: an [observe.Observer] over a [metric.Meter], set up
-// in one line.
+// in one line; and traces every engine call with a [Tracer].
 //
 //	eng, err := idem.New(store, &idem.Config{
 //		Observer: idemotel.MustNew(otel.Meter("payments"), nil),
@@ -13,7 +13,7 @@
 // # Instruments
 //
 //   - idem.outcomes, an Int64Counter (unit {outcome}) with the attributes
-//     operation (the operation's name, the key's scope; never the key) and
+//     operation (the operation's name, the first part of the key's scope; never the key) and
 //     outcome ([observe.Outcome]: acquired, takeover, replayed, cache_hit,
 //     in_progress, mismatch, fenced, store_error, complete_failed, failed,
 //     released, unprotected, uncertain, write_retried, handed_off). The
@@ -41,4 +41,29 @@
 // does with a measurement is the SDK's (see the benchmarks).
 //
 // docs/metrics.md in the repository lists every instrument and attribute.
+//
+// # Traces
+//
+// A [Tracer] is an [observe.Tracer] over a trace.TracerProvider: the
+// engine gives every call a span ("idem.do charge", "idem.complete
+// charge", ...) and every store call a child span of kind client following
+// the database semantic conventions (db.system.name, db.operation.name,
+// error.type), with events for in-progress waits, lease renewals,
+// takeovers, lost leases, outcome-write retries and hand-offs. A call's
+// span has idem.operation, idem.key.hash ([KeyHash]: never the key or the
+// payload), idem.outcome, idem.replayed, idem.fence, and error.type
+// ([ErrorType]) when it failed. Metrics go on through
+// TracerConfig.Observer:
+//
+//	eng, err := idem.New(store, &idem.Config{
+//		Observer: idemotel.MustNewTracer(nil, &idemotel.TracerConfig{
+//			Observer: idemotel.MustNew(nil, nil),
+//		}),
+//	})
+//
+// A token handed out by a traced call carries the call's W3C trace
+// context, and the span of a write through it, in any process, is linked
+// to that call's span. An engine whose Observer is not a Tracer makes no
+// span and allocates nothing more. docs/tracing.md in the repository has
+// the whole picture.
 package idemotel

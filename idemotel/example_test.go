@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemotel"
@@ -55,4 +57,41 @@ func ExampleNew() {
 	// idem.outcomes operation=charge,outcome=acquired 1
 	// db.client.operation.duration s db.operation.name=claim,db.system.name=idem 1
 	// db.client.operation.duration s db.operation.name=complete,db.system.name=idem 1
+}
+
+func ExampleNewTracer() {
+	// In a program: idemotel.MustNewTracer(nil, ...), with the
+	// application's TracerProvider set globally. Here an SDK provider
+	// whose spans are recorded in memory.
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	tracer := idemotel.MustNewTracer(tp, &idemotel.TracerConfig{
+		Observer: idemotel.MustNew(nil, nil), // metrics as well, from the global MeterProvider
+	})
+
+	mem := memstore.New(nil)
+	defer mem.Close()
+	eng, err := idem.New(mem, &idem.Config{Observer: tracer})
+	if err != nil {
+		panic(err)
+	}
+	req := idem.Request{Operation: "charge", Key: "order-42", Payload: []byte(`{"amount":100}`)}
+	if _, err := idem.Do(context.Background(), eng, req, func(context.Context) (string, error) { return "ch_1", nil }); err != nil {
+		panic(err)
+	}
+	for _, s := range rec.Ended() {
+		var kv []string
+		for _, a := range s.Attributes() {
+			switch a.Key {
+			case "idem.outcome", "idem.fence", "db.system.name", "db.operation.name":
+				kv = append(kv, string(a.Key)+"="+a.Value.String())
+			}
+		}
+		fmt.Println(s.Name(), s.SpanKind(), kv)
+	}
+	// Output:
+	// claim client [db.system.name=memory db.operation.name=claim]
+	// complete client [db.system.name=memory db.operation.name=complete]
+	// idem.do charge internal [idem.outcome=acquired idem.fence=1]
 }

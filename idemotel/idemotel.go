@@ -32,7 +32,7 @@ const (
 	// StoreCallDurationName is the histogram of store calls, the database
 	// semantic conventions' client operation duration.
 	StoreCallDurationName = "db.client.operation.duration"
-	// AttrOperation is the operation's name (the key's scope) on
+	// AttrOperation is the operation's name (the first part of the key's scope) on
 	// idem.outcomes.
 	AttrOperation = attribute.Key("operation")
 	// AttrOutcome is the [observe.Outcome] on idem.outcomes.

@@ -99,8 +99,11 @@ const settleAttempts = 3
 // through a token (no ARN) does not: it may come from a worker of an
 // execution that was stopped.
 //
-// The returned state is the record as last read, nil when not read.
-func (s *Starter) settle(ctx context.Context, key idem.StoreKey, t idem.Token, o outcome) (Action, *idem.State, error) {
+// The returned state is the record as last read, nil when not read. Every
+// write carries the trace context of work, the token the execution was
+// started with (its envelope's), when known: the engine links the write's
+// span to the call that began the work.
+func (s *Starter) settle(ctx context.Context, key idem.StoreKey, t, work idem.Token, o outcome) (Action, *idem.State, error) {
 	var st *idem.State
 	for range settleAttempts {
 		if !t.IsZero() {
@@ -138,7 +141,7 @@ func (s *Starter) settle(ctx context.Context, key idem.StoreKey, t idem.Token, o
 				return ActionSettled, st, nil
 			}
 		}
-		t = st.Token()
+		t = st.Token().WithTraceOf(work)
 	}
 	return "", st, fmt.Errorf("idemsfn: the record of %s changed under %d writes in a row; try again", key, settleAttempts)
 }
@@ -194,7 +197,7 @@ func (s *Starter) Fail(ctx context.Context, token, errName, cause string) error 
 }
 
 func (s *Starter) finish(ctx context.Context, t idem.Token, o outcome) error {
-	a, st, err := s.settle(ctx, t.Key, t, o)
+	a, st, err := s.settle(ctx, t.Key, t, t, o)
 	switch {
 	case err != nil:
 		return err

@@ -46,6 +46,24 @@ func newEnvelope(t idem.Token, input json.RawMessage) ([]byte, error) {
 	})
 }
 
+// workToken is the token of the envelope in an execution's input, for its
+// trace context; zero when the input is no envelope or its token does not
+// parse.
+func workToken(input *string) idem.Token {
+	if input == nil {
+		return idem.Token{}
+	}
+	env, _, err := ParseEnvelope([]byte(*input))
+	if err != nil {
+		return idem.Token{}
+	}
+	t, err := idem.ParseToken(env.Idem.Token, "")
+	if err != nil {
+		return idem.Token{}
+	}
+	return t
+}
+
 // ParseEnvelope reads an execution's input as [Starter.Start] wrote it
 // and checks that its claim names a valid store key and fence. Any other
 // input fails with a *[EnvelopeError].

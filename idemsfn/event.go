@@ -160,7 +160,7 @@ func (s *Starter) HandleEvent(ctx context.Context, ev Event) (Handled, error) {
 	var o outcome
 	switch d.Status {
 	case "RUNNING", "PENDING_REDRIVE":
-		return s.attachOrphan(ctx, key, h)
+		return s.attachOrphan(ctx, key, workToken(input), h)
 	case "SUCCEEDED":
 		out := aws.ToString(output)
 		if out != "" && !json.Valid([]byte(out)) {
@@ -170,13 +170,13 @@ func (s *Starter) HandleEvent(ctx context.Context, ev Event) (Handled, error) {
 	default:
 		o = failed(d.Status, aws.ToString(d.Error), aws.ToString(d.Cause), d.ExecutionArn)
 	}
-	h.Action, h.State, err = s.settle(ctx, key, idem.Token{}, o)
+	h.Action, h.State, err = s.settle(ctx, key, idem.Token{}, workToken(input), o)
 	return h, err
 }
 
 // attachOrphan attaches a running execution to its key's claim when that
 // claim has none.
-func (s *Starter) attachOrphan(ctx context.Context, key idem.StoreKey, h Handled) (Handled, error) {
+func (s *Starter) attachOrphan(ctx context.Context, key idem.StoreKey, work idem.Token, h Handled) (Handled, error) {
 	st, err := s.e.Status(ctx, key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
@@ -190,7 +190,7 @@ func (s *Starter) attachOrphan(ctx context.Context, key idem.StoreKey, h Handled
 		h.Action, h.Reason = ActionIgnored, "the record is "+st.Status.String()+" with execution "+quote(st.Ref)
 		return h, nil
 	}
-	err = s.e.Attach(ctx, st.Token(), h.ExecutionArn)
+	err = s.e.Attach(ctx, st.Token().WithTraceOf(work), h.ExecutionArn)
 	if errors.Is(err, idem.ErrStaleToken) {
 		h.Action, h.Reason = ActionIgnored, "the record changed meanwhile"
 		return h, nil

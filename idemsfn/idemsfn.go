@@ -326,7 +326,7 @@ func (s *Starter) startClaim(ctx context.Context, t idem.Token, in json.RawMessa
 	if desc != nil && finished(desc.Status) {
 		// An adopted execution that had ended already: record its
 		// outcome now.
-		if _, _, err := s.settle(ctx, t.Key, t, outcomeOf(desc)); err != nil {
+		if _, _, err := s.settle(ctx, t.Key, t, t, outcomeOf(desc)); err != nil {
 			return r, err
 		}
 		cur, err := s.e.Status(ctx, t.Key)

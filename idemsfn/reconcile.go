@@ -224,6 +224,8 @@ func (r *Reconciler) one(ctx context.Context, key idem.StoreKey, rec *store.Reco
 	if err != nil {
 		return err
 	}
+	// The writes are linked to the call that began the work.
+	t = t.WithTraceOf(workToken(desc.Input))
 	if !finished(desc.Status) {
 		// RUNNING, or PENDING_REDRIVE.
 		err := s.e.Extend(ctx, t, s.cfg.ExpectedCompletion)
@@ -241,7 +243,7 @@ func (r *Reconciler) one(ctx context.Context, key idem.StoreKey, rec *store.Reco
 
 // settle records an ended execution's outcome and counts it.
 func (r *Reconciler) settle(ctx context.Context, key idem.StoreKey, t idem.Token, status types.ExecutionStatus, o outcome, rep *Report) error {
-	a, _, err := r.s.settle(ctx, key, t, o)
+	a, _, err := r.s.settle(ctx, key, t, t, o)
 	switch a {
 	case ActionCompleted, ActionRedriven:
 		rep.Completed++
@@ -261,6 +263,7 @@ func (r *Reconciler) orphan(ctx context.Context, key idem.StoreKey, t idem.Token
 	switch {
 	case err == nil:
 		// Its starter started it and died before attaching it.
+		t = t.WithTraceOf(workToken(desc.Input))
 		if err := s.e.Attach(ctx, t, *desc.ExecutionArn); err != nil {
 			if errors.Is(err, idem.ErrStaleToken) {
 				rep.Skipped++

@@ -1,7 +1,9 @@
 // Package observe is what the engine tells an observer — a metrics
 // exporter (idemprom, idemotel) or a test — about every call: its
-// outcomes, and each store call with its latency and result. Users of the
-// engine set Config.Observer; observer authors implement [Observer].
+// outcomes, and each store call with its latency and result; and, to an
+// observer that also implements [Tracer] (idemotel's), a span per call.
+// Users of the engine set Config.Observer; observer authors implement
+// [Observer], and [Tracer] to trace.
 package observe
 
 import (

@@ -81,7 +81,14 @@ func (l *logBuf) String() string {
 // is open and it serves covered requests.
 func startGateway(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := startListening(t, args...)
+	return startGatewayEnv(t, nil, args...)
+}
+
+// startGatewayEnv is startGateway with env added to the process's
+// environment.
+func startGatewayEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := startListeningEnv(t, env, args...)
 	select {
 	case <-p.opened:
 	case err := <-p.done:
@@ -97,11 +104,16 @@ func startGateway(t *testing.T, args ...string) *proc {
 // store open or not; p.opened is closed once the store is open.
 func startListening(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startListeningEnv(t, nil, args...)
+}
+
+func startListeningEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	if !hasFlag(args, "-listen") {
 		args = append([]string{"-listen", "127.0.0.1:0"}, args...)
 	}
 	p := &proc{cmd: exec.Command(binary, args...), logs: &logBuf{}, done: make(chan error, 1), opened: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "IDEM_STATE_DIR="+t.TempDir())
+	p.cmd.Env = append(append(os.Environ(), "IDEM_STATE_DIR="+t.TempDir()), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

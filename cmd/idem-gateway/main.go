@@ -23,6 +23,17 @@
 //
 // Run idem-gateway -h for every flag.
 //
+// # Tracing
+//
+// Off unless OTEL_TRACES_EXPORTER is otlp (OTLP over HTTP/protobuf to
+// OTEL_EXPORTER_OTLP_ENDPOINT) or console (JSON on standard output); the
+// rest is the OpenTelemetry SDK's standard environment (OTEL_SERVICE_NAME,
+// default idem-gateway; OTEL_TRACES_SAMPLER; OTEL_EXPORTER_OTLP_HEADERS …).
+// Each request is a server span continuing the client's trace, with the
+// idem attributes (idem.operation, idem.key.hash, idem.outcome,
+// idem.replayed, idem.fence); the engine's spans are its children, and the
+// upstream gets the trace in traceparent. See docs/tracing.md.
+//
 // # Starting before the store
 //
 // The gateway listens at once and opens its store in the background,
@@ -138,6 +149,7 @@ type options struct {
 	statusPath                     string
 	expectedCompletion             time.Duration
 	console                        consoleOptions
+	tracing                        *tracing // from the OTEL_* environment (tracing.go); nil: off
 }
 
 func parseFlags(args []string, out io.Writer) (*options, error) {
@@ -298,13 +310,13 @@ func newPending(o *options, log *slog.Logger) (*gateway, error) {
 	}
 	g := &gateway{opts: o, log: log, up: up, metrics: newMetrics()}
 	g.pass = g.proxy(up)
-	g.handler = g.metrics.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.handler = o.tracing.server(g.metrics.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rd := g.ready.Load(); rd != nil {
 			rd.handler.ServeHTTP(w, r)
 			return
 		}
 		g.waiting(w, r)
-	}))
+	})))
 	return g, nil
 }
 
@@ -312,7 +324,7 @@ func newPending(o *options, log *slog.Logger) (*gateway, error) {
 // gateway serves covered requests.
 func (g *gateway) attach(store store.Store) error {
 	o, log := g.opts, g.log
-	eng, err := idem.New(store, engineConfig(o, log, g.metrics.observer))
+	eng, err := idem.New(store, engineConfig(o, log, o.tracing.observer(g.metrics.observer)))
 	if err != nil {
 		return err
 	}
@@ -442,7 +454,7 @@ func (g *gateway) proxy(up *url.URL) http.Handler {
 			}
 		},
 		ModifyResponse: g.accepted,
-		Transport:      upstreamTransport(g.opts),
+		Transport:      g.opts.tracing.transport(upstreamTransport(g.opts)),
 		ErrorHandler:   g.upstreamError,
 		BufferPool:     bufferPool{},
 	}
@@ -512,7 +524,7 @@ func (g *gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 func (g *gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	if g.opts.statusPath != "" {
-		mux.HandleFunc("POST /idem/v1/tokens/{token}/{action}", g.settle)
+		mux.Handle("POST /idem/v1/tokens/{token}/{action}", g.opts.tracing.server(http.HandlerFunc(g.settle)))
 	}
 	mux.Handle("GET /metrics", g.metrics.handler())
 	g.mountConsole(mux)
@@ -550,6 +562,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	tr, stopTracing, err := newTracing(ctx, os.Getenv, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		o.tracing = tr
+		defer func() { // last: after the servers stopped, the spans are flushed
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := stopTracing(sctx); err != nil {
+				log.Error("flushing traces", "err", err)
+			}
+		}()
+		log.Info("tracing on", "exporter", os.Getenv(envTracesExporter))
+	}
 	g, err := newPending(o, log)
 	if err != nil {
 		return err

@@ -201,6 +201,10 @@ type Store struct {
 	once sync.Once
 }
 
+// SystemName implements store.SystemNamer: the backend's db.system.name in
+// the OpenTelemetry database semantic conventions, a bbolt file, which the conventions do not list: "bbolt".
+func (s *Store) SystemName() string { return "bbolt" }
+
 // slot serializes the operations on one key, from the moment they read
 // the key's state to the moment their write is durable, and holds the
 // key's Local claim while it is kept in memory. A held claim stands in

@@ -284,6 +284,10 @@ type Store struct {
 	names map[string]string
 }
 
+// SystemName implements store.SystemNamer: the backend's db.system.name in
+// the OpenTelemetry database semantic conventions, "aws.dynamodb".
+func (s *Store) SystemName() string { return "aws.dynamodb" }
+
 var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Lister  = (*Store)(nil)

@@ -49,6 +49,10 @@ type Store struct {
 	once sync.Once
 }
 
+// SystemName implements store.SystemNamer: the backend's db.system.name in
+// the OpenTelemetry database semantic conventions, the store keeps its records in memory: "memory".
+func (s *Store) SystemName() string { return "memory" }
+
 var (
 	_ store.Store        = (*Store)(nil)
 	_ store.Lister       = (*Store)(nil)

@@ -91,6 +91,10 @@ type Store struct {
 	once sync.Once
 }
 
+// SystemName implements store.SystemNamer: the backend's db.system.name in
+// the OpenTelemetry database semantic conventions, "postgresql".
+func (s *Store) SystemName() string { return "postgresql" }
+
 var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Lister  = (*Store)(nil)

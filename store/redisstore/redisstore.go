@@ -133,6 +133,10 @@ type Store struct {
 	owned   bool // Close closes c
 }
 
+// SystemName implements store.SystemNamer: the backend's db.system.name in
+// the OpenTelemetry database semantic conventions, "redis".
+func (s *Store) SystemName() string { return "redis" }
+
 var (
 	_ store.Store        = (*Store)(nil)
 	_ store.Lister       = (*Store)(nil)

@@ -135,6 +135,13 @@ func TestOpenWorkingStores(t *testing.T) {
 			}
 		}()
 		roundTrip(t, s)
+		// The store names its backend for the spans of its calls.
+		scheme, _, _ := strings.Cut(raw, ":")
+		want := map[string]string{"memory": "memory", "bolt": "bbolt", "redis": "redis", "redis+cluster": "redis",
+			"redis+sentinel": "redis", "postgres": "postgresql", "dynamodb": "aws.dynamodb"}[scheme]
+		if sn, ok := s.Store.(store.SystemNamer); !ok || sn.SystemName() != want {
+			t.Errorf("%s store %T: not a store.SystemNamer naming %q", scheme, s.Store, want)
+		}
 	}
 	t.Run("memory", func(t *testing.T) { open(t, "memory:", nil) })
 	t.Run("bolt", func(t *testing.T) {
