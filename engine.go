@@ -212,7 +212,7 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 	}
 	c.result = b
 	now := store.Millis(c.e.cfg.Clock.Now())
-	return store.CompleteParams{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now,
+	return store.CompleteParams{ClaimRef: store.ClaimRef{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now},
 		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
 }
 
@@ -1104,15 +1104,15 @@ func (h *holder) try(ctx context.Context, kind writeKind, now int64, result []by
 	var err error
 	switch kind {
 	case writeComplete:
-		err = e.store.Complete(ctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: result, From: h.from})
+		err = e.store.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, From: h.from, Now: now},
+			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: result})
 	case writeFail:
-		err = e.store.Fail(ctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *er, From: h.from})
+		err = e.store.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, From: h.from, Now: now},
+			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *er})
 	case writeRelease:
-		err = e.store.Release(ctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
+		err = e.store.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, From: h.from, Now: now}})
 	case writeExtend:
-		p := store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}
+		p := store.ExtendParams{ClaimRef: store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}}
 		ext(&p)
 		err = e.store.Extend(ctx, p)
 	}

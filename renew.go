@@ -144,7 +144,7 @@ func (h *holder) renewOnce() {
 	// default interval of a third of the lease, three attempts fit in it).
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond)))
 	err := e.timed(observe.StoreExtend, func() error {
-		return e.store.Extend(ctx, store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, LeaseUntil: until})
+		return e.store.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}, LeaseUntil: until})
 	})
 	cancel()
 	next := h.interval()

@@ -76,6 +76,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -476,6 +477,13 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 // the write expects.
 const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :from AND #expms > :now"
 
+// fencedValues are the values fencedCond compares, for the claim c.
+func fencedValues(c store.ClaimRef) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		":now": num(c.Now), ":from": str(c.From.OrInProgress().String()), ":fence": unum(c.Fence), ":owner": str(c.Owner),
+	}
+}
+
 // Complete implements [store.Store]. It removes a stored error and the
 // other form of a stored result (inline or spilled), which a settled item
 // corrected by its claim (From) may hold, and the item's open-index entry.
@@ -500,7 +508,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
 	open, openPh := s.openRemove()
-	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
+	return s.fencedUpdate(ctx, "complete", p.ClaimRef, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
 }
 
 // Fail implements [store.Store]. It removes a stored result (inline or
@@ -516,7 +524,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	}
 	open, openPh := s.openSet(vals, store.StatusFailed, p.Key)
 	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now" + open + " REMOVE #data, #dref"
-	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
+	return s.fencedUpdate(ctx, "fail", p.ClaimRef, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
 }
 
 // Extend implements [store.Store]. With neither a lease nor a Ref it sets
@@ -525,6 +533,9 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 // item has unless it was claimed before the index was added: a record
 // older than the index is listed from its first renewal on.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	var set, ph []string
 	vals := map[string]types.AttributeValue{}
 	if p.LeaseUntil != 0 {
@@ -537,58 +548,55 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		set, ph = []string{"#lease = #lease"}, []string{"#lease"}
 	}
 	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
-	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now, "SET "+strings.Join(set, ", ")+open, vals, append(ph, openPh...))
+	return s.fencedUpdate(ctx, "extend", p.ClaimRef, "SET "+strings.Join(set, ", ")+open, vals, append(ph, openPh...))
 }
 
-// fencedUpdate runs a fenced UpdateItem on an item in status from
-// (IN_PROGRESS when zero).
-func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
-	vals[":now"], vals[":from"], vals[":fence"], vals[":owner"] = num(now), str(from.OrInProgress().String()), unum(fence), str(owner)
+// fencedUpdate runs a fenced UpdateItem for the claim c.
+func (s *Store) fencedUpdate(ctx context.Context, op string, c store.ClaimRef, set string, vals map[string]types.AttributeValue, ph []string) error {
+	maps.Copy(vals, fencedValues(c))
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.cfg.Table),
-		Key:                                 s.itemKey(key),
+		Key:                                 s.itemKey(c.Key),
 		UpdateExpression:                    aws.String(set),
 		ConditionExpression:                 aws.String(fencedCond),
 		ExpressionAttributeNames:            s.pick(append(ph, "#st", "#fence", "#owner", "#expms")...),
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, op, key, fence, owner, from, now, err)
+	return s.fencedError(op, c, err)
 }
 
 // fencedError turns a failed fenced write into ErrNotFound or a
 // *FencedError from the item returned with the failure.
-func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, err error) error {
+func (s *Store) fencedError(op string, c store.ClaimRef, err error) error {
 	if err == nil {
 		return nil
 	}
 	old, failed := conditionFailed(err)
 	if !failed {
-		return s.translate(op, key, err)
+		return s.translate(op, c.Key, err)
 	}
-	rec, _, derr := s.decodeMeta(key, old)
+	rec, _, derr := s.decodeMeta(c.Key, old)
 	if derr != nil {
 		return derr
 	}
-	if ferr := store.CheckFence(rec, key, fence, owner, from, now); ferr != nil {
+	if ferr := store.CheckFence(rec, c); ferr != nil {
 		return ferr
 	}
-	return &store.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
+	return &store.CorruptError{Key: c.Key, Reason: op + " condition failed on an item that satisfies it"}
 }
 
 // Release implements [store.Store] with a conditional DeleteItem.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                aws.String(s.cfg.Table),
-		Key:                      s.itemKey(p.Key),
-		ConditionExpression:      aws.String(fencedCond),
-		ExpressionAttributeNames: s.pick("#st", "#fence", "#owner", "#expms"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":from": str(p.From.OrInProgress().String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
-		},
+		TableName:                           aws.String(s.cfg.Table),
+		Key:                                 s.itemKey(p.Key),
+		ConditionExpression:                 aws.String(fencedCond),
+		ExpressionAttributeNames:            s.pick("#st", "#fence", "#owner", "#expms"),
+		ExpressionAttributeValues:           fencedValues(p.ClaimRef),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Owner, p.From, p.Now, err)
+	return s.fencedError("release", p.ClaimRef, err)
 }
 
 // Get implements [store.Store] with a strongly consistent GetItem.

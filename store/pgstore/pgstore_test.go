@@ -254,7 +254,7 @@ func TestOneStatementPerOperation(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	before := cnt.n.Load()
-	err = s.Complete(context.Background(), store.CompleteParams{Key: "held", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 3_600_000, Result: []byte("r")})
+	err = s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "other", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte("r")})
 	var fe *store.FencedError
 	if !errors.As(err, &fe) || fe.CurrentOwner != "o" {
 		t.Fatalf("complete by another owner: %v, want a *FencedError naming o", err)
@@ -582,7 +582,7 @@ func TestFencedWriteBehindAReleaseIsNotFound(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("r")})
+		done <- s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now + 1}, ExpiresAt: now + 3_600_000, Result: []byte("r")})
 	}()
 	for waited := false; !waited; {
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
@@ -608,7 +608,7 @@ func TestResettleClearsOldOutcome(t *testing.T) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Extend(ctx, store.ExtendParams{Key: "k", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, Ref: "exec-1"}); err != nil {
 		t.Fatal(err)
 	}
 	type row struct {
@@ -628,16 +628,16 @@ func TestResettleClearsOldOutcome(t *testing.T) {
 	if r := read(); r.lease != now+10_000 || r.ref == nil || *r.ref != "exec-1" {
 		t.Fatalf("after attaching: lease %d, ref %v; want the lease unchanged and exec-1", r.lease, r.ref)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_001, Result: []byte("r"), From: store.StatusFailed}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_001, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if r := read(); r.errCode != nil || r.errMsg != nil || r.errBody != nil || string(r.result) != "r" || r.ref == nil || *r.ref != "exec-1" {
 		t.Errorf("COMPLETED from FAILED: %+v; want the result, the ref and no error columns", r)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 3_600_002, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusCompleted, Now: now + 2}, ExpiresAt: now + 3_600_002, Err: store.ErrorRecord{Code: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := read(); r.result != nil {
@@ -656,7 +656,7 @@ func TestFencedWriteBehindAResettleReportsNewStatus(t *testing.T) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c"}}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := pool.Begin(ctx)
@@ -668,12 +668,12 @@ func TestFencedWriteBehindAResettleReportsNewStatus(t *testing.T) {
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CompleteTx(ctx, tx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("first"), From: store.StatusFailed}); err != nil {
+	if err := s.CompleteTx(ctx, tx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_000, Result: []byte("first")}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("second"), From: store.StatusFailed})
+		done <- s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_000, Result: []byte("second")})
 	}()
 	for waited := false; !waited; {
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
