@@ -177,7 +177,7 @@ func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(cont
 }
 
 // DoCompleting is [Do] for an operation that records its own success, in
-// the same transaction as its own writes (pgstore.DoTx is built on it):
+// the same transaction as its own writes (idempg.DoTx is built on it):
 // the business write and the COMPLETED record then commit together or not
 // at all. fn calls c.Params(v) to get the Complete for this call's claim
 // (the value encoded once, with the engine's codec), makes it in its

@@ -17,12 +17,15 @@
 //
 // # Completing inside your transaction
 //
-// [DoTx] runs an operation inside a transaction and records its outcome in
-// that same transaction: the business write and the COMPLETED record
-// commit together or not at all, and a holder that lost its claim (fence
-// moved on after a takeover) cannot commit its business write either. This
-// is the transactional-outbox strength that stores outside the database
-// lack. [Store.CompleteTx] is the building block.
+// [Store.CompleteInTx] runs a function inside a transaction and completes
+// the record in that same transaction: the business write and the
+// COMPLETED record commit together or not at all, and a holder that lost
+// its claim (fence moved on after a takeover) cannot commit its business
+// write either. This is the transactional-outbox strength that stores
+// outside the database lack. [Store.CompleteTx] completes inside a
+// transaction of the caller's. DoTx in module
+// github.com/seed-a1b882c0/idem/idempg runs an engine call this way; it
+// lives there so that this store depends on package store alone.
 //
 // # Schema
 //
@@ -511,6 +514,38 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 // found) should make the caller roll tx back.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p store.CompleteParams) error {
 	return s.complete(ctx, tx, p)
+}
+
+// CompleteInTx runs fn in a transaction begun on the store's DB and
+// completes the record, in that same transaction, with the parameters fn
+// returns, then commits: fn's writes and the COMPLETED record commit
+// together or not at all. key names the record in errors.
+//
+//   - fn's error, or a panic: the transaction rolls back and fn's error
+//     is returned as it is (the panic goes on).
+//   - the completion is refused (the claim was lost: a [*store.FencedError]
+//     or [store.ErrNotFound]; a result over the limit): the transaction
+//     rolls back and the refusal is returned; fn's writes never become
+//     visible.
+//   - begin or commit fails: an error translated as the store's others
+//     are (wrapping [store.ErrUnavailable]).
+//
+// It is the engine-free half of idempg.DoTx, which runs an operation and
+// its idem record in one transaction.
+func (s *Store) CompleteInTx(ctx context.Context, key string, fn func(ctx context.Context, tx pgx.Tx) (store.CompleteParams, error)) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.translate("begin", key, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	p, err := fn(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := s.complete(ctx, tx, p); err != nil {
+		return err
+	}
+	return s.translate("commit", key, tx.Commit(ctx))
 }
 
 func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) error {

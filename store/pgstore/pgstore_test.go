@@ -130,78 +130,65 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// DoTx: the business write and the COMPLETED record commit together; a
-// duplicate replays without running; a holder that lost its claim cannot
-// commit its business write.
-func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
+// CompleteInTx: fn's write and the COMPLETED record commit together; a
+// completion refused (the claim was taken over meanwhile) or fn's error
+// rolls fn's write back.
+func TestCompleteInTx(t *testing.T) {
 	s, pool := newStore(t, pgstore.Config{})
 	ctx := context.Background()
 	table := s.Config().Table + "_orders"
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, amount int)"); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
-	if err != nil {
-		t.Fatal(err)
+	now := time.Now().UnixMilli()
+	claim := func(key, owner string, at int64) store.CompleteParams {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: owner, Now: at, LeaseUntil: at + 10_000, ExpiresAt: now + 60_000})
+		if err != nil || !res.Acquired {
+			t.Fatalf("claim %s: %+v, %v", key, res, err)
+		}
+		return store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: owner, Now: at}, ExpiresAt: now + 60_000, Result: []byte("done")}
 	}
-	runs := 0
-	insert := func(id string) func(context.Context, pgx.Tx) (string, error) {
-		return func(ctx context.Context, tx pgx.Tx) (string, error) {
-			runs++
-			_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, 100)", id)
-			return "order " + id, err
+	insert := func(p store.CompleteParams, err error) func(context.Context, pgx.Tx) (store.CompleteParams, error) {
+		return func(ctx context.Context, tx pgx.Tx) (store.CompleteParams, error) {
+			if _, xerr := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", p.Key); xerr != nil {
+				return p, xerr
+			}
+			return p, err
 		}
 	}
-	count := func() (n int) {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+	rows := func(key string) (n int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE id = $1", key).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	r := idem.Request{Operation: "order", Key: "o-1"}
-	for i := range 2 {
-		res, err := pgstore.DoTx(ctx, e, s, r, insert("o-1"))
-		if err != nil || res.Value != "order o-1" || res.Replayed != (i == 1) {
-			t.Fatalf("call %d: %+v, %v", i, res, err)
-		}
+
+	p := claim("k-1", "o", now)
+	if err := s.CompleteInTx(ctx, p.Key, insert(p, nil)); err != nil {
+		t.Fatal(err)
 	}
-	if runs != 1 || count() != 1 {
-		t.Fatalf("runs %d, rows %d; want 1 and 1", runs, count())
+	if r, err := s.Get(ctx, p.Key); err != nil || r.Status != store.StatusCompleted || rows(p.Key) != 1 {
+		t.Fatalf("after CompleteInTx: %+v, %v, %d rows; want COMPLETED and 1 row", r, err, rows(p.Key))
 	}
 
-	// A zombie: its claim is taken over while it runs; its transaction
-	// must not commit.
-	r2 := idem.Request{Operation: "order", Key: "o-2"}
-	_, err = pgstore.DoTx(ctx, e, s, r2, func(ctx context.Context, tx pgx.Tx) (string, error) {
-		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-2', 1)"); err != nil {
-			return "", err
-		}
-		c, _ := idem.FromContext(ctx)
-		rec, err := s.Get(ctx, c.Key)
-		if err != nil {
-			return "", err
-		}
-		// Another process takes over (its clock past the lease).
-		_, err = s.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint, Now: rec.LeaseUntil, LeaseUntil: rec.LeaseUntil + 30_000, ExpiresAt: rec.ExpiresAt})
-		return "zombie", err
-	})
+	// Taken over before the completion: refused, fn's write rolled back.
+	p = claim("k-2", "o", now)
+	claim("k-2", "other", now+10_000)
 	var fe *store.FencedError
-	if !errors.As(err, &fe) {
-		t.Fatalf("zombie's DoTx: %v, want *FencedError", err)
-	}
-	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE id = 'o-2'").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("zombie's business write committed (%d rows, %v)", n, err)
+	if err := s.CompleteInTx(ctx, p.Key, insert(p, nil)); !errors.As(err, &fe) || rows(p.Key) != 0 {
+		t.Fatalf("completion of a lost claim: %v, %d rows; want a *FencedError and 0 rows", err, rows(p.Key))
 	}
 
-	// An operation error rolls its writes back and releases the key.
+	// fn's error: returned as it is, its write rolled back, the record untouched.
 	boom := errors.New("boom")
-	_, err = pgstore.DoTx(ctx, e, s, idem.Request{Operation: "order", Key: "o-3"}, func(ctx context.Context, tx pgx.Tx) (string, error) {
-		_, _ = tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-3', 1)")
-		return "", boom
-	})
-	if !errors.Is(err, boom) || count() != 1 {
-		t.Fatalf("failed operation: %v, rows %d; want boom and its write rolled back", err, count())
+	p = claim("k-3", "o", now)
+	if err := s.CompleteInTx(ctx, p.Key, insert(p, boom)); err != boom || rows(p.Key) != 0 {
+		t.Fatalf("fn's error: %v, %d rows; want boom and 0 rows", err, rows(p.Key))
+	}
+	if r, err := s.Get(ctx, p.Key); err != nil || r.Status != store.StatusInProgress {
+		t.Fatalf("after fn's error: %+v, %v; want IN_PROGRESS", r, err)
 	}
 }
 
