@@ -487,27 +487,26 @@ func (s *Store) groups(ctx context.Context, ps []store.ClaimParams, errs []error
 func (s *Store) fenced(ctx context.Context, op, name string, c store.ClaimRef, extra ...any) error {
 	tag := appendTag(make([]byte, 0, 32+len(c.Owner)), c.Fence, c.Owner)
 	args := append([]any{op, tag, c.Now, int(c.From.OrInProgress())}, extra...)
-	key := c.Key
-	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(key), args...)
+	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(c.Key), args...)
 	if err != nil {
-		return s.translate(name, key, err)
+		return s.translate(name, c.Key, err)
 	}
 	switch {
 	case r.kind == ':' && r.n == 0:
-		return s.waited(name, key, w)
+		return s.waited(name, c.Key, w)
 	case r.kind == ':' && r.n == 1:
 		return store.ErrNotFound
 	case r.kind == '$':
-		rec, err := decodeValue(key, r.str)
+		rec, err := decodeValue(c.Key, r.str)
 		if err != nil {
 			return err
 		}
 		if err := store.CheckFence(rec, c); err != nil {
 			return err
 		}
-		return &store.CorruptError{Key: key, Reason: "fenced script refused a write the record allows"}
+		return &store.CorruptError{Key: c.Key, Reason: "fenced script refused a write the record allows"}
 	}
-	return s.errorReply(name, key, r)
+	return s.errorReply(name, c.Key, r)
 }
 
 // Complete implements [store.Store].
