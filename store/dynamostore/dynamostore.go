@@ -239,7 +239,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	var openAttr string
 	if c.OpenIndex != "" {
-		def(&c.OpenAttr, "open_status")
+		def(&c.OpenAttr, defaultOpenAttr)
 		openAttr = c.OpenAttr
 		if c.OpenIndex == c.StatusIndex {
 			return c, fmt.Errorf("dynamostore: Config.OpenIndex and Config.StatusIndex both name index %q: they are two indexes with different keys: %w", c.OpenIndex, store.ErrInvalidConfig)
@@ -258,6 +258,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// defaultOpenAttr is the default of Config.OpenAttr.
+const defaultOpenAttr = "open_status"
 
 // idem's own attributes.
 const (
@@ -300,14 +303,19 @@ func New(api API, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{api: api, cfg: c, names: map[string]string{
+	return &Store{api: api, cfg: c, names: c.placeholders()}, nil
+}
+
+// placeholders maps the expression placeholders to the attribute names of
+// c, defaults applied.
+func (c Config) placeholders() map[string]string {
+	return map[string]string{
 		"#pk": c.KeyAttr, "#st": c.StatusAttr, "#lease": c.LeaseAttr, "#exp": c.ExpiryAttr,
 		"#data": c.DataAttr, "#val": c.ValidationAttr, "#fence": attrFence, "#owner": attrOwner,
 		"#expms": attrExpMs, "#created": attrCreated, "#completed": attrCompleted,
 		"#ecode": attrErrCode, "#emsg": attrErrMsg, "#ebody": attrErrBody, "#ref": attrRef,
 		"#dref": attrDataRef, "#v": attrVersion, "#open": c.OpenAttr, "#sk": c.SortKeyAttr,
-	}}
-	return s, nil
+	}
 }
 
 // Config returns the store's configuration with defaults filled in.
