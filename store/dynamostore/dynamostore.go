@@ -76,7 +76,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 
@@ -485,11 +484,14 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 // the write expects.
 const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :from AND #expms > :now"
 
-// fencedValues are the values fencedCond compares, for the claim c.
-func fencedValues(c store.ClaimRef) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		":now": num(c.Now), ":from": str(c.From.OrInProgress().String()), ":fence": unum(c.Fence), ":owner": str(c.Owner),
+// fencedValues adds the values fencedCond compares, for the claim c, to
+// vals (a new map when nil) and returns it.
+func fencedValues(vals map[string]types.AttributeValue, c store.ClaimRef) map[string]types.AttributeValue {
+	if vals == nil {
+		vals = make(map[string]types.AttributeValue, 4)
 	}
+	vals[":now"], vals[":from"], vals[":fence"], vals[":owner"] = num(c.Now), str(c.From.OrInProgress().String()), unum(c.Fence), str(c.Owner)
+	return vals
 }
 
 // Complete implements [store.Store]. It removes a stored error and the
@@ -561,14 +563,13 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 
 // fencedUpdate runs a fenced UpdateItem for the claim c.
 func (s *Store) fencedUpdate(ctx context.Context, op string, c store.ClaimRef, set string, vals map[string]types.AttributeValue, ph []string) error {
-	maps.Copy(vals, fencedValues(c))
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.cfg.Table),
 		Key:                                 s.itemKey(c.Key),
 		UpdateExpression:                    aws.String(set),
 		ConditionExpression:                 aws.String(fencedCond),
 		ExpressionAttributeNames:            s.pick(append(ph, "#st", "#fence", "#owner", "#expms")...),
-		ExpressionAttributeValues:           vals,
+		ExpressionAttributeValues:           fencedValues(vals, c),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return s.fencedError(op, c, err)
@@ -601,7 +602,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 		Key:                                 s.itemKey(p.Key),
 		ConditionExpression:                 aws.String(fencedCond),
 		ExpressionAttributeNames:            s.pick("#st", "#fence", "#owner", "#expms"),
-		ExpressionAttributeValues:           fencedValues(p.ClaimRef),
+		ExpressionAttributeValues:           fencedValues(nil, p.ClaimRef),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return s.fencedError("release", p.ClaimRef, err)
