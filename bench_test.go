@@ -221,7 +221,7 @@ func BenchmarkMemstoreRaw(b *testing.B) {
 		if err != nil || !res.Acquired {
 			b.Fatal(res, err)
 		}
-		if err := mem.Complete(ctx, store.CompleteParams{Key: keys[i], Fence: res.Record.Fence, Owner: "owner/1", Now: now, ExpiresAt: p.ExpiresAt, Result: result}); err != nil {
+		if err := mem.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: keys[i], Fence: res.Record.Fence, Owner: "owner/1", Now: now}, ExpiresAt: p.ExpiresAt, Result: result}); err != nil {
 			b.Fatal(err)
 		}
 		i++

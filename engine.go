@@ -170,7 +170,7 @@ func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(cont
 }
 
 // DoCompleting is [Do] for an operation that records its own success, in
-// the same transaction as its own writes (pgstore.DoTx is built on it):
+// the same transaction as its own writes (idempg.DoTx is built on it):
 // the business write and the COMPLETED record then commit together or not
 // at all. fn calls c.Params(v) to get the Complete for this call's claim
 // (the value encoded once, with the engine's codec), makes it in its
@@ -205,7 +205,7 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 	}
 	c.result = b
 	now := store.Millis(c.e.cfg.Clock.Now())
-	return store.CompleteParams{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now,
+	return store.CompleteParams{ClaimRef: store.ClaimRef{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now},
 		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
 }
 
@@ -1221,18 +1221,18 @@ func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 	e := h.e
 	start := e.callStart(time.Time{})
 	ctx, ss := h.storeSpan(ctx, req.kind.op())
+	ref := store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, From: h.from, Now: now}
 	var err error
 	switch req.kind {
 	case writeComplete:
-		err = e.store.Complete(ctx, store.CompleteParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: req.result, From: h.from})
+		err = e.store.Complete(ctx, store.CompleteParams{ClaimRef: ref, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: req.result})
 	case writeFail:
-		err = e.store.Fail(ctx, store.FailParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now,
-			ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *req.err, From: h.from})
+		err = e.store.Fail(ctx, store.FailParams{ClaimRef: ref, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *req.err})
 	case writeRelease:
-		err = e.store.Release(ctx, store.ReleaseParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now, From: h.from})
+		err = e.store.Release(ctx, store.ReleaseParams{ClaimRef: ref})
 	case writeExtend:
-		p := store.ExtendParams{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}
+		ref.From = 0 // an Extend acts on an IN_PROGRESS claim only
+		p := store.ExtendParams{ClaimRef: ref}
 		req.extend(&p)
 		err = e.store.Extend(ctx, p)
 	}

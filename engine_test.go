@@ -978,7 +978,7 @@ func TestCacheNeverSharesMutableValues(t *testing.T) {
 }
 
 // An operation may complete its own record, in its own transaction
-// (DoCompleting, as pgstore.DoTx does): the engine encodes the value once,
+// (DoCompleting, as idempg.DoTx does): the engine encodes the value once,
 // makes no Complete of its own, and replays the record.
 func TestOperationCompletedItsOwnRecord(t *testing.T) {
 	en := setup(t, idem.Config{RenewInterval: -1, Cache: &idem.CacheConfig{}})

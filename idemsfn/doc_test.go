@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem/idemsfn"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
 
 // docs/stepfunctions.md shows the states DynamoDBCompleteStates returns
@@ -22,7 +23,11 @@ func TestDocsShowTheDynamoDBStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "```json\n" + string(idemsfn.DynamoDBCompleteStates(idemsfn.DynamoDBTable{Name: "idem"})) + "\n```\n"
+	states, err := idemsfn.DynamoDBCompleteStates(dynamostore.Config{Table: "idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "```json\n" + string(states) + "\n```\n"
 	if !strings.Contains(string(b), want) {
 		t.Errorf("docs/stepfunctions.md does not show the states as DynamoDBCompleteStates returns them:\n%s", want)
 	}

@@ -2,25 +2,10 @@ package idemsfn
 
 import (
 	"encoding/json"
-)
+	"fmt"
 
-// DynamoDBTable describes the table of a dynamostore.Store for
-// [DynamoDBCompleteStates]. Name is required; the attribute names default
-// to dynamostore's, and must be the same as its Config's.
-type DynamoDBTable struct {
-	Name string
-	// KeyAttr is the partition key attribute. Default "id".
-	KeyAttr string
-	// SortKeyAttr, when set, holds the store key under the static
-	// partition key value PartitionValue (default "idem").
-	SortKeyAttr, PartitionValue string
-	// StatusAttr default "status"; DataAttr (the result) default "data".
-	StatusAttr, DataAttr string
-	// OpenAttr is the attribute of dynamostore's open index
-	// (Config.OpenAttr), which a completed record must not keep. Default
-	// "open_status"; removing it is harmless on a table without the index.
-	OpenAttr string
-}
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
+)
 
 // The names of the two states of [DynamoDBCompleteStates].
 const (
@@ -53,6 +38,12 @@ const (
 // The workflow's last step puts its result at $.output (ResultPath
 // "$.output"), keeps $.idem from the input, and goes to "IdemComplete".
 //
+// cfg is the Config of the table's [dynamostore.Store] (Table and the
+// attribute names; its other fields do not matter): dynamostore lays the
+// update out ([dynamostore.Config.ExternalComplete]) and these states only
+// put it in ASL. A cfg without Table is an error wrapping
+// [idem.ErrInvalidConfig].
+//
 // What the state cannot do, because ASL has no clock in milliseconds: it
 // leaves completed_ms unset (State.CompletedAt reads zero) and leaves the
 // expiry the claim set (expiration, expiration_ms: claim time + the
@@ -62,40 +53,43 @@ const (
 // Results are limited to what States.Base64Encode takes (AWS documents
 // 10,000 characters of JSON text) and to dynamostore's MaxResultBytes;
 // there is no Spiller. The engine must use the default JSONCodec.
-func DynamoDBCompleteStates(t DynamoDBTable) json.RawMessage {
-	def := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
+func DynamoDBCompleteStates(cfg dynamostore.Config) (json.RawMessage, error) {
+	u, err := cfg.ExternalComplete(dynamostore.ExternalRefs{
+		Key: "$.idem.key", Fence: "$.idem.fence", Owner: "$.idem.owner",
+		Result: "States.Base64Encode(States.JsonToString($.output))",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idemsfn: DynamoDB states: %w", err)
 	}
-	str := func(typ, v string) obj { return obj{{typ, v}} }
-	key := obj{{def(t.KeyAttr, "id"), str("S.$", "$.idem.key")}}
-	if t.SortKeyAttr != "" {
-		key = obj{{def(t.KeyAttr, "id"), str("S", def(t.PartitionValue, "idem"))}, {t.SortKeyAttr, str("S.$", "$.idem.key")}}
+	// value is an attribute value in ASL: a ".$" type takes a path or an
+	// intrinsic function that the state evaluates.
+	value := func(v dynamostore.ExternalValue) member {
+		if v.Ref {
+			return member{v.Name, obj{{v.Type + ".$", v.Value}}}
+		}
+		return member{v.Name, obj{{v.Type, v.Value}}}
+	}
+	var key, names, values obj
+	for _, v := range u.Key {
+		key = append(key, value(v))
+	}
+	for _, n := range u.Names {
+		names = append(names, member{n.Placeholder, n.Attr})
+	}
+	for _, v := range u.Values {
+		values = append(values, value(v))
 	}
 	states := obj{
 		{DynamoDBCompleteStateName, obj{
 			{"Type", "Task"},
 			{"Resource", "arn:aws:states:::dynamodb:updateItem"},
 			{"Parameters", obj{
-				{"TableName", t.Name},
+				{"TableName", u.TableName},
 				{"Key", key},
-				{"UpdateExpression", "SET #st = :done, #data = :data REMOVE #ecode, #emsg, #ebody, #dref, #open"},
-				{"ConditionExpression", "#st = :ip AND #fence = :fence AND #owner = :owner"},
-				{"ExpressionAttributeNames", obj{
-					{"#st", def(t.StatusAttr, "status")}, {"#data", def(t.DataAttr, "data")},
-					{"#fence", "fence"}, {"#owner", "owner"},
-					{"#ecode", "error_code"}, {"#emsg", "error_message"}, {"#ebody", "error_body"}, {"#dref", "data_ref"},
-					{"#open", def(t.OpenAttr, "open_status")},
-				}},
-				{"ExpressionAttributeValues", obj{
-					{":done", str("S", "COMPLETED")},
-					{":ip", str("S", "IN_PROGRESS")},
-					{":fence", str("N.$", "$.idem.fence")},
-					{":owner", str("S.$", "$.idem.owner")},
-					{":data", str("B.$", "States.Base64Encode(States.JsonToString($.output))")},
-				}},
+				{"UpdateExpression", u.UpdateExpression},
+				{"ConditionExpression", u.ConditionExpression},
+				{"ExpressionAttributeNames", names},
+				{"ExpressionAttributeValues", values},
 			}},
 			{"ResultPath", "$.idemComplete"},
 			{"Catch", []obj{{
@@ -115,7 +109,7 @@ func DynamoDBCompleteStates(t DynamoDBTable) json.RawMessage {
 	if err != nil {
 		panic(err) // strings, bools and objects of them always encode
 	}
-	return b
+	return b, nil
 }
 
 // obj is a JSON object that keeps its members in order, so the states

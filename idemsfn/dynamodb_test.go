@@ -161,8 +161,10 @@ func TestDynamoDBCompleteStates(t *testing.T) {
 			t.Parallel()
 			ds := newDynamoStore(t, layout)
 			cfg := ds.Config()
-			states := idemsfn.DynamoDBCompleteStates(idemsfn.DynamoDBTable{Name: cfg.Table, KeyAttr: layout.KeyAttr,
-				SortKeyAttr: layout.SortKeyAttr, PartitionValue: layout.PartitionValue, StatusAttr: layout.StatusAttr, DataAttr: layout.DataAttr, OpenAttr: layout.OpenAttr})
+			states, err := idemsfn.DynamoDBCompleteStates(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			r := newRig(t, ds)
 			api := newFakeSFN()
 			s := r.starter(t, api, machineArn, idemsfn.Config{ExpectedCompletion: time.Minute})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemsfn"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
@@ -76,7 +77,12 @@ func ExampleExecutionName() {
 // The states to add to a state machine whose idem store is dynamostore
 // with its default attribute names, on table "idem".
 func ExampleDynamoDBCompleteStates() {
-	fmt.Printf("%s\n", idemsfn.DynamoDBCompleteStates(idemsfn.DynamoDBTable{Name: "idem"}))
+	states, err := idemsfn.DynamoDBCompleteStates(dynamostore.Config{Table: "idem"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s\n", states)
 	// Output:
 	// {
 	//   "IdemComplete": {

@@ -14,6 +14,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemsfn"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
 
 // These tests run against stepfunctions-local, an emulator that differs
@@ -426,7 +427,11 @@ func TestLocalAcceptsDynamoDBStates(t *testing.T) {
 	t.Parallel()
 	c := sfnClient(t)
 	var states map[string]json.RawMessage
-	if err := json.Unmarshal(idemsfn.DynamoDBCompleteStates(idemsfn.DynamoDBTable{Name: "idem"}), &states); err != nil {
+	asl, err := idemsfn.DynamoDBCompleteStates(dynamostore.Config{Table: "idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(asl, &states); err != nil {
 		t.Fatal(err)
 	}
 	states["Work"] = json.RawMessage(`{"Type":"Pass","Result":{"receipt":"r-1"},"ResultPath":"$.output","Next":"` + idemsfn.DynamoDBCompleteStateName + `"}`)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -78,6 +79,8 @@ type Store interface {
 	// neither, it only checks that the claim is still held.
 	//   - absent or expired: [ErrNotFound].
 	//   - another claim, or not IN_PROGRESS: a [*FencedError]; nothing changes.
+	//   - p.From other than zero or IN_PROGRESS: an error wrapping
+	//     [ErrInvalidParams] ([ExtendParams.Check]); nothing is read or written.
 	Extend(ctx context.Context, p ExtendParams) error
 
 	// Get returns the record under key, read with strong consistency.
@@ -135,73 +138,69 @@ type ClaimResult struct {
 	Record *Record
 }
 
-// CompleteParams are the arguments of [Store.Complete].
-type CompleteParams struct {
-	Key   string
+// ClaimRef names the claim a fenced write (Complete, Fail, Release,
+// Extend) acts for, the status it expects the record in, and the time it
+// acts at. Each of their parameter structs embeds one; [CheckFence] decides
+// a write by it.
+type ClaimRef struct {
+	Key string
+	// Fence is the claim's fence, as Claim returned it.
 	Fence uint64
 	// Owner is the claim's owner, as given to Claim: a write must hold
 	// both the fence and the owner of the record's claim.
 	Owner string
-	Now   int64
-	// ExpiresAt is the expiry of the completed record (ms).
-	ExpiresAt int64
-	Result    []byte
 	// From is the status the record must be in: zero means IN_PROGRESS,
 	// the holder settling its own claim. A settled status lets whoever
 	// holds the claim that settled the record correct it, with the same
 	// fencing: a workflow redriven to success after it was marked FAILED,
-	// an operator resolving a key by hand.
+	// an operator resolving a key by hand. Extend changes IN_PROGRESS
+	// records only: any other From is refused with [ErrInvalidParams].
 	From Status
+	// Now is the caller's current time (ms).
+	Now int64
+}
+
+// CompleteParams are the arguments of [Store.Complete].
+type CompleteParams struct {
+	ClaimRef
+	// ExpiresAt is the expiry of the completed record (ms).
+	ExpiresAt int64
+	Result    []byte
 }
 
 // FailParams are the arguments of [Store.Fail].
 type FailParams struct {
-	Key   string
-	Fence uint64
-	// Owner is the claim's owner, as given to Claim: a write must hold
-	// both the fence and the owner of the record's claim.
-	Owner     string
-	Now       int64
+	ClaimRef
+	// ExpiresAt is the expiry of the failed record (ms).
 	ExpiresAt int64
 	Err       ErrorRecord
-	// From is the status the record must be in: zero means IN_PROGRESS,
-	// the holder settling its own claim. A settled status lets whoever
-	// holds the claim that settled the record correct it, with the same
-	// fencing: a workflow redriven to success after it was marked FAILED,
-	// an operator resolving a key by hand.
-	From Status
 }
 
 // ReleaseParams are the arguments of [Store.Release].
 type ReleaseParams struct {
-	Key   string
-	Fence uint64
-	// Owner is the claim's owner, as given to Claim: a write must hold
-	// both the fence and the owner of the record's claim.
-	Owner string
-	Now   int64
-	// From is the status the record must be in: zero means IN_PROGRESS,
-	// the holder settling its own claim. A settled status lets whoever
-	// holds the claim that settled the record correct it, with the same
-	// fencing: a workflow redriven to success after it was marked FAILED,
-	// an operator resolving a key by hand.
-	From Status
+	ClaimRef
 }
 
-// ExtendParams are the arguments of [Store.Extend].
+// ExtendParams are the arguments of [Store.Extend]. Its From must be zero
+// or IN_PROGRESS ([ExtendParams.Check]).
 type ExtendParams struct {
-	Key   string
-	Fence uint64
-	// Owner is the claim's owner, as given to Claim: a write must hold
-	// both the fence and the owner of the record's claim.
-	Owner string
-	Now   int64
+	ClaimRef
 	// LeaseUntil, when not zero, is the new lease end (ms): for a claim
 	// handed to other work, the time by which it should be done.
 	LeaseUntil int64
 	// Ref, when not empty, is the execution reference to attach (a
 	// workflow execution's ID, a job's URL).
 	Ref string
+}
+
+// Check returns an error wrapping [ErrInvalidParams] when p.From names a
+// status other than IN_PROGRESS: only a claim in progress can be extended.
+// Stores call it before anything else, so that every store refuses alike.
+func (p ExtendParams) Check() error {
+	if p.From.OrInProgress() != StatusInProgress {
+		return fmt.Errorf("%w: Extend of %q with From %s: only an IN_PROGRESS claim is extended; leave From zero", ErrInvalidParams, p.Key, p.From)
+	}
+	return nil
 }
 
 // Lister is an optional power of a store: listing records for operators.
@@ -292,17 +291,24 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 }
 
 // CheckFence returns nil when a fenced write (Complete, Fail, Release,
-// Extend) by the claim (fence, owner) at now may change r (nil when
-// absent), which must be in status from (IN_PROGRESS when zero); else
-// [ErrNotFound] or a [*FencedError], as the contract says.
-func CheckFence(r *Record, key string, fence uint64, owner string, from Status, now int64) error {
-	if r == nil || r.Expired(now) {
+// Extend) for the claim c may change r (nil when absent): r holds c's
+// fence and owner, is in status c.From (IN_PROGRESS when zero) and is not
+// expired at c.Now. Else it returns [ErrNotFound] or a [*FencedError], as
+// the contract says.
+func CheckFence(r *Record, c ClaimRef) error {
+	if r == nil || r.Expired(c.Now) {
 		return ErrNotFound
 	}
-	if r.Fence != fence || r.Owner != owner || r.Status != from.OrInProgress() {
-		return &FencedError{Key: key, Fence: fence, Owner: owner, Current: r.Fence, CurrentOwner: r.Owner, Status: r.Status}
+	if r.Fence != c.Fence || r.Owner != c.Owner || r.Status != c.From.OrInProgress() {
+		return c.Fenced(r.Fence, r.Owner, r.Status)
 	}
 	return nil
+}
+
+// Fenced returns the [*FencedError] of a write for c refused by a record
+// holding the claim (fence, owner) in status st.
+func (c ClaimRef) Fenced(fence uint64, owner string, st Status) *FencedError {
+	return &FencedError{Key: c.Key, Fence: c.Fence, Owner: c.Owner, Current: fence, CurrentOwner: owner, Status: st}
 }
 
 // OrInProgress returns s, or [StatusInProgress] when s is zero: the status

@@ -34,6 +34,11 @@ var (
 	// out of range or unusable. It is idem.ErrInvalidConfig, the same
 	// error value, so that a store needs nothing but this package.
 	ErrInvalidConfig = errors.New("idem: invalid config")
+	// ErrInvalidParams: a call's parameters are unusable (an Extend whose
+	// From is not IN_PROGRESS, a required argument left empty). The
+	// caller's mistake: nothing was read or written, and a retry fails
+	// alike.
+	ErrInvalidParams = errors.New("idem: invalid store call parameters")
 	// ErrInvalidCursor: a listing's cursor was not made by the store's
 	// List, or is damaged.
 	ErrInvalidCursor = errors.New("idem: invalid list cursor")

@@ -20,8 +20,8 @@ func ExampleApplyClaim() {
 	fmt.Println(dup.Acquired, write == nil)
 
 	// Only the claim's own (fence, owner) may complete it.
-	fmt.Println(store.CheckFence(rec, p.Key, 1, "worker-2/3", 0, now+1))
-	fmt.Println(store.CheckFence(rec, p.Key, 1, "worker-1/7", 0, now+1))
+	fmt.Println(store.CheckFence(rec, store.ClaimRef{Key: p.Key, Fence: 1, Owner: "worker-2/3", Now: now + 1}))
+	fmt.Println(store.CheckFence(rec, store.ClaimRef{Key: p.Key, Fence: 1, Owner: "worker-1/7", Now: now + 1}))
 	// Output:
 	// true 1 IN_PROGRESS
 	// false true

@@ -41,7 +41,7 @@ func roundTrip(t *testing.T, s store.Store) {
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, key)

@@ -262,7 +262,7 @@ func lostCompleteReply(t *testing.T, target string, open Open) {
 		t.Fatal(err)
 	}
 	f.proxy.ResetRequests(1)
-	err = f.via.Complete(context.Background(), store.CompleteParams{Key: id.StoreKey.String(), Fence: c.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("7")})
+	err = f.via.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: id.StoreKey.String(), Fence: c.Record.Fence, Owner: "o", Now: now}, ExpiresAt: now + 60_000, Result: []byte("7")})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Complete reset on the wire: %v, want ErrUnavailable", err)
 	}

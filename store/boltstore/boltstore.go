@@ -577,20 +577,20 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // fenced runs a fenced write: change modifies the held record, or returns
 // true to delete it. The write is durable when fenced returns, the held
 // claim it settles included.
-func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner string, from store.Status, now int64, change func(r *store.Record) (del bool)) error {
+func (s *Store) fenced(ctx context.Context, c store.ClaimRef, change func(r *store.Record) (del bool)) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sl := s.lock(key)
-	defer s.unlock(key, sl)
-	r, err := s.current(sl, key)
+	sl := s.lock(c.Key)
+	defer s.unlock(c.Key, sl)
+	r, err := s.current(sl, c.Key)
 	if err != nil {
 		return err
 	}
-	if err := store.CheckFence(r, key, fence, owner, from, now); err != nil {
+	if err := store.CheckFence(r, c); err != nil {
 		return err
 	}
 	del := change(r)
@@ -599,24 +599,24 @@ func (s *Store) fenced(ctx context.Context, key string, fence uint64, owner stri
 		if del {
 			r = nil
 		}
-		return s.commit(ctx, key, r)
+		return s.commit(ctx, c.Key, r)
 	}
 	// Settling a held claim: the write, then its drop in the journal.
-	req := &request{post: dropEntry(key), drop: sl, dropping: h}
+	req := &request{post: dropEntry(c.Key), drop: sl, dropping: h}
 	if !del {
 		v := store.MarshalRecord(r)
-		req.fn = func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Put([]byte(key), v) }
+		req.fn = func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Put([]byte(c.Key), v) }
 	} else {
 		// A held claim may stand in front of an older record in the file
 		// (the expired or abandoned one it replaced): delete that too, or
 		// the release would bring it back. Over nothing, there is nothing
 		// to commit, unless a checkpoint wrote the claim meanwhile.
 		req.checkpoints = s.commits.rotations.Load()
-		below, err := s.inFile(key)
+		below, err := s.inFile(c.Key)
 		if err != nil {
 			return err
 		}
-		rm := func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Delete([]byte(key)) }
+		rm := func(tx *bolt.Tx) error { return tx.Bucket(s.bucket).Delete([]byte(c.Key)) }
 		if below {
 			req.fn = rm
 		} else {
@@ -644,7 +644,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(r *store.Record) bool {
+	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) bool {
 		store.ApplyComplete(r, p)
 		return false
 	})
@@ -655,7 +655,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(r *store.Record) bool {
+	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) bool {
 		store.ApplyFail(r, p)
 		return false
 	})
@@ -663,13 +663,16 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, p.From, p.Now, func(*store.Record) bool { return true })
+	return s.fenced(ctx, p.ClaimRef, func(*store.Record) bool { return true })
 }
 
 // Extend implements [store.Store]. Extending a held Local claim writes it to
 // the file: from then on it survives a crash.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, p.Key, p.Fence, p.Owner, 0, p.Now, func(r *store.Record) bool {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) bool {
 		store.ApplyExtend(r, p)
 		return false
 	})

@@ -135,7 +135,7 @@ func TestLocalClaimsNeverReachTheFile(t *testing.T) {
 	claim("begun", false)
 	done := claim("done", true)
 	commits, _ := s.CommitStats()
-	if err := s.Complete(ctx, store.CompleteParams{Key: "done", Fence: done.Record.Fence, Owner: done.Record.Owner, Now: now, ExpiresAt: now + 3_600_000, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "done", Fence: done.Record.Fence, Owner: done.Record.Owner, Now: now}, ExpiresAt: now + 3_600_000, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := s.CommitStats(); after != commits+1 {
@@ -213,7 +213,7 @@ func TestHeldClaims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Extend(ctx, store.ExtendParams{Key: "k", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+		if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, Ref: "exec-1"}); err != nil {
 			t.Fatal(err)
 		}
 		r := inFile(t, s, "k")
@@ -228,7 +228,7 @@ func TestHeldClaims(t *testing.T) {
 		if _, err := s.Claim(ctx, p("k")); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Release(ctx, store.ReleaseParams{Key: "k", Fence: 1, Owner: "o", Now: now}); err != nil {
+		if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}}); err != nil {
 			t.Fatal(err)
 		}
 		if commits, _ := s.CommitStats(); commits != 0 {
@@ -253,7 +253,7 @@ func TestHeldClaims(t *testing.T) {
 		if err != nil || !res.Acquired || res.Record.Fence != 2 {
 			t.Fatalf("claim over the expired record: %v %+v", err, res)
 		}
-		if err := s.Release(ctx, store.ReleaseParams{Key: "k", Fence: 2, Owner: "o", Now: later.Now}); err != nil {
+		if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 2, Owner: "o", Now: later.Now}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Get(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
@@ -290,7 +290,7 @@ func TestHeldClaims(t *testing.T) {
 		if err != nil || r.Status != store.StatusInProgress || r.Fence != res.Record.Fence || r.Owner != "o" {
 			t.Fatalf("held claim after close and reopen: %v %+v", err, r)
 		}
-		if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: r.Fence, Owner: "o", Now: now, ExpiresAt: now + 3_600_000}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: r.Fence, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -442,7 +442,7 @@ func crashChild() {
 		}
 		fmt.Fprintf(w, "claim %d\n", i)
 		w.Flush()
-		if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now}, ExpiresAt: now + 86_400_000, Result: crashResult(i)}); err != nil {
 			fmt.Println("complete:", err)
 			os.Exit(5)
 		}

@@ -49,13 +49,13 @@ func journalScript(ctx context.Context, s *boltstore.Store, now int64) error {
 	if _, err := s.Claim(ctx, localClaim("released", now)); err != nil {
 		return err
 	}
-	if err := s.Release(ctx, store.ReleaseParams{Key: "released", Fence: 1, Owner: "child", Now: now}); err != nil {
+	if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "released", Fence: 1, Owner: "child", Now: now}}); err != nil {
 		return err
 	}
 	if _, err := s.Claim(ctx, localClaim("deleted", now)); err != nil {
 		return err
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: "deleted", Fence: 1, Owner: "child", Now: now, ExpiresAt: now + 3_600_000}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "deleted", Fence: 1, Owner: "child", Now: now}, ExpiresAt: now + 3_600_000}); err != nil {
 		return err
 	}
 	if err := s.Delete(ctx, "deleted"); err != nil {
@@ -69,13 +69,13 @@ func journalScript(ctx context.Context, s *boltstore.Store, now int64) error {
 	if res, err := s.Claim(ctx, localClaim("over", now+20)); err != nil || res.Record.Fence != 2 {
 		return fmt.Errorf("claim over: %v %+v", err, res)
 	}
-	if err := s.Release(ctx, store.ReleaseParams{Key: "over", Fence: 2, Owner: "child", Now: now + 20}); err != nil {
+	if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "over", Fence: 2, Owner: "child", Now: now + 20}}); err != nil {
 		return err
 	}
 	if _, err := s.Claim(ctx, localClaim("done", now)); err != nil {
 		return err
 	}
-	return s.Complete(ctx, store.CompleteParams{Key: "done", Fence: 1, Owner: "child", Now: now, ExpiresAt: now + 3_600_000, Result: []byte("ok")})
+	return s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "done", Fence: 1, Owner: "child", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte("ok")})
 }
 
 // checkScript checks the keys journalScript left, after a crash.
@@ -274,10 +274,10 @@ func TestClaimJournalCheckpoint(t *testing.T) {
 	}
 	// Still held: they settle, and a release does not leave the
 	// checkpointed copy behind.
-	if err := s.Complete(ctx, store.CompleteParams{Key: "k00", Fence: 1, Owner: "child", Now: now, ExpiresAt: now + 3_600_000, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k00", Fence: 1, Owner: "child", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, store.ReleaseParams{Key: "k01", Fence: 1, Owner: "child", Now: now}); err != nil {
+	if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "k01", Fence: 1, Owner: "child", Now: now}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Claim(ctx, localClaim("after", now)); err != nil {

@@ -238,7 +238,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	var openAttr string
 	if c.OpenIndex != "" {
-		def(&c.OpenAttr, "open_status")
+		def(&c.OpenAttr, defaultOpenAttr)
 		openAttr = c.OpenAttr
 		if c.OpenIndex == c.StatusIndex {
 			return c, fmt.Errorf("dynamostore: Config.OpenIndex and Config.StatusIndex both name index %q: they are two indexes with different keys: %w", c.OpenIndex, store.ErrInvalidConfig)
@@ -257,6 +257,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// defaultOpenAttr is the default of Config.OpenAttr.
+const defaultOpenAttr = "open_status"
 
 // idem's own attributes.
 const (
@@ -303,14 +306,19 @@ func New(api API, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{api: api, cfg: c, names: map[string]string{
+	return &Store{api: api, cfg: c, names: c.placeholders()}, nil
+}
+
+// placeholders maps the expression placeholders to the attribute names of
+// c, defaults applied.
+func (c Config) placeholders() map[string]string {
+	return map[string]string{
 		"#pk": c.KeyAttr, "#st": c.StatusAttr, "#lease": c.LeaseAttr, "#exp": c.ExpiryAttr,
 		"#data": c.DataAttr, "#val": c.ValidationAttr, "#fence": attrFence, "#owner": attrOwner,
 		"#expms": attrExpMs, "#created": attrCreated, "#completed": attrCompleted,
 		"#ecode": attrErrCode, "#emsg": attrErrMsg, "#ebody": attrErrBody, "#ref": attrRef,
 		"#dref": attrDataRef, "#v": attrVersion, "#open": c.OpenAttr, "#sk": c.SortKeyAttr,
-	}}
-	return s, nil
+	}
 }
 
 // Config returns the store's configuration with defaults filled in.
@@ -480,6 +488,16 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 // the write expects.
 const fencedCond = "#fence = :fence AND #owner = :owner AND #st = :from AND #expms > :now"
 
+// fencedValues adds the values fencedCond compares, for the claim c, to
+// vals (a new map when nil) and returns it.
+func fencedValues(vals map[string]types.AttributeValue, c store.ClaimRef) map[string]types.AttributeValue {
+	if vals == nil {
+		vals = make(map[string]types.AttributeValue, 4)
+	}
+	vals[":now"], vals[":from"], vals[":fence"], vals[":owner"] = num(c.Now), str(c.From.OrInProgress().String()), unum(c.Fence), str(c.Owner)
+	return vals
+}
+
 // Complete implements [store.Store]. It removes a stored error and the
 // other form of a stored result (inline or spilled), which a settled item
 // corrected by its claim (From) may hold, and the item's open-index entry.
@@ -504,7 +522,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
 	open, openPh := s.openRemove()
-	return s.fencedUpdate(ctx, "complete", p.Key, p.Fence, p.Owner, p.From, p.Now, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
+	return s.fencedUpdate(ctx, "complete", p.ClaimRef, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
 }
 
 // Fail implements [store.Store]. It removes a stored result (inline or
@@ -520,7 +538,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	}
 	open, openPh := s.openSet(vals, store.StatusFailed, p.Key)
 	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now" + open + " REMOVE #data, #dref"
-	return s.fencedUpdate(ctx, "fail", p.Key, p.Fence, p.Owner, p.From, p.Now, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
+	return s.fencedUpdate(ctx, "fail", p.ClaimRef, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
 }
 
 // Extend implements [store.Store]. With neither a lease nor a Ref it sets
@@ -529,6 +547,9 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 // item has unless it was claimed before the index was added: a record
 // older than the index is listed from its first renewal on.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	var set, ph []string
 	vals := map[string]types.AttributeValue{}
 	if p.LeaseUntil != 0 {
@@ -541,58 +562,54 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		set, ph = []string{"#lease = #lease"}, []string{"#lease"}
 	}
 	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
-	return s.fencedUpdate(ctx, "extend", p.Key, p.Fence, p.Owner, 0, p.Now, "SET "+strings.Join(set, ", ")+open, vals, append(ph, openPh...))
+	return s.fencedUpdate(ctx, "extend", p.ClaimRef, "SET "+strings.Join(set, ", ")+open, vals, append(ph, openPh...))
 }
 
-// fencedUpdate runs a fenced UpdateItem on an item in status from
-// (IN_PROGRESS when zero).
-func (s *Store) fencedUpdate(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, set string, vals map[string]types.AttributeValue, ph []string) error {
-	vals[":now"], vals[":from"], vals[":fence"], vals[":owner"] = num(now), str(from.OrInProgress().String()), unum(fence), str(owner)
+// fencedUpdate runs a fenced UpdateItem for the claim c.
+func (s *Store) fencedUpdate(ctx context.Context, op string, c store.ClaimRef, set string, vals map[string]types.AttributeValue, ph []string) error {
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.cfg.Table),
-		Key:                                 s.itemKey(key),
+		Key:                                 s.itemKey(c.Key),
 		UpdateExpression:                    aws.String(set),
 		ConditionExpression:                 aws.String(fencedCond),
 		ExpressionAttributeNames:            s.pick(append(ph, "#st", "#fence", "#owner", "#expms")...),
-		ExpressionAttributeValues:           vals,
+		ExpressionAttributeValues:           fencedValues(vals, c),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, op, key, fence, owner, from, now, err)
+	return s.fencedError(op, c, err)
 }
 
 // fencedError turns a failed fenced write into ErrNotFound or a
 // *FencedError from the item returned with the failure.
-func (s *Store) fencedError(ctx context.Context, op, key string, fence uint64, owner string, from store.Status, now int64, err error) error {
+func (s *Store) fencedError(op string, c store.ClaimRef, err error) error {
 	if err == nil {
 		return nil
 	}
 	old, failed := conditionFailed(err)
 	if !failed {
-		return s.translate(op, key, err)
+		return s.translate(op, c.Key, err)
 	}
-	rec, _, derr := s.decodeMeta(key, old)
+	rec, _, derr := s.decodeMeta(c.Key, old)
 	if derr != nil {
 		return derr
 	}
-	if ferr := store.CheckFence(rec, key, fence, owner, from, now); ferr != nil {
+	if ferr := store.CheckFence(rec, c); ferr != nil {
 		return ferr
 	}
-	return &store.CorruptError{Key: key, Reason: op + " condition failed on an item that satisfies it"}
+	return &store.CorruptError{Key: c.Key, Reason: op + " condition failed on an item that satisfies it"}
 }
 
 // Release implements [store.Store] with a conditional DeleteItem.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                aws.String(s.cfg.Table),
-		Key:                      s.itemKey(p.Key),
-		ConditionExpression:      aws.String(fencedCond),
-		ExpressionAttributeNames: s.pick("#st", "#fence", "#owner", "#expms"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":now": num(p.Now), ":from": str(p.From.OrInProgress().String()), ":fence": unum(p.Fence), ":owner": str(p.Owner),
-		},
+		TableName:                           aws.String(s.cfg.Table),
+		Key:                                 s.itemKey(p.Key),
+		ConditionExpression:                 aws.String(fencedCond),
+		ExpressionAttributeNames:            s.pick("#st", "#fence", "#owner", "#expms"),
+		ExpressionAttributeValues:           fencedValues(nil, p.ClaimRef),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	return s.fencedError(ctx, "release", p.Key, p.Fence, p.Owner, p.From, p.Now, err)
+	return s.fencedError("release", p.ClaimRef, err)
 }
 
 // Get implements [store.Store] with a strongly consistent GetItem.

@@ -206,7 +206,7 @@ func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 		t.Fatalf("retried claim = %+v (record %+v); want acquired with fence 1, its own", res, res.Record)
 	}
 	// The recognised claim is usable: complete it under fence 1.
-	if err := s.Complete(context.Background(), store.CompleteParams{Key: key, Fence: 1, Owner: "owner-1", Now: now + 1, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "owner-1", Now: now + 1}, ExpiresAt: now + 60_000, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	// Another owner with the same fingerprint is still a conflict.
@@ -317,7 +317,7 @@ func TestPowertoolsCompatibleItem(t *testing.T) {
 	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: key, Fingerprint: "abc", Owner: "o", Now: now, LeaseUntil: now + 5000, ExpiresAt: now + 3_600_500}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(context.Background(), store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 7_200_500, Result: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)})
@@ -668,31 +668,31 @@ func TestResettleSpilledResult(t *testing.T) {
 		t.Fatalf("after the Extends: %+v, %v; want ref exec-2 and lease %d", r, err, now+30_000)
 	}
 	before := cnt.n.Load()
-	oneRequest("Fail", s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}), before)
+	oneRequest("Fail", s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}), before)
 
 	before = cnt.n.Load()
-	oneRequest("spilled Complete From FAILED", s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_001, Result: big, From: store.StatusFailed}), before)
+	oneRequest("spilled Complete From FAILED", s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_001, Result: big}), before)
 	has("spilled COMPLETED from FAILED", []string{"data_ref", "ref"}, []string{"data", "error_code", "error_message", "error_body"})
 	r, err := s.Get(ctx, key)
 	if err != nil || r.Status != store.StatusCompleted || string(r.Result) != string(big) || r.Err != nil || r.Ref != "exec-2" {
 		t.Fatalf("spilled COMPLETED from FAILED: %v, %v", r, err)
 	}
 
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 3_600_002, Result: []byte("small"), From: store.StatusCompleted}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", From: store.StatusCompleted, Now: now + 2}, ExpiresAt: now + 3_600_002, Result: []byte("small")}); err != nil {
 		t.Fatal(err)
 	}
 	has("inline COMPLETED from spilled COMPLETED", []string{"data"}, []string{"data_ref"})
 	if r := mustGet(t, s, key); string(r.Result) != "small" {
 		t.Fatalf("inline COMPLETED from spilled COMPLETED: result %q", r.Result)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 3, ExpiresAt: now + 3_600_003, Result: big, From: store.StatusCompleted}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", From: store.StatusCompleted, Now: now + 3}, ExpiresAt: now + 3_600_003, Result: big}); err != nil {
 		t.Fatal(err)
 	}
 	has("spilled COMPLETED from inline COMPLETED", []string{"data_ref"}, []string{"data"})
 	// A refused write spills first: its object must not replace the one
 	// the item holds.
 	other := []byte(strings.Repeat("y", 5000))
-	err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now + 4, ExpiresAt: now + 3_600_004, Result: other, From: store.StatusFailed})
+	err = s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 4}, ExpiresAt: now + 3_600_004, Result: other})
 	var fe *store.FencedError
 	if !errors.As(err, &fe) || fe.Status != store.StatusCompleted {
 		t.Fatalf("spilled Complete From FAILED of a COMPLETED item: %v, want a *FencedError with status COMPLETED", err)
@@ -701,7 +701,7 @@ func TestResettleSpilledResult(t *testing.T) {
 		t.Fatalf("a refused spilled Complete changed the result to %.10q…", r.Result)
 	}
 
-	if err := s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now + 4, ExpiresAt: now + 3_600_004, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", From: store.StatusCompleted, Now: now + 4}, ExpiresAt: now + 3_600_004, Err: store.ErrorRecord{Code: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	has("FAILED from spilled COMPLETED", []string{"error_code", "ref"}, []string{"data", "data_ref"})
@@ -711,7 +711,7 @@ func TestResettleSpilledResult(t *testing.T) {
 	// Settled: a write that expects IN_PROGRESS is refused with the item's
 	// status, in one request.
 	before = cnt.n.Load()
-	err = s.Extend(ctx, store.ExtendParams{Key: key, Fence: 1, Owner: "o", Now: now + 5, Ref: "exec-3"})
+	err = s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now + 5}, Ref: "exec-3"})
 	if !errors.As(err, &fe) || fe.Status != store.StatusFailed || cnt.n.Load()-before != 1 {
 		t.Errorf("Extend of a FAILED item: %v, %d requests; want a *FencedError with status FAILED in 1", err, cnt.n.Load()-before)
 	}

@@ -125,12 +125,12 @@ func TestOpenIndexHoldsOpenRecordsOnly(t *testing.T) {
 	}
 	complete := func(key, owner string, from store.Status, at int64) func() error {
 		return func() error {
-			return s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: owner, Now: at, ExpiresAt: now + 60_000, Result: []byte("r"), From: from})
+			return s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: owner, From: from, Now: at}, ExpiresAt: now + 60_000, Result: []byte("r")})
 		}
 	}
 	fail := func(key, owner string, from store.Status, at int64) func() error {
 		return func() error {
-			return s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: owner, Now: at, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c"}, From: from})
+			return s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: owner, From: from, Now: at}, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c"}})
 		}
 	}
 	want := map[string]string{} // key → its entry
@@ -155,19 +155,21 @@ func TestOpenIndexHoldsOpenRecordsOnly(t *testing.T) {
 			requests(1, "Fail From COMPLETED", fail(key, "o", store.StatusCompleted, now+1))
 			want[key] = entry(store.StatusFailed, key)
 		case 6:
-			requests(1, "Release", func() error { return s.Release(ctx, store.ReleaseParams{Key: key, Fence: 1, Owner: "o", Now: now}) })
+			requests(1, "Release", func() error {
+				return s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now}})
+			})
 		case 7: // taken over after its lease, then completed by the new claim
 			requests(2, "takeover", claim(key, "o2", now+20_000, now+30_000, now+60_000))
 			requests(1, "Complete", func() error {
-				return s.Complete(ctx, store.CompleteParams{Key: key, Fence: 2, Owner: "o2", Now: now + 20_000, ExpiresAt: now + 60_000, Result: []byte("r")})
+				return s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 2, Owner: "o2", Now: now + 20_000}, ExpiresAt: now + 60_000, Result: []byte("r")})
 			})
 		case 8: // completed, expired, claimed again: in progress
 			requests(1, "Complete", func() error {
-				return s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 1, Result: []byte("r")})
+				return s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 1, Result: []byte("r")})
 			})
 			requests(2, "claim of an expired record", claim(key, "o3", now+2, now+10_000, now+60_000))
 			requests(1, "Extend", func() error {
-				return s.Extend(ctx, store.ExtendParams{Key: key, Fence: 2, Owner: "o3", Now: now + 3, LeaseUntil: now + 20_000, Ref: "x"})
+				return s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: 2, Owner: "o3", Now: now + 3}, LeaseUntil: now + 20_000, Ref: "x"})
 			})
 			want[key] = entry(store.StatusInProgress, key)
 		}
@@ -250,9 +252,9 @@ func TestListOpenIndex(t *testing.T) {
 		var err error
 		switch st {
 		case store.StatusCompleted:
-			err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: expiresAt, Result: []byte("r")})
+			err = s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now - 100_000}, ExpiresAt: expiresAt, Result: []byte("r")})
 		case store.StatusFailed:
-			err = s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: expiresAt, Err: store.ErrorRecord{Code: "c"}})
+			err = s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now - 100_000}, ExpiresAt: expiresAt, Err: store.ErrorRecord{Code: "c"}})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -417,9 +419,9 @@ func TestMigrateStatusIndex(t *testing.T) {
 		var err error
 		switch st {
 		case store.StatusCompleted:
-			err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: now + 60_000, Result: []byte("r")})
+			err = s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now - 100_000}, ExpiresAt: now + 60_000, Result: []byte("r")})
 		case store.StatusFailed:
-			err = s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "o", Now: now - 100_000, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c"}})
+			err = s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now - 100_000}, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c"}})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -474,7 +476,7 @@ func TestMigrateStatusIndex(t *testing.T) {
 	if _, err := both.Claim(ctx, store.ClaimParams{Key: stale, Owner: "o", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Complete(ctx, store.CompleteParams{Key: stale, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("r")}); err != nil {
+	if err := old.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: stale, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 60_000, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	want["COMPLETED"] = append(want["COMPLETED"], stale)

@@ -163,9 +163,9 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 
 // held returns the record that a fenced write may change, or the error the
 // contract names.
-func (s *Store) held(key string, fence uint64, owner string, from store.Status, now int64) (*store.Record, error) {
-	r := s.m[key]
-	if err := store.CheckFence(r, key, fence, owner, from, now); err != nil {
+func (s *Store) held(c store.ClaimRef) (*store.Record, error) {
+	r := s.m[c.Key]
+	if err := store.CheckFence(r, c); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -181,7 +181,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Owner, p.From, p.Now)
+	r, err := s.held(p.ClaimRef)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Owner, p.From, p.Now)
+	r, err := s.held(p.ClaimRef)
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.held(p.Key, p.Fence, p.Owner, p.From, p.Now); err != nil {
+	if _, err := s.held(p.ClaimRef); err != nil {
 		return err
 	}
 	delete(s.m, p.Key)
@@ -223,12 +223,15 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.Key, p.Fence, p.Owner, 0, p.Now)
+	r, err := s.held(p.ClaimRef)
 	if err != nil {
 		return err
 	}

@@ -17,12 +17,15 @@
 //
 // # Completing inside your transaction
 //
-// [DoTx] runs an operation inside a transaction and records its outcome in
-// that same transaction: the business write and the COMPLETED record
-// commit together or not at all, and a holder that lost its claim (fence
-// moved on after a takeover) cannot commit its business write either. This
-// is the transactional-outbox strength that stores outside the database
-// lack. [Store.CompleteTx] is the building block.
+// [Store.CompleteInTx] runs a function inside a transaction and completes
+// the record in that same transaction: the business write and the
+// COMPLETED record commit together or not at all, and a holder that lost
+// its claim (fence moved on after a takeover) cannot commit its business
+// write either. This is the transactional-outbox strength that stores
+// outside the database lack. [Store.CompleteTx] completes inside a
+// transaction of the caller's. DoTx in module
+// github.com/seed-a1b882c0/idem/idempg runs an engine call this way; it
+// lives there so that this store depends on package store alone.
 //
 // # Schema
 //
@@ -461,7 +464,7 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 
 // fenced runs a fenced statement on a row in status from (IN_PROGRESS
 // when zero) and explains a refusal.
-func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence uint64, owner string, from store.Status, now int64, args ...any) error {
+func (s *Store) fenced(ctx context.Context, db DB, op, sql string, c store.ClaimRef, args ...any) error {
 	// The write is one plain statement, the common case; only a refusal
 	// costs a second one, which reads the row to explain it. The write
 	// waits for the row's lock and re-checks its newest version, but it
@@ -473,12 +476,12 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 	// claim's own writes change its row's status, so one more round
 	// decides; the bound is a guard against those writes moving the row
 	// back to from in between.
-	from = from.OrInProgress()
-	args = append([]any{key, int64(fence), owner, now, int16(from)}, args...)
+	from := c.From.OrInProgress()
+	args = append([]any{c.Key, int64(c.Fence), c.Owner, c.Now, int16(from)}, args...)
 	for round := 0; ; round++ {
 		tag, err := db.Exec(ctx, sql, args...)
 		if err != nil {
-			return s.translate(op, key, err)
+			return s.translate(op, c.Key, err)
 		}
 		if tag.RowsAffected() == 1 {
 			return nil
@@ -488,17 +491,17 @@ func (s *Store) fenced(ctx context.Context, db DB, op, sql, key string, fence ui
 			curOwner          string
 			status            int16
 		)
-		err = db.QueryRow(ctx, s.sql.explain, key).Scan(&curFence, &curOwner, &status, &expires)
+		err = db.QueryRow(ctx, s.sql.explain, c.Key).Scan(&curFence, &curOwner, &status, &expires)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrNotFound
 		}
 		if err != nil {
-			return s.translate(op, key, err)
+			return s.translate(op, c.Key, err)
 		}
-		if expires <= now {
+		if expires <= c.Now {
 			return store.ErrNotFound
 		}
-		fe := &store.FencedError{Key: key, Fence: fence, Owner: owner, Current: uint64(curFence), CurrentOwner: curOwner, Status: store.Status(status)}
+		fe := c.Fenced(uint64(curFence), curOwner, store.Status(status))
 		if !fe.Own() || fe.Status != from || round == 2 {
 			return fe
 		}
@@ -517,6 +520,38 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, p store.CompleteParam
 	return s.complete(ctx, tx, p)
 }
 
+// CompleteInTx runs fn in a transaction begun on the store's DB and
+// completes the record, in that same transaction, with the parameters fn
+// returns, then commits: fn's writes and the COMPLETED record commit
+// together or not at all. key names the record in errors.
+//
+//   - fn's error, or a panic: the transaction rolls back and fn's error
+//     is returned as it is (the panic goes on).
+//   - the completion is refused (the claim was lost: a [*store.FencedError]
+//     or [store.ErrNotFound]; a result over the limit): the transaction
+//     rolls back and the refusal is returned; fn's writes never become
+//     visible.
+//   - begin or commit fails: an error translated as the store's others
+//     are (wrapping [store.ErrUnavailable]).
+//
+// It is the engine-free half of idempg.DoTx, which runs an operation and
+// its idem record in one transaction.
+func (s *Store) CompleteInTx(ctx context.Context, key string, fn func(ctx context.Context, tx pgx.Tx) (store.CompleteParams, error)) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.translate("begin", key, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	p, err := fn(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := s.complete(ctx, tx, p); err != nil {
+		return err
+	}
+	return s.translate("commit", key, tx.Commit(ctx))
+}
+
 func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
@@ -525,7 +560,7 @@ func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) err
 	if result == nil {
 		result = []byte{}
 	}
-	return s.fenced(ctx, db, "complete", s.sql.complete, p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, result)
+	return s.fenced(ctx, db, "complete", s.sql.complete, p.ClaimRef, p.ExpiresAt, result)
 }
 
 // Fail implements [store.Store].
@@ -533,17 +568,20 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.Key, p.Fence, p.Owner, p.From, p.Now, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
+	return s.fenced(ctx, s.db, "fail", s.sql.fail, p.ClaimRef, p.ExpiresAt, p.Err.Code, p.Err.Message, p.Err.Body)
 }
 
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, s.db, "release", s.sql.release, p.Key, p.Fence, p.Owner, p.From, p.Now)
+	return s.fenced(ctx, s.db, "release", s.sql.release, p.ClaimRef)
 }
 
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
+	if err := p.Check(); err != nil {
+		return err
+	}
+	return s.fenced(ctx, s.db, "extend", s.sql.extend, p.ClaimRef, p.LeaseUntil, p.Ref)
 }
 
 // Get implements [store.Store].

@@ -130,78 +130,65 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// DoTx: the business write and the COMPLETED record commit together; a
-// duplicate replays without running; a holder that lost its claim cannot
-// commit its business write.
-func TestDoTxCommitsWithTheBusinessWrite(t *testing.T) {
+// CompleteInTx: fn's write and the COMPLETED record commit together; a
+// completion refused (the claim was taken over meanwhile) or fn's error
+// rolls fn's write back.
+func TestCompleteInTx(t *testing.T) {
 	s, pool := newStore(t, pgstore.Config{})
 	ctx := context.Background()
 	table := s.Config().Table + "_orders"
-	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, amount int)"); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
-	if err != nil {
-		t.Fatal(err)
+	now := time.Now().UnixMilli()
+	claim := func(key, owner string, at int64) store.CompleteParams {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Owner: owner, Now: at, LeaseUntil: at + 10_000, ExpiresAt: now + 60_000})
+		if err != nil || !res.Acquired {
+			t.Fatalf("claim %s: %+v, %v", key, res, err)
+		}
+		return store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: owner, Now: at}, ExpiresAt: now + 60_000, Result: []byte("done")}
 	}
-	runs := 0
-	insert := func(id string) func(context.Context, pgx.Tx) (string, error) {
-		return func(ctx context.Context, tx pgx.Tx) (string, error) {
-			runs++
-			_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, 100)", id)
-			return "order " + id, err
+	insert := func(p store.CompleteParams, err error) func(context.Context, pgx.Tx) (store.CompleteParams, error) {
+		return func(ctx context.Context, tx pgx.Tx) (store.CompleteParams, error) {
+			if _, xerr := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", p.Key); xerr != nil {
+				return p, xerr
+			}
+			return p, err
 		}
 	}
-	count := func() (n int) {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+	rows := func(key string) (n int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE id = $1", key).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	r := idem.Request{Operation: "order", Key: "o-1"}
-	for i := range 2 {
-		res, err := pgstore.DoTx(ctx, e, s, r, insert("o-1"))
-		if err != nil || res.Value != "order o-1" || res.Replayed != (i == 1) {
-			t.Fatalf("call %d: %+v, %v", i, res, err)
-		}
+
+	p := claim("k-1", "o", now)
+	if err := s.CompleteInTx(ctx, p.Key, insert(p, nil)); err != nil {
+		t.Fatal(err)
 	}
-	if runs != 1 || count() != 1 {
-		t.Fatalf("runs %d, rows %d; want 1 and 1", runs, count())
+	if r, err := s.Get(ctx, p.Key); err != nil || r.Status != store.StatusCompleted || rows(p.Key) != 1 {
+		t.Fatalf("after CompleteInTx: %+v, %v, %d rows; want COMPLETED and 1 row", r, err, rows(p.Key))
 	}
 
-	// A zombie: its claim is taken over while it runs; its transaction
-	// must not commit.
-	r2 := idem.Request{Operation: "order", Key: "o-2"}
-	_, err = pgstore.DoTx(ctx, e, s, r2, func(ctx context.Context, tx pgx.Tx) (string, error) {
-		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-2', 1)"); err != nil {
-			return "", err
-		}
-		c, _ := idem.FromContext(ctx)
-		rec, err := s.Get(ctx, c.Key)
-		if err != nil {
-			return "", err
-		}
-		// Another process takes over (its clock past the lease).
-		_, err = s.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint, Now: rec.LeaseUntil, LeaseUntil: rec.LeaseUntil + 30_000, ExpiresAt: rec.ExpiresAt})
-		return "zombie", err
-	})
+	// Taken over before the completion: refused, fn's write rolled back.
+	p = claim("k-2", "o", now)
+	claim("k-2", "other", now+10_000)
 	var fe *store.FencedError
-	if !errors.As(err, &fe) {
-		t.Fatalf("zombie's DoTx: %v, want *FencedError", err)
-	}
-	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE id = 'o-2'").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("zombie's business write committed (%d rows, %v)", n, err)
+	if err := s.CompleteInTx(ctx, p.Key, insert(p, nil)); !errors.As(err, &fe) || rows(p.Key) != 0 {
+		t.Fatalf("completion of a lost claim: %v, %d rows; want a *FencedError and 0 rows", err, rows(p.Key))
 	}
 
-	// An operation error rolls its writes back and releases the key.
+	// fn's error: returned as it is, its write rolled back, the record untouched.
 	boom := errors.New("boom")
-	_, err = pgstore.DoTx(ctx, e, s, idem.Request{Operation: "order", Key: "o-3"}, func(ctx context.Context, tx pgx.Tx) (string, error) {
-		_, _ = tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('o-3', 1)")
-		return "", boom
-	})
-	if !errors.Is(err, boom) || count() != 1 {
-		t.Fatalf("failed operation: %v, rows %d; want boom and its write rolled back", err, count())
+	p = claim("k-3", "o", now)
+	if err := s.CompleteInTx(ctx, p.Key, insert(p, boom)); err != boom || rows(p.Key) != 0 {
+		t.Fatalf("fn's error: %v, %d rows; want boom and 0 rows", err, rows(p.Key))
+	}
+	if r, err := s.Get(ctx, p.Key); err != nil || r.Status != store.StatusInProgress {
+		t.Fatalf("after fn's error: %+v, %v; want IN_PROGRESS", r, err)
 	}
 }
 
@@ -254,7 +241,7 @@ func TestOneStatementPerOperation(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	before := cnt.n.Load()
-	err = s.Complete(context.Background(), store.CompleteParams{Key: "held", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 3_600_000, Result: []byte("r")})
+	err = s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "other", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte("r")})
 	var fe *store.FencedError
 	if !errors.As(err, &fe) || fe.CurrentOwner != "o" {
 		t.Fatalf("complete by another owner: %v, want a *FencedError naming o", err)
@@ -582,7 +569,7 @@ func TestFencedWriteBehindAReleaseIsNotFound(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("r")})
+		done <- s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now + 1}, ExpiresAt: now + 3_600_000, Result: []byte("r")})
 	}()
 	for waited := false; !waited; {
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {
@@ -608,7 +595,7 @@ func TestResettleClearsOldOutcome(t *testing.T) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Extend(ctx, store.ExtendParams{Key: "k", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, Ref: "exec-1"}); err != nil {
 		t.Fatal(err)
 	}
 	type row struct {
@@ -628,16 +615,16 @@ func TestResettleClearsOldOutcome(t *testing.T) {
 	if r := read(); r.lease != now+10_000 || r.ref == nil || *r.ref != "exec-1" {
 		t.Fatalf("after attaching: lease %d, ref %v; want the lease unchanged and exec-1", r.lease, r.ref)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_001, Result: []byte("r"), From: store.StatusFailed}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_001, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if r := read(); r.errCode != nil || r.errMsg != nil || r.errBody != nil || string(r.result) != "r" || r.ref == nil || *r.ref != "exec-1" {
 		t.Errorf("COMPLETED from FAILED: %+v; want the result, the ref and no error columns", r)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 3_600_002, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusCompleted, Now: now + 2}, ExpiresAt: now + 3_600_002, Err: store.ErrorRecord{Code: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := read(); r.result != nil {
@@ -656,7 +643,7 @@ func TestFencedWriteBehindAResettleReportsNewStatus(t *testing.T) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Fingerprint: "f", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 3_600_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "k", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c"}}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Err: store.ErrorRecord{Code: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := pool.Begin(ctx)
@@ -668,12 +655,12 @@ func TestFencedWriteBehindAResettleReportsNewStatus(t *testing.T) {
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CompleteTx(ctx, tx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("first"), From: store.StatusFailed}); err != nil {
+	if err := s.CompleteTx(ctx, tx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_000, Result: []byte("first")}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Complete(ctx, store.CompleteParams{Key: "k", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: []byte("second"), From: store.StatusFailed})
+		done <- s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_000, Result: []byte("second")})
 	}()
 	for waited := false; !waited; {
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&waited); err != nil {

@@ -486,32 +486,31 @@ func (s *Store) groups(ctx context.Context, ps []store.ClaimParams, errs []error
 	return out
 }
 
-// fenced runs the fenced script for op ("settle", "release", "extend") by
-// the claim (fence, owner) on a record that must be in status from
-// (IN_PROGRESS when zero); name is the operation's name in errors.
-func (s *Store) fenced(ctx context.Context, op, name, key string, fence uint64, owner string, from store.Status, now int64, extra ...any) error {
-	tag := appendTag(make([]byte, 0, 32+len(owner)), fence, owner)
-	args := append([]any{op, tag, now, int(from.OrInProgress())}, extra...)
-	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(key), args...)
+// fenced runs the fenced script for op ("settle", "release", "extend") for
+// the claim c; name is the operation's name in errors.
+func (s *Store) fenced(ctx context.Context, op, name string, c store.ClaimRef, extra ...any) error {
+	tag := appendTag(make([]byte, 0, 32+len(c.Owner)), c.Fence, c.Owner)
+	args := append([]any{op, tag, c.Now, int(c.From.OrInProgress())}, extra...)
+	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(c.Key), args...)
 	if err != nil {
-		return s.translate(name, key, err)
+		return s.translate(name, c.Key, err)
 	}
 	switch {
 	case r.kind == ':' && r.n == 0:
-		return s.waited(name, key, w)
+		return s.waited(name, c.Key, w)
 	case r.kind == ':' && r.n == 1:
 		return store.ErrNotFound
 	case r.kind == '$':
-		rec, err := decodeValue(key, r.str)
+		rec, err := decodeValue(c.Key, r.str)
 		if err != nil {
 			return err
 		}
-		if err := store.CheckFence(rec, key, fence, owner, from, now); err != nil {
+		if err := store.CheckFence(rec, c); err != nil {
 			return err
 		}
-		return &store.CorruptError{Key: key, Reason: "fenced script refused a write the record allows"}
+		return &store.CorruptError{Key: c.Key, Reason: "fenced script refused a write the record allows"}
 	}
-	return s.errorReply(name, key, r)
+	return s.errorReply(name, c.Key, r)
 }
 
 // Complete implements [store.Store].
@@ -519,7 +518,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "settle", "complete", p.Key, p.Fence, p.Owner, p.From, p.Now,
+	return s.fenced(ctx, "settle", "complete", p.ClaimRef,
 		"2", p.ExpiresAt, completeTail(p.Now, p.Result))
 }
 
@@ -528,18 +527,21 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, "settle", "fail", p.Key, p.Fence, p.Owner, p.From, p.Now,
+	return s.fenced(ctx, "settle", "fail", p.ClaimRef,
 		"3", p.ExpiresAt, failTail(p.Now, p.Err))
 }
 
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, "release", "release", p.Key, p.Fence, p.Owner, p.From, p.Now)
+	return s.fenced(ctx, "release", "release", p.ClaimRef)
 }
 
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.fenced(ctx, "extend", "extend", p.Key, p.Fence, p.Owner, 0, p.Now, p.LeaseUntil, p.Ref)
+	if err := p.Check(); err != nil {
+		return err
+	}
+	return s.fenced(ctx, "extend", "extend", p.ClaimRef, p.LeaseUntil, p.Ref)
 }
 
 // Get implements [store.Store] with one GET.

@@ -186,7 +186,7 @@ func TestClaimBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(context.Background(), store.CompleteParams{Key: "b#00", Fence: 1, Owner: "other", Now: now, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: "b#00", Fence: 1, Owner: "other", Now: now}, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
 	ps := make([]store.ClaimParams, 10)
@@ -226,7 +226,7 @@ func TestNativeExpiryFollowsRecord(t *testing.T) {
 	if _, err := s.Claim(context.Background(), store.ClaimParams{Key: "x#1", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(context.Background(), store.CompleteParams{Key: "x#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: "x#1", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 900_000, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	at, err := c.PExpireTime(context.Background(), s.Prefix()+"x#1").Result()
@@ -298,7 +298,7 @@ func TestWaitReplicasWithoutReplicasFailsClosed(t *testing.T) {
 	if cnt.pipes.Load() != 1 || cnt.cmds.Load() != 0 {
 		t.Errorf("claim sent %d pipelines and %d lone commands, want the write and its WAIT in one pipeline", cnt.pipes.Load(), cnt.cmds.Load())
 	}
-	err = s.Complete(ctx, store.CompleteParams{Key: "w#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 5000, Result: []byte("r")})
+	err = s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "w#1", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 5000, Result: []byte("r")})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("complete waiting for a replica that does not exist: %v, want ErrUnavailable", err)
 	}
@@ -327,16 +327,16 @@ func TestResettleRemovesOldFields(t *testing.T) {
 	if _, err := s.Claim(ctx, store.ClaimParams{Key: "rs#1", Owner: "o", Fingerprint: "fp", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 50_000}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Extend(ctx, store.ExtendParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now, Ref: "exec-1"}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "rs#1", Fence: 1, Owner: "o", Now: now}, Ref: "exec-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if r := get(); r.Ref != "exec-1" || r.LeaseUntil != now+1000 || r.Fingerprint != "fp" || r.CreatedAt != now {
 		t.Fatalf("after attaching: %+v; want ref exec-1 and lease, fingerprint, created unchanged", r)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "rs#1", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 60_000, Err: store.ErrorRecord{Code: "c", Message: "m", Body: []byte("b")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now + 1, ExpiresAt: now + 70_000, Result: []byte("r"), From: store.StatusFailed}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "rs#1", Fence: 1, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 70_000, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := c.Get(ctx, k).Result()
@@ -349,7 +349,7 @@ func TestResettleRemovesOldFields(t *testing.T) {
 	if r := get(); r.Err != nil || string(r.Result) != "r" || r.Ref != "exec-1" || r.Fingerprint != "fp" || r.CompletedAt != now+1 {
 		t.Errorf("COMPLETED from FAILED: %+v", r)
 	}
-	if err := s.Fail(ctx, store.FailParams{Key: "rs#1", Fence: 1, Owner: "o", Now: now + 2, ExpiresAt: now + 80_000, Err: store.ErrorRecord{Code: "c"}, From: store.StatusCompleted}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: "rs#1", Fence: 1, Owner: "o", From: store.StatusCompleted, Now: now + 2}, ExpiresAt: now + 80_000, Err: store.ErrorRecord{Code: "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := get(); r.Result != nil || r.Err == nil || r.Err.Code != "c" || r.Err.Message != "" || r.Err.Body != nil {
@@ -402,14 +402,14 @@ func TestOddOwnersAndFingerprints(t *testing.T) {
 		// fenced out.
 		for _, other := range []string{o + "x", o + ":", "x" + o} {
 			var fe *store.FencedError
-			if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: other, Now: now, ExpiresAt: now + 60_000, Result: []byte("no")}); !errors.As(err, &fe) || fe.CurrentOwner != o {
+			if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: other, Now: now}, ExpiresAt: now + 60_000, Result: []byte("no")}); !errors.As(err, &fe) || fe.CurrentOwner != o {
 				t.Fatalf("%q completed by %q: %v, want FencedError naming %q", o, other, err, o)
 			}
 		}
-		if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: 1, Owner: o, Now: now, LeaseUntil: now + 2000, Ref: o + "ref"}); err != nil {
+		if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: o, Now: now}, LeaseUntil: now + 2000, Ref: o + "ref"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: o, Now: now, ExpiresAt: now + 60_000, Result: []byte(o)}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: o, Now: now}, ExpiresAt: now + 60_000, Result: []byte(o)}); err != nil {
 			t.Fatalf("%q: %v", o, err)
 		}
 		r, err := s.Get(ctx, key)
@@ -434,7 +434,7 @@ func TestDamagedValueFailsFencedWrites(t *testing.T) {
 		if err := c.Set(ctx, s.Prefix()+name, v, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		err := s.Complete(ctx, store.CompleteParams{Key: name, Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 60_000, Result: []byte("r")})
+		err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: name, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 60_000, Result: []byte("r")})
 		if !errors.Is(err, store.ErrCorrupt) {
 			t.Errorf("%s: complete %v, want ErrCorrupt", name, err)
 		}

@@ -194,9 +194,9 @@ func TestWritesRefusedOnAReplica(t *testing.T) {
 	now := time.Now().UnixMilli()
 	for name, err := range map[string]error{
 		"claim":    second(s.Claim(ctx, store.ClaimParams{Key: "r", Owner: "o", Now: now, LeaseUntil: now + 1000, ExpiresAt: now + 5000})),
-		"complete": s.Complete(ctx, store.CompleteParams{Key: "absent", Fence: 1, Owner: "o", Now: now, ExpiresAt: now + 5000, Result: []byte("r")}),
-		"release":  s.Release(ctx, store.ReleaseParams{Key: "absent", Fence: 1, Owner: "o", Now: now}),
-		"extend":   s.Extend(ctx, store.ExtendParams{Key: "absent", Fence: 1, Owner: "o", Now: now, LeaseUntil: now + 2000}),
+		"complete": s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "absent", Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 5000, Result: []byte("r")}),
+		"release":  s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "absent", Fence: 1, Owner: "o", Now: now}}),
+		"extend":   s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "absent", Fence: 1, Owner: "o", Now: now}, LeaseUntil: now + 2000}),
 	} {
 		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s on a replica: %v, want ErrUnavailable (READONLY)", name, err)

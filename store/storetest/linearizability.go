@@ -356,13 +356,13 @@ func linApply(ctx context.Context, s store.Store, in linInput) linOutput {
 		res, err := s.Claim(ctx, store.ClaimParams{Key: in.key, Fingerprint: in.fp, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil, ExpiresAt: in.expiresAt})
 		out.err, out.acquired, out.takeover, out.rec = errClass(err), res.Acquired, res.Takeover, toLin(res.Record)
 	case linComplete:
-		out.err = errClass(s.Complete(ctx, store.CompleteParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Result: []byte(in.result)}))
+		out.err = errClass(s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}, ExpiresAt: in.expiresAt, Result: []byte(in.result)}))
 	case linFail:
-		out.err = errClass(s.Fail(ctx, store.FailParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, ExpiresAt: in.expiresAt, Err: store.ErrorRecord{Code: in.result}}))
+		out.err = errClass(s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}, ExpiresAt: in.expiresAt, Err: store.ErrorRecord{Code: in.result}}))
 	case linRelease:
-		out.err = errClass(s.Release(ctx, store.ReleaseParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}))
+		out.err = errClass(s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}}))
 	case linExtend:
-		out.err = errClass(s.Extend(ctx, store.ExtendParams{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now, LeaseUntil: in.leaseUntil}))
+		out.err = errClass(s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: in.key, Fence: in.fence, Owner: in.owner, Now: in.now}, LeaseUntil: in.leaseUntil}))
 	case linGet:
 		r, err := s.Get(ctx, in.key)
 		out.err, out.rec = errClass(err), toLin(r)

@@ -113,6 +113,7 @@ var Cases = []struct {
 	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
 	{"Attach", TestAttach},
+	{"ExtendFrom", TestExtendFrom},
 	{"Resettle", TestResettle},
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
@@ -266,7 +267,7 @@ func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	result := []byte{0, 1, 2, 0xff, '"', '\\', 0xc3, 0x28} // binary, invalid UTF-8
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 7, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 7}, ExpiresAt: now + 7 + expiry, Result: result}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	want := *rec
@@ -282,7 +283,7 @@ func TestCompleteAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	// An empty result is a result.
 	key2 := newKey(t)
 	rec2 := claimAt(t, s, key2, "owner-a", "", now).Record
-	if err := s.Complete(ctx, store.CompleteParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now}, ExpiresAt: now + expiry, Result: []byte{}}); err != nil {
 		t.Fatalf("Complete with an empty result: %v", err)
 	}
 	if got := mustGet(t, s, key2); got.Status != store.StatusCompleted || len(got.Result) != 0 {
@@ -296,7 +297,7 @@ func TestFailAndReplay(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	er := store.ErrorRecord{Code: "card_declined", Message: "card declined: insufficient funds ✓", Body: []byte(`{"decline":"funds"}`)}
-	if err := s.Fail(context.Background(), store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
+	if err := s.Fail(context.Background(), store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3}, ExpiresAt: now + 3 + expiry, Err: er}); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	want := *rec
@@ -314,7 +315,7 @@ func TestRelease(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Release(context.Background(), store.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}); err != nil {
+	if err := s.Release(context.Background(), store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	if _, err := s.Get(context.Background(), key); !errors.Is(err, store.ErrNotFound) {
@@ -333,10 +334,10 @@ func TestNotFound(t *testing.T, _ Features, newStore NewStore) {
 	ctx := context.Background()
 	key, now := newKey(t), base()
 	checks := map[string]error{
-		"Complete": s.Complete(ctx, store.CompleteParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Result: []byte("x")}),
-		"Fail":     s.Fail(ctx, store.FailParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c"}}),
-		"Release":  s.Release(ctx, store.ReleaseParams{Key: key, Fence: 1, Owner: "owner-a", Now: now}),
-		"Extend":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: 1, Owner: "owner-a", Now: now, LeaseUntil: now + lease}),
+		"Complete": s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "owner-a", Now: now}, ExpiresAt: now + expiry, Result: []byte("x")}),
+		"Fail":     s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "owner-a", Now: now}, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c"}}),
+		"Release":  s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "owner-a", Now: now}}),
+		"Extend":   s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "owner-a", Now: now}, LeaseUntil: now + lease}),
 	}
 	_, checks["Get"] = s.Get(ctx, key)
 	for name, err := range checks {
@@ -385,7 +386,7 @@ func TestClaimBatch(t *testing.T, _ Features, newStore NewStore) {
 	now := base()
 	fresh, live, expired, lapsed, retried, twice := newKey(t), newKey(t), newKey(t), newKey(t), newKey(t), newKey(t)
 	liveRec := claimAt(t, s, live, "owner-a", fp("a"), now).Record
-	if err := s.Complete(ctx, store.CompleteParams{Key: live, Fence: 1, Owner: "owner-a", Now: now, ExpiresAt: now + expiry, Result: []byte("done")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: live, Fence: 1, Owner: "owner-a", Now: now}, ExpiresAt: now + expiry, Result: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Claim(ctx, store.ClaimParams{Key: expired, Fingerprint: fp("a"), Owner: "owner-a", Now: now - 2*expiry, LeaseUntil: now - 2*expiry + lease, ExpiresAt: now - expiry})
@@ -470,13 +471,13 @@ func TestClaimBatchMatchesClaim(t *testing.T, _ Features, newStore NewStore) {
 		}
 		// live: renewed past now; lapsed: lease passed at now-4000;
 		// done: completed; gone: completed and expired at now.
-		if err := st.Extend(ctx, store.ExtendParams{Key: key["live"], Fence: 1, Owner: "before", Now: now - 5000, LeaseUntil: now + 3000}); err != nil {
+		if err := st.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key["live"], Fence: 1, Owner: "before", Now: now - 5000}, LeaseUntil: now + 3000}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Complete(ctx, store.CompleteParams{Key: key["done"], Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now + 9000, Result: []byte("r")}); err != nil {
+		if err := st.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key["done"], Fence: 1, Owner: "before", Now: now - 5000}, ExpiresAt: now + 9000, Result: []byte("r")}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Complete(ctx, store.CompleteParams{Key: key["gone"], Fence: 1, Owner: "before", Now: now - 5000, ExpiresAt: now, Result: []byte("r")}); err != nil {
+		if err := st.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key["gone"], Fence: 1, Owner: "before", Now: now - 5000}, ExpiresAt: now, Result: []byte("r")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -536,19 +537,19 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 	sameRecord(t, "record after takeover", before, cur)
 	writes := map[string]func(fence uint64, owner string) error{
 		"Complete": func(f uint64, o string) error {
-			return s.Complete(ctx, store.CompleteParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Result: []byte("zombie")})
+			return s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: f, Owner: o, Now: at}, ExpiresAt: at + expiry, Result: []byte("zombie")})
 		},
 		"Fail": func(f uint64, o string) error {
-			return s.Fail(ctx, store.FailParams{Key: key, Fence: f, Owner: o, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "zombie"}})
+			return s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: f, Owner: o, Now: at}, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "zombie"}})
 		},
 		"Release": func(f uint64, o string) error {
-			return s.Release(ctx, store.ReleaseParams{Key: key, Fence: f, Owner: o, Now: at})
+			return s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: f, Owner: o, Now: at}})
 		},
 		"Extend": func(f uint64, o string) error {
-			return s.Extend(ctx, store.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, LeaseUntil: at + 10*lease})
+			return s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: f, Owner: o, Now: at}, LeaseUntil: at + 10*lease})
 		},
 		"Attach": func(f uint64, o string) error {
-			return s.Extend(ctx, store.ExtendParams{Key: key, Fence: f, Owner: o, Now: at, Ref: "zombie-execution"})
+			return s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: f, Owner: o, Now: at}, Ref: "zombie-execution"})
 		},
 	}
 	stale := []struct {
@@ -576,7 +577,7 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 	// Completed records refuse every fenced write, even with their claim,
 	// and say that the claim is the writer's own: how a Complete retried
 	// after its reply was lost learns that the first attempt landed.
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: cur.Fence, Owner: cur.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: cur.Fence, Owner: cur.Owner, Now: at}, ExpiresAt: at + expiry, Result: []byte("ok")}); err != nil {
 		t.Fatalf("Complete by the holder: %v", err)
 	}
 	done := mustGet(t, s, key)
@@ -607,11 +608,11 @@ func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 		t.Helper()
 		before := mustGet(t, s, key)
 		writes := map[string]error{
-			"Complete": s.Complete(ctx, store.CompleteParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("stale")}),
-			"Fail":     s.Fail(ctx, store.FailParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "stale"}}),
-			"Extend":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, LeaseUntil: at + 10*lease}),
-			"Attach":   s.Extend(ctx, store.ExtendParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at, Ref: "stale-execution"}),
-			"Release":  s.Release(ctx, store.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}),
+			"Complete": s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}, ExpiresAt: at + expiry, Result: []byte("stale")}),
+			"Fail":     s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "stale"}}),
+			"Extend":   s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}, LeaseUntil: at + 10*lease}),
+			"Attach":   s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}, Ref: "stale-execution"}),
+			"Release":  s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: first.Fence, Owner: first.Owner, Now: at}}),
 		}
 		for name, err := range writes {
 			if !errors.Is(err, store.ErrFenced) {
@@ -624,7 +625,7 @@ func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 	t.Run("Released", func(t *testing.T) {
 		key, now := newKey(t), base()
 		first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-		if err := s.Release(ctx, store.ReleaseParams{Key: key, Fence: first.Fence, Owner: first.Owner, Now: now + 1}); err != nil {
+		if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: first.Fence, Owner: first.Owner, Now: now + 1}}); err != nil {
 			t.Fatal(err)
 		}
 		second := claimAt(t, s, key, "owner-b", fp("a"), now+2)
@@ -659,7 +660,7 @@ func TestExtend(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	newLease := rec.LeaseUntil + 5*lease
-	if err := s.Extend(context.Background(), store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 100, LeaseUntil: newLease}); err != nil {
+	if err := s.Extend(context.Background(), store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 100}, LeaseUntil: newLease}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	if got := mustGet(t, s, key).LeaseUntil; got != newLease {
@@ -683,7 +684,7 @@ func TestAttach(t *testing.T, _ Features, newStore NewStore) {
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	const ref = "arn:aws:states:us-east-1:123456789012:execution:transfers:t-0f3a"
-	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1, Ref: ref}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}, Ref: ref}); err != nil {
 		t.Fatalf("Extend with a Ref only: %v", err)
 	}
 	want := *rec
@@ -697,20 +698,58 @@ func TestAttach(t *testing.T, _ Features, newStore NewStore) {
 	// Both at once: a new lease and another reference (a redrive, an
 	// adopted execution).
 	want.LeaseUntil, want.Ref = now+20*lease, ref+"-2"
-	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, LeaseUntil: want.LeaseUntil, Ref: want.Ref}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3}, LeaseUntil: want.LeaseUntil, Ref: want.Ref}); err != nil {
 		t.Fatalf("Extend with a lease and a Ref: %v", err)
 	}
 	sameRecord(t, "Get after extending and attaching", mustGet(t, s, key), &want)
 	// Neither: a check that the claim is still held, which changes nothing.
-	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 4}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 4}}); err != nil {
 		t.Fatalf("Extend with neither: %v", err)
 	}
 	sameRecord(t, "Get after an empty Extend", mustGet(t, s, key), &want)
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 5, ExpiresAt: now + 5 + expiry, Result: []byte("done")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 5}, ExpiresAt: now + 5 + expiry, Result: []byte("done")}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	want.Status, want.Result, want.CompletedAt, want.ExpiresAt = store.StatusCompleted, []byte("done"), now+5, now+5+expiry
 	sameRecord(t, "COMPLETED record keeps its reference", mustGet(t, s, key), &want)
+}
+
+// TestExtendFrom: Extend changes IN_PROGRESS records only, so a From that
+// names another status is a caller's mistake: refused with
+// [store.ErrInvalidParams] before the record is looked at, in progress or
+// settled, and nothing changes. From spelled out as IN_PROGRESS is the same
+// as zero.
+func TestExtendFrom(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	ref := store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}
+	refused := func(what string, from store.Status) {
+		t.Helper()
+		before := mustGet(t, s, key)
+		r := ref
+		r.From = from
+		if err := s.Extend(ctx, store.ExtendParams{ClaimRef: r, LeaseUntil: now + 10*lease, Ref: "x"}); !errors.Is(err, store.ErrInvalidParams) {
+			t.Errorf("%s: Extend From %v: %v, want ErrInvalidParams", what, from, err)
+		}
+		sameRecord(t, what+": a refused Extend changed the record", mustGet(t, s, key), before)
+	}
+	refused("IN_PROGRESS record", store.StatusCompleted)
+	refused("IN_PROGRESS record", store.StatusFailed)
+
+	r := ref
+	r.From = store.StatusInProgress
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: r, LeaseUntil: now + 5*lease}); err != nil {
+		t.Fatalf("Extend From IN_PROGRESS: %v", err)
+	}
+	if got := mustGet(t, s, key).LeaseUntil; got != now+5*lease {
+		t.Fatalf("LeaseUntil after Extend From IN_PROGRESS = %d, want %d", got, now+5*lease)
+	}
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: ref, ExpiresAt: now + expiry, Result: []byte("done")}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	refused("COMPLETED record", store.StatusCompleted)
 }
 
 // TestResettle: a settled record can be corrected by a fenced write that
@@ -724,11 +763,11 @@ func TestResettle(t *testing.T, _ Features, newStore NewStore) {
 	ctx := context.Background()
 	key, now := newKey(t), base()
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Extend(ctx, store.ExtendParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, Ref: "execution-1"}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now}, Ref: "execution-1"}); err != nil {
 		t.Fatal(err)
 	}
 	er := store.ErrorRecord{Code: "States.Timeout", Message: "execution timed out"}
-	if err := s.Fail(ctx, store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1, ExpiresAt: now + 1 + expiry, Err: er}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}, ExpiresAt: now + 1 + expiry, Err: er}); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	failed := mustGet(t, s, key)
@@ -742,13 +781,13 @@ func TestResettle(t *testing.T, _ Features, newStore NewStore) {
 	}
 	// A settled record refuses writes that expect IN_PROGRESS, and writes
 	// from another claim whatever they expect.
-	refused("Complete of a FAILED record without From", s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 2, ExpiresAt: now + 2 + expiry, Result: []byte("x")}), store.StatusFailed, failed)
-	refused("Complete From FAILED by another owner", s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: "owner-b", Now: now + 2, ExpiresAt: now + 2 + expiry, Result: []byte("x"), From: store.StatusFailed}), store.StatusFailed, failed)
-	refused("Release From COMPLETED of a FAILED record", s.Release(ctx, store.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 2, From: store.StatusCompleted}), store.StatusFailed, failed)
+	refused("Complete of a FAILED record without From", s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 2}, ExpiresAt: now + 2 + expiry, Result: []byte("x")}), store.StatusFailed, failed)
+	refused("Complete From FAILED by another owner", s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: "owner-b", From: store.StatusFailed, Now: now + 2}, ExpiresAt: now + 2 + expiry, Result: []byte("x")}), store.StatusFailed, failed)
+	refused("Release From COMPLETED of a FAILED record", s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, From: store.StatusCompleted, Now: now + 2}}), store.StatusFailed, failed)
 
 	// FAILED → COMPLETED: the error goes, the result and times are new,
 	// the claim and its reference stay.
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 3, ExpiresAt: now + 3 + expiry, Result: []byte("redriven"), From: store.StatusFailed}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, From: store.StatusFailed, Now: now + 3}, ExpiresAt: now + 3 + expiry, Result: []byte("redriven")}); err != nil {
 		t.Fatalf("Complete From FAILED: %v", err)
 	}
 	want := *failed
@@ -756,21 +795,21 @@ func TestResettle(t *testing.T, _ Features, newStore NewStore) {
 	sameRecord(t, "Get after Complete From FAILED", mustGet(t, s, key), &want)
 	// The same write again (its reply lost) finds the record settled as
 	// it wanted, under its own claim.
-	err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 4, ExpiresAt: now + 4 + expiry, Result: []byte("redriven"), From: store.StatusFailed})
+	err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, From: store.StatusFailed, Now: now + 4}, ExpiresAt: now + 4 + expiry, Result: []byte("redriven")})
 	var fe *store.FencedError
 	if !errors.As(err, &fe) || !fe.Own() || fe.Status != store.StatusCompleted {
 		t.Errorf("Complete From FAILED retried after it landed: %v, want a *FencedError that is Own() with status COMPLETED", err)
 	}
 
 	// COMPLETED → FAILED: the result goes.
-	if err := s.Fail(ctx, store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 5, ExpiresAt: now + 5 + expiry, Err: er, From: store.StatusCompleted}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, From: store.StatusCompleted, Now: now + 5}, ExpiresAt: now + 5 + expiry, Err: er}); err != nil {
 		t.Fatalf("Fail From COMPLETED: %v", err)
 	}
 	want.Status, want.Err, want.Result, want.CompletedAt, want.ExpiresAt = store.StatusFailed, &er, nil, now+5, now+5+expiry
 	sameRecord(t, "Get after Fail From COMPLETED", mustGet(t, s, key), &want)
 
 	// Release From FAILED: the key is free again.
-	if err := s.Release(ctx, store.ReleaseParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 6, From: store.StatusFailed}); err != nil {
+	if err := s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, From: store.StatusFailed, Now: now + 6}}); err != nil {
 		t.Fatalf("Release From FAILED: %v", err)
 	}
 	if res := claimAt(t, s, key, "owner-b", fp("a"), now+7); !res.Acquired {
@@ -780,10 +819,10 @@ func TestResettle(t *testing.T, _ Features, newStore NewStore) {
 	// An expired settled record is absent to every write.
 	key2 := newKey(t)
 	rec2 := claimAt(t, s, key2, "owner-a", fp("a"), now).Record
-	if err := s.Fail(ctx, store.FailParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now, ExpiresAt: now + 10, Err: er}); err != nil {
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now}, ExpiresAt: now + 10, Err: er}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, Now: now + 10, ExpiresAt: now + 10 + expiry, Result: []byte("late"), From: store.StatusFailed}); !errors.Is(err, store.ErrNotFound) {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key2, Fence: rec2.Fence, Owner: rec2.Owner, From: store.StatusFailed, Now: now + 10}, ExpiresAt: now + 10 + expiry, Result: []byte("late")}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Complete From FAILED of an expired record: %v, want ErrNotFound", err)
 	}
 }
@@ -801,7 +840,7 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	key := newKey(t)
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
 	exp := now + 50_000
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: exp, Result: []byte("r")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now}, ExpiresAt: exp, Result: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if res := claimAt(t, s, key, "owner-b", fp("a"), exp-1); res.Acquired {
@@ -824,10 +863,10 @@ func TestExpiryBoundary(t *testing.T, _ Features, newStore NewStore) {
 	c := claimAt(t, s, key2, "owner-a", fp("a"), now).Record
 	at := c.ExpiresAt
 	errs := map[string]error{
-		"Complete": s.Complete(ctx, store.CompleteParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Result: []byte("late")}),
-		"Fail":     s.Fail(ctx, store.FailParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "late"}}),
-		"Extend":   s.Extend(ctx, store.ExtendParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at, LeaseUntil: at + lease}),
-		"Release":  s.Release(ctx, store.ReleaseParams{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}),
+		"Complete": s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}, ExpiresAt: at + expiry, Result: []byte("late")}),
+		"Fail":     s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}, ExpiresAt: at + expiry, Err: store.ErrorRecord{Code: "late"}}),
+		"Extend":   s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}, LeaseUntil: at + lease}),
+		"Release":  s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: key2, Fence: c.Fence, Owner: c.Owner, Now: at}}),
 	}
 	for name, err := range errs {
 		if !errors.Is(err, store.ErrNotFound) {
@@ -861,13 +900,13 @@ func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	if f.MaxResultBytes > 0 {
 		key := newKey(t)
 		rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-		err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: append(big, 'x')})
+		err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now}, ExpiresAt: now + expiry, Result: append(big, 'x')})
 		var tl *store.TooLargeError
 		if !errors.Is(err, store.ErrTooLarge) || !errors.As(err, &tl) {
 			t.Fatalf("Complete one byte over the limit: %v, want *TooLargeError", err)
 		}
 		sameRecord(t, "record after a refused large Complete", mustGet(t, s, key), rec)
-		err = s.Fail(ctx, store.FailParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c", Body: append(big, 'x')}})
+		err = s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now}, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c", Body: append(big, 'x')}})
 		if !errors.Is(err, store.ErrTooLarge) {
 			t.Fatalf("Fail with a body over the limit: %v, want ErrTooLarge", err)
 		}
@@ -875,7 +914,7 @@ func TestResultSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	}
 	key := newKey(t)
 	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + expiry, Result: big}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now}, ExpiresAt: now + expiry, Result: big}); err != nil {
 		t.Fatalf("Complete with %d bytes (the limit): %v", len(big), err)
 	}
 	if got := mustGet(t, s, key).Result; !bytes.Equal(got, big) {
@@ -1164,9 +1203,9 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 		}
 		switch status {
 		case store.StatusCompleted:
-			err = s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Result: []byte("r")})
+			err = s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000}, ExpiresAt: now + expiry, Result: []byte("r")})
 		case store.StatusFailed:
-			err = s.Fail(ctx, store.FailParams{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c"}})
+			err = s.Fail(ctx, store.FailParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: res.Record.Owner, Now: now - 1000}, ExpiresAt: now + expiry, Err: store.ErrorRecord{Code: "c"}})
 		}
 		if err != nil {
 			t.Fatal(err)

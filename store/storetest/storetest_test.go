@@ -33,6 +33,7 @@ var broken = map[string]struct {
 	"gives-up-under-contention":  {func(m *memstore.Store) store.Store { return &givesUp{Store: m} }, "Linearizability"},
 	"resettles-any-status":       {func(m *memstore.Store) store.Store { return &anyStatus{Store: m} }, "Resettle"},
 	"attach-resets-lease":        {func(m *memstore.Store) store.Store { return &attachResets{Store: m} }, "Attach"},
+	"extend-ignores-from":        {func(m *memstore.Store) store.Store { return &extendIgnoresFrom{Store: m} }, "ExtendFrom"},
 	"lists-one-shard":            {func(m *memstore.Store) store.Store { return &oneShard{Store: m} }, "Admin"},
 }
 
@@ -210,6 +211,14 @@ func (s *attachResets) Extend(ctx context.Context, p store.ExtendParams) error {
 	if p.LeaseUntil == 0 {
 		p.LeaseUntil = p.Now
 	}
+	return s.Store.Extend(ctx, p)
+}
+
+type extendIgnoresFrom struct{ *memstore.Store }
+
+// Extend ignores From instead of refusing a status other than IN_PROGRESS.
+func (s *extendIgnoresFrom) Extend(ctx context.Context, p store.ExtendParams) error {
+	p.From = 0
 	return s.Store.Extend(ctx, p)
 }
 

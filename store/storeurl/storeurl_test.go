@@ -109,7 +109,7 @@ func roundTrip(t *testing.T, s *storeurl.Opened) {
 	if err != nil || !res.Acquired {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
-	if err := s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: "test", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte(`"ok"`)}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, key)
@@ -228,7 +228,7 @@ func TestOpenWorkingStores(t *testing.T) {
 			t.Fatal(err)
 		}
 		big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
-		if err := s.Complete(ctx, store.CompleteParams{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Result: big}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Result: big}); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := s.Get(ctx, "k")

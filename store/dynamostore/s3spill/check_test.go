@@ -224,7 +224,7 @@ func TestRefusalAtRunTimeIsNotRetried(t *testing.T) {
 			}
 			// The store's own answer, as the engine got it.
 			now := time.Now().UnixMilli()
-			err = s.Complete(ctx, store.CompleteParams{Key: rec.Key, Fence: rec.Fence, Owner: rec.Owner, Now: now, ExpiresAt: now + 60_000, Result: big})
+			err = s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: rec.Key, Fence: rec.Fence, Owner: rec.Owner, Now: now}, ExpiresAt: now + 60_000, Result: big})
 			refused(t, "Complete", err, c.cause, false)
 		})
 	}

@@ -404,7 +404,7 @@ func TestThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 		data := payload(n, byte(i))
-		if err := f.s.Complete(ctx, store.CompleteParams{Key: key, Fence: res.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Result: data}); err != nil {
+		if err := f.s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: res.Record.Fence, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Result: data}); err != nil {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
 		out, err := f.dyn.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.table), Key: map[string]dtypes.AttributeValue{"id": &dtypes.AttributeValueMemberS{Value: key}}})
@@ -446,10 +446,10 @@ func TestRefusedWriteKeepsStoredObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := payload(5000, 1)
-	if err := f.s.Complete(ctx, store.CompleteParams{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now, ExpiresAt: now + 3_600_000, Result: first}); err != nil {
+	if err := f.s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Result: first}); err != nil {
 		t.Fatal(err)
 	}
-	err = f.s.Complete(ctx, store.CompleteParams{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now + 1, ExpiresAt: now + 3_600_000, Result: payload(5000, 2), From: store.StatusFailed})
+	err = f.s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: res.Record.Fence, Owner: "o", From: store.StatusFailed, Now: now + 1}, ExpiresAt: now + 3_600_000, Result: payload(5000, 2)})
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("Complete From FAILED of a COMPLETED record: %v, want ErrFenced", err)
 	}
