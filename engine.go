@@ -37,6 +37,10 @@ type Engine struct {
 	raw      bool           // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
 	sysClock bool           // the clock is store.SystemClock
 
+	// completer batches the Completes of calls that finish together, when
+	// the store can (store.BatchCompleter); nil otherwise.
+	completer *completer
+
 	mu       sync.Mutex
 	flights  map[string]*flight
 	renewals renewals
@@ -65,6 +69,9 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 		e.dbSystem = sn.SystemName()
 	}
 	e.renewals.init(e)
+	if bc, ok := s.(store.BatchCompleter); ok {
+		e.completer = &completer{s: s, b: bc}
+	}
 	if c.Cache != nil {
 		e.cache = newLRU(c.Cache.withDefaults())
 	}
@@ -1225,7 +1232,12 @@ func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 	var err error
 	switch req.kind {
 	case writeComplete:
-		err = e.store.Complete(ctx, store.CompleteParams{ClaimRef: ref, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: req.result})
+		p := store.CompleteParams{ClaimRef: ref, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: req.result}
+		if e.completer != nil {
+			err = e.completer.complete(ctx, p)
+		} else {
+			err = e.store.Complete(ctx, p)
+		}
 	case writeFail:
 		err = e.store.Fail(ctx, store.FailParams{ClaimRef: ref, ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Err: *req.err})
 	case writeRelease:

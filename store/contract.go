@@ -127,6 +127,23 @@ type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, ps []ClaimParams) (res []ClaimResult, errs []error)
 }
 
+// BatchCompleter is an optional power of a store: making many Completes in
+// one round trip (a pipeline, one statement). The engine finds it by type
+// assertion and sends the Completes of calls that finish together through
+// it, so that a consumer's concurrent messages share their outcome writes.
+// A wrapper that embeds such a store and changes its Complete (faults,
+// instrumentation) must wrap CompleteBatch too, or the engine bypasses it.
+type BatchCompleter interface {
+	// CompleteBatch makes each of ps exactly as Complete would, in order,
+	// and answers errs[i] for ps[i] (len(ps) of them): each keeps its own
+	// fence and owner condition and its own refusal (ErrFenced,
+	// ErrNotFound, a TooLargeError), and one refusal neither stops nor
+	// settles another. A key named twice is completed twice: the second
+	// sees the first. A failure of the whole round trip is every
+	// Complete's error.
+	CompleteBatch(ctx context.Context, ps []CompleteParams) (errs []error)
+}
+
 // ClaimResult is the answer of [Store.Claim].
 type ClaimResult struct {
 	// Acquired is true when the caller now holds the claim.

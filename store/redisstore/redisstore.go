@@ -395,12 +395,75 @@ func scriptCorrupt(key string, v []any) error {
 func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
 	res := make([]store.ClaimResult, len(ps))
 	errs := make([]error, len(ps))
-	// run sends the claims idx in one pipeline and returns those Redis did
-	// not have the script for.
-	run := func(pipe redis.Pipeliner, idx []int) []int {
+	keys := make([]string, len(ps))
+	for i, p := range ps {
+		keys[i] = p.Key
+	}
+	s.batch(ctx, "claim", claimScript, keys, errs, func(i int) []any { return s.claimArgs(ps[i]) },
+		func(i int, cmd *redis.Cmd, w *redis.IntCmd) {
+			v, err := cmd.Slice()
+			if err != nil {
+				errs[i] = s.translate("claim", ps[i].Key, err)
+				return
+			}
+			res[i], errs[i] = s.claimResult(ps[i], v)
+			if errs[i] == nil && res[i].Acquired {
+				errs[i] = s.waited("claim", ps[i].Key, w)
+			}
+		})
+	return res, errs
+}
+
+// group is the writes of a batch that one pipeline sends.
+type group struct {
+	idx  []int
+	pipe func() redis.Pipeliner
+	load func(context.Context) error // loads the claim script where pipe sends
+}
+
+// groups splits a batch of writes to keys into the pipelines that send
+// it: one, through the client; but with Config.WaitReplicas on Redis
+// Cluster, one per master, on that master's own client, so that each
+// master's WAIT follows the writes on the connection that sent them (see
+// send). sc is the script the writes run, which load loads where pipe
+// sends. A key whose master cannot be found has its error (for op) set in
+// errs and is in no group.
+func (s *Store) groups(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error) []group {
+	if s.cluster == nil || s.cfg.WaitReplicas <= 0 {
+		all := make([]int, len(keys))
+		for i := range all {
+			all[i] = i
+		}
+		return []group{{idx: all, pipe: s.c.Pipeline, load: func(ctx context.Context) error { return sc.Load(ctx, s.c).Err() }}}
+	}
+	var out []group
+	at := map[*redis.Client]int{}
+	for i, k := range keys {
+		node, err := s.cluster.MasterForKey(ctx, s.rkey(k))
+		if err != nil {
+			errs[i] = s.translate(op, k, err)
+			continue
+		}
+		j, ok := at[node]
+		if !ok {
+			j = len(out)
+			at[node] = j
+			out = append(out, group{pipe: node.Pipeline, load: func(ctx context.Context) error { return sc.Load(ctx, node).Err() }})
+		}
+		out[j].idx = append(out[j].idx, i)
+	}
+	return out
+}
+
+// batch sends the writes of a batch (sc with args(i) on keys[i]) in one
+// pipeline per group, each with its WAIT when Config.WaitReplicas is set,
+// loading sc and sending again those Redis had no script for, and hands
+// each reply to answer (with the WAIT of its pipeline).
+func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error, args func(i int) []any, answer func(i int, cmd *redis.Cmd, w *redis.IntCmd)) {
+	run := func(pipe redis.Pipeliner, idx []int) (noscript []int) {
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
-			cmds[j] = claimScript.EvalSha(ctx, pipe, []string{s.rkey(ps[i].Key)}, s.claimArgs(ps[i])...)
+			cmds[j] = sc.EvalSha(ctx, pipe, []string{s.rkey(keys[i])}, args(i)...)
 		}
 		var w *redis.IntCmd
 		if s.cfg.WaitReplicas > 0 { // on the pipeline's connection: see send
@@ -408,28 +471,16 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 			_ = pipe.Process(ctx, w)
 		}
 		_, _ = pipe.Exec(ctx) // errors are per command
-		defer func() {
-			for _, i := range idx {
-				if errs[i] == nil && res[i].Acquired {
-					errs[i] = s.waited("claim", ps[i].Key, w)
-				}
-			}
-		}()
-		var noscript []int
 		for j, i := range idx {
-			v, err := cmds[j].Slice()
-			switch {
-			case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT"):
+			if err := cmds[j].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 				noscript = append(noscript, i)
-			case err != nil:
-				errs[i] = s.translate("claim", ps[i].Key, err)
-			default:
-				res[i], errs[i] = s.claimResult(ps[i], v)
+				continue
 			}
+			answer(i, cmds[j], w)
 		}
 		return noscript
 	}
-	for _, g := range s.groups(ctx, ps, errs) {
+	for _, g := range s.groups(ctx, op, sc, keys, errs) {
 		again := run(g.pipe(), g.idx)
 		if len(again) == 0 {
 			continue
@@ -438,60 +489,48 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		// of the keys still holds): load the script and send those again.
 		if err := g.load(ctx); err != nil {
 			for _, i := range again {
-				errs[i] = s.translate("claim", ps[i].Key, err)
+				errs[i] = s.translate(op, keys[i], err)
 			}
 		} else {
 			run(g.pipe(), again)
 		}
 	}
-	return res, errs
 }
 
-// group is the claims of a batch that one pipeline sends.
-type group struct {
-	idx  []int
-	pipe func() redis.Pipeliner
-	load func(context.Context) error // loads the claim script where pipe sends
-}
-
-// groups splits a batch into the pipelines that send it: one, through the
-// client; but with Config.WaitReplicas on Redis Cluster, one per master,
-// on that master's own client, so that each master's WAIT follows the
-// writes on the connection that sent them (see send). A key whose master
-// cannot be found has its error set in errs and is in no group.
-func (s *Store) groups(ctx context.Context, ps []store.ClaimParams, errs []error) []group {
-	if s.cluster == nil || s.cfg.WaitReplicas <= 0 {
-		all := make([]int, len(ps))
-		for i := range all {
-			all[i] = i
-		}
-		return []group{{idx: all, pipe: s.c.Pipeline, load: func(ctx context.Context) error { return claimScript.Load(ctx, s.c).Err() }}}
-	}
-	var out []group
-	at := map[*redis.Client]int{}
+// CompleteBatch implements [store.BatchCompleter]: the Completes in one
+// pipeline (one per master with WaitReplicas on a cluster), each the same
+// fenced script as Complete's, so each keeps its own condition and answer.
+func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
+	errs := make([]error, len(ps))
+	keys := make([]string, 0, len(ps))
+	idx := make([]int, 0, len(ps)) // the params sent: not refused as too large
 	for i, p := range ps {
-		node, err := s.cluster.MasterForKey(ctx, s.rkey(p.Key))
-		if err != nil {
-			errs[i] = s.translate("claim", p.Key, err)
+		if len(p.Result) > s.cfg.MaxResultBytes {
+			errs[i] = &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 			continue
 		}
-		j, ok := at[node]
-		if !ok {
-			j = len(out)
-			at[node] = j
-			out = append(out, group{pipe: node.Pipeline, load: func(ctx context.Context) error { return claimScript.Load(ctx, node).Err() }})
-		}
-		out[j].idx = append(out[j].idx, i)
+		keys, idx = append(keys, p.Key), append(idx, i)
 	}
-	return out
+	if len(keys) == 0 {
+		return errs
+	}
+	sent := make([]error, len(keys))
+	s.batch(ctx, "complete", fencedScript, keys, sent, func(j int) []any {
+		p := ps[idx[j]]
+		return append(s.fencedArgs("settle", p.ClaimRef), "2", p.ExpiresAt, completeTail(p.Now, p.Result))
+	}, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
+		sent[j] = s.fencedAnswer("complete", ps[idx[j]].ClaimRef, cmd, w)
+	})
+	for j, i := range idx {
+		errs[i] = sent[j]
+	}
+	return errs
 }
 
 // fenced runs the fenced script for op ("settle", "release", "extend") for
 // the claim c; name is the operation's name in errors.
 func (s *Store) fenced(ctx context.Context, op, name string, c store.ClaimRef, extra ...any) error {
-	tag := appendTag(make([]byte, 0, 32+len(c.Owner)), c.Fence, c.Owner)
-	args := append([]any{op, tag, c.Now, int(c.From.OrInProgress())}, extra...)
-	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(c.Key), args...)
+	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(c.Key), append(s.fencedArgs(op, c), extra...)...)
 	if err != nil {
 		return s.translate(name, c.Key, err)
 	}
@@ -501,16 +540,49 @@ func (s *Store) fenced(ctx context.Context, op, name string, c store.ClaimRef, e
 	case r.kind == ':' && r.n == 1:
 		return store.ErrNotFound
 	case r.kind == '$':
-		rec, err := decodeValue(c.Key, r.str)
-		if err != nil {
-			return err
-		}
-		if err := store.CheckFence(rec, c); err != nil {
-			return err
-		}
-		return &store.CorruptError{Key: c.Key, Reason: "fenced script refused a write the record allows"}
+		return s.refusal(c, r.str)
 	}
 	return s.errorReply(name, c.Key, r)
+}
+
+// fencedArgs are the fenced script's first arguments for op on claim c.
+func (s *Store) fencedArgs(op string, c store.ClaimRef) []any {
+	tag := appendTag(make([]byte, 0, 32+len(c.Owner)), c.Fence, c.Owner)
+	return []any{op, tag, c.Now, int(c.From.OrInProgress())}
+}
+
+// fencedAnswer reads the fenced script's reply to a write of a pipeline
+// (cmd), as fenced reads its own.
+func (s *Store) fencedAnswer(name string, c store.ClaimRef, cmd *redis.Cmd, w *redis.IntCmd) error {
+	v, err := cmd.Result()
+	if err != nil {
+		return s.translate(name, c.Key, err)
+	}
+	switch v := v.(type) {
+	case int64:
+		switch v {
+		case 0:
+			return s.waited(name, c.Key, w)
+		case 1:
+			return store.ErrNotFound
+		}
+	case string:
+		return s.refusal(c, v)
+	}
+	return fmt.Errorf("redisstore: %s %s: %w: unexpected reply %v", name, c.Key, store.ErrUnavailable, v)
+}
+
+// refusal is the error of a write the fenced script refused, from the
+// record it answered with (rec).
+func (s *Store) refusal(c store.ClaimRef, rec string) error {
+	r, err := decodeValue(c.Key, rec)
+	if err != nil {
+		return err
+	}
+	if err := store.CheckFence(r, c); err != nil {
+		return err
+	}
+	return &store.CorruptError{Key: c.Key, Reason: "fenced script refused a write the record allows"}
 }
 
 // Complete implements [store.Store].

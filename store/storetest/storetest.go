@@ -109,6 +109,7 @@ var Cases = []struct {
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
 	{"ClaimBatch", TestClaimBatch},
 	{"ClaimBatchMatchesClaim", TestClaimBatchMatchesClaim},
+	{"CompleteBatch", TestCompleteBatch},
 	{"Fencing", TestFencing},
 	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
@@ -437,6 +438,92 @@ func TestClaimBatch(t *testing.T, _ Features, newStore NewStore) {
 	}
 	if got, errs := bc.ClaimBatch(ctx, nil); len(got) != 0 || len(errs) != 0 {
 		t.Errorf("empty batch: %d results, %d errors", len(got), len(errs))
+	}
+}
+
+// TestCompleteBatch: a store that completes in batches
+// ([store.BatchCompleter]) makes every Complete of a batch exactly as
+// Complete would, each under its own condition: two held claims complete;
+// a write whose fence another claim took over, one whose owner differs
+// and one for a key with no record are refused (ErrFenced, ErrNotFound)
+// and change nothing, without stopping the writes after them; a key named
+// twice is completed by the first and the second sees it (refused, its
+// own claim settled); a result over the store's limit is refused alone.
+// Skipped for stores without batch completes.
+func TestCompleteBatch(t *testing.T, f Features, newStore NewStore) {
+	s := newStore(t)
+	bc, ok := s.(store.BatchCompleter)
+	if !ok {
+		t.Skip("store does not complete in batches")
+	}
+	ctx := context.Background()
+	now := base()
+	a, b, taken, other, missing, twice, big := newKey(t), newKey(t), newKey(t), newKey(t), newKey(t), newKey(t), newKey(t)
+	for _, k := range []string{a, b, other, twice, big} {
+		claimAt(t, s, k, "owner-a", fp("x"), now)
+	}
+	claimAt(t, s, taken, "owner-a", fp("x"), now-2*lease)
+	takenBy := claimAt(t, s, taken, "owner-b", fp("x"), now).Record // fence 2
+	c := func(key, owner string, fence uint64, result string) store.CompleteParams {
+		return store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: fence, Owner: owner, Now: now + 1}, ExpiresAt: now + expiry, Result: []byte(result)}
+	}
+	ps := []store.CompleteParams{
+		c(a, "owner-a", 1, "ra"),
+		c(taken, "owner-a", 1, "stale"),
+		c(b, "owner-a", 1, "rb"),
+		c(other, "owner-z", 1, "wrong owner"),
+		c(missing, "owner-a", 1, "none"),
+		c(twice, "owner-a", 1, "first"),
+		c(twice, "owner-a", 1, "second"),
+	}
+	if f.MaxResultBytes > 0 {
+		ps = append(ps, store.CompleteParams{ClaimRef: store.ClaimRef{Key: big, Fence: 1, Owner: "owner-a", Now: now + 1}, ExpiresAt: now + expiry, Result: make([]byte, f.MaxResultBytes+1)})
+	}
+	errs := bc.CompleteBatch(ctx, ps)
+	if len(errs) != len(ps) {
+		t.Fatalf("CompleteBatch of %d answered %d errors", len(ps), len(errs))
+	}
+	for i, k := range []string{a, b} {
+		if errs[2*i] != nil {
+			t.Errorf("complete of held claim %s: %v", k, errs[2*i])
+		}
+	}
+	for _, r := range []struct {
+		i    int
+		what string
+		want error
+	}{{1, "fence taken over", store.ErrFenced}, {3, "another owner", store.ErrFenced}, {4, "no record", store.ErrNotFound}, {6, "second of a key named twice", store.ErrFenced}} {
+		if !errors.Is(errs[r.i], r.want) {
+			t.Errorf("%s: %v, want %v", r.what, errs[r.i], r.want)
+		}
+	}
+	if errs[5] != nil {
+		t.Errorf("first of a key named twice: %v", errs[5])
+	}
+	if f.MaxResultBytes > 0 && !errors.Is(errs[7], store.ErrTooLarge) {
+		t.Errorf("a result over the limit: %v, want ErrTooLarge", errs[7])
+	}
+	for key, want := range map[string]string{a: "ra", b: "rb", twice: "first"} {
+		if r := mustGet(t, s, key); r.Status != store.StatusCompleted || string(r.Result) != want {
+			t.Errorf("%s after the batch: %s %q, want COMPLETED %q", key, r.Status, r.Result, want)
+		}
+	}
+	if r := mustGet(t, s, taken); r.Status != store.StatusInProgress || r.Fence != takenBy.Fence || r.Owner != "owner-b" {
+		t.Errorf("the taken-over key after a stale complete: %+v, want IN_PROGRESS held by owner-b", r)
+	}
+	if r := mustGet(t, s, other); r.Status != store.StatusInProgress || r.Owner != "owner-a" {
+		t.Errorf("the key completed by another owner: %+v, want IN_PROGRESS held by owner-a", r)
+	}
+	if _, err := s.Get(ctx, missing); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the key with no record: %v, want ErrNotFound", err)
+	}
+	if f.MaxResultBytes > 0 {
+		if r := mustGet(t, s, big); r.Status != store.StatusInProgress {
+			t.Errorf("the key whose result was too large: %s, want IN_PROGRESS", r.Status)
+		}
+	}
+	if errs := bc.CompleteBatch(ctx, nil); len(errs) != 0 {
+		t.Errorf("empty batch: %d errors", len(errs))
 	}
 }
 

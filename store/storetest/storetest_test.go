@@ -35,6 +35,7 @@ var broken = map[string]struct {
 	"attach-resets-lease":        {func(m *memstore.Store) store.Store { return &attachResets{Store: m} }, "Attach"},
 	"extend-ignores-from":        {func(m *memstore.Store) store.Store { return &extendIgnoresFrom{Store: m} }, "ExtendFrom"},
 	"lists-one-shard":            {func(m *memstore.Store) store.Store { return &oneShard{Store: m} }, "Admin"},
+	"batch-complete-unfenced":    {func(m *memstore.Store) store.Store { return &batchUnfenced{Store: m} }, "CompleteBatch"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -220,6 +221,21 @@ type extendIgnoresFrom struct{ *memstore.Store }
 func (s *extendIgnoresFrom) Extend(ctx context.Context, p store.ExtendParams) error {
 	p.From = 0
 	return s.Store.Extend(ctx, p)
+}
+
+// batchUnfenced completes each write of a batch under whatever claim holds
+// the record, as a batch that dropped each write's own condition would.
+type batchUnfenced struct{ *memstore.Store }
+
+func (s *batchUnfenced) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		if r, err := s.Get(ctx, p.Key); err == nil && r.Status == store.StatusInProgress {
+			p.Fence, p.Owner = r.Fence, r.Owner
+		}
+		errs[i] = s.Store.Complete(ctx, p)
+	}
+	return errs
 }
 
 // oneShard lists only the records of one shard in three, by the key's hash,
