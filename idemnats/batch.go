@@ -140,13 +140,15 @@ func (b *batchBeat) stop() { close(b.done); <-b.exit }
 
 // BatchConfig configures [ConsumeBatch].
 type BatchConfig struct {
-	// Size is the most messages in one batch, and the pull's
-	// PullMaxMessages (the messages the client asks the server for at a
-	// time). Default 16.
+	// Size is the most messages in one batch. Default 16.
 	Size int
 	// Wait is how long, after a batch's first message, ConsumeBatch waits
 	// for each further one before it runs the batch it has. Default 2ms.
 	Wait time.Duration
+	// Batches is how many batches run at once, each in a goroutine of its
+	// own, while the next is collected. The pull asks the server for up
+	// to Size × (Batches+1) messages (PullMaxMessages). Default 2.
+	Batches int
 }
 
 func (c *BatchConfig) withDefaults() (BatchConfig, error) {
@@ -160,26 +162,27 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 	if out.Wait == 0 {
 		out.Wait = 2 * time.Millisecond
 	}
-	switch {
-	case out.Size < 0:
-		return out, fmt.Errorf("%w: BatchConfig.Size is %d; it must be positive (default 16)", ErrInvalidConfig, out.Size)
-	case out.Wait < 0:
-		return out, fmt.Errorf("%w: BatchConfig.Wait is %v; it must be positive (default 2ms)", ErrInvalidConfig, out.Wait)
+	if out.Batches == 0 {
+		out.Batches = 2
+	}
+	if out.Size < 0 || out.Wait < 0 || out.Batches < 0 {
+		return out, fmt.Errorf("%w: BatchConfig Size %d, Wait %v and Batches %d must be positive (defaults 16, 2ms, 2)", ErrInvalidConfig, out.Size, out.Wait, out.Batches)
 	}
 	return out, nil
 }
 
-// ConsumeBatch pulls messages from c in batches of up to cfg.Size and
-// hands each batch to p (made by [WrapBatch]) until ctx is done. It uses
-// c.Messages with PullMaxMessages(Size), so that the next messages are
-// fetched while a batch runs; a batch is what arrived within Wait of each
-// other, up to Size. A batch in hand when ctx ends still runs to the end
-// and is settled (with ctx's values, without its cancellation); messages
-// the client had pulled and not yet handed out come back after the
-// consumer's AckWait. It returns nil when ctx is done, and the iterator's
-// error when the consumer cannot be read (deleted, connection closed).
-// It starts no goroutine of its own, and stops the client's iterator
-// before it returns.
+// ConsumeBatch pulls messages from c and hands them to p (made by
+// [WrapBatch]) in batches of up to cfg.Size, cfg.Batches at once, until
+// ctx is done. It reads c.Messages with PullMaxMessages(Size ×
+// (Batches+1)), so that the next messages are on their way while batches
+// run; a batch is what arrived within Wait of each other, up to Size.
+// Batches in hand when ctx ends still run to the end and are settled
+// (with ctx's values, without its cancellation); messages the client had
+// pulled and not yet handed out come back after the consumer's AckWait,
+// so AckWait should leave room for a batch or two to run before them. It
+// returns nil when ctx is done, and the iterator's error when the consumer
+// cannot be read (deleted, connection closed), in both cases once every
+// batch it started has been settled and its goroutines have ended.
 func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p ProcessBatch) error {
 	bc, err := cfg.withDefaults()
 	if err != nil {
@@ -188,13 +191,23 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 	if c == nil || p == nil {
 		return fmt.Errorf("%w: ConsumeBatch needs a consumer and a ProcessBatch", ErrInvalidConfig)
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(bc.Size))
+	it, err := c.Messages(jetstream.PullMaxMessages(bc.Size * (bc.Batches + 1)))
 	if err != nil {
 		return fmt.Errorf("idemnats: reading the consumer: %w", err)
 	}
 	defer it.Stop()
 	run := context.WithoutCancel(ctx)
-	batch := make([]jetstream.Msg, 0, bc.Size)
+	batches := make(chan []jetstream.Msg)
+	var wg sync.WaitGroup
+	for range bc.Batches {
+		wg.Go(func() {
+			for b := range batches {
+				p(run, b)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(batches)
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -203,7 +216,7 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 			}
 			return fmt.Errorf("idemnats: reading the consumer: %w", err)
 		}
-		batch = append(batch[:0], m)
+		batch := append(make([]jetstream.Msg, 0, bc.Size), m)
 		for len(batch) < bc.Size {
 			m, err := it.Next(jetstream.NextMaxWait(bc.Wait))
 			if err != nil {
@@ -211,7 +224,6 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 			}
 			batch = append(batch, m)
 		}
-		p(run, batch)
-		clear(batch)
+		batches <- batch
 	}
 }
