@@ -1,29 +1,3 @@
-// Package idemnats makes a NATS JetStream message handler idempotent with
-// an [idem.Engine], and acknowledges each message only after its outcome
-// is recorded.
-//
-// # Acknowledgement follows the outcome
-//
-// The message's key (the Nats-Msg-Id header by default, or Config.Key)
-// names the record; the payload is fingerprinted. The engine's answer is
-// turned into a verdict by [consume.Decide], the one rule every idem
-// consumer follows (its package doc has the table and the reasons), and
-// carried out so:
-//
-//	consume.Done        Ack
-//	consume.DeadLetter  Term, so JetStream stops redelivering it
-//	consume.RetryAfter  NakWithDelay until the other holder's lease ends
-//	consume.Retry       Nak, so the message comes again at once
-//	consume.Leave       nothing: JetStream redelivers after AckWait
-//
-// A message without a key is terminated. Leave is an uncertain outcome (the
-// claim is kept until its lease ends) or a zombie's: the key was taken over
-// while fn ran, and an ack would settle a delivery the new holder is still
-// working on.
-//
-// While fn runs, the engine renews the claim's lease and the wrapper calls
-// msg.InProgress every Config.Heartbeat, so JetStream does not redeliver a
-// long-running message to another consumer.
 package idemnats
 
 import (
