@@ -23,8 +23,10 @@ type ProcessBatch func(ctx context.Context, msgs []jetstream.Msg) (ds []Disposit
 // lease and with its own outcome write, and each message is then settled
 // by its own verdict, exactly as Wrap settles it. A message without a key
 // is terminated alone; a key named twice in a batch runs fn once, and the
-// later copy answers from the earlier (acked when the earlier is). One
-// message's failed write or settlement never settles another.
+// later copy answers as a concurrent call in one process does (DoBatch):
+// in progress, so NakWithDelay, when the engine does not wait (Wait 0),
+// or, with a Wait, the earlier copy's outcome replayed. One message's
+// failed write or settlement never settles another.
 //
 // Messages are settled when the whole batch has answered; until then each
 // is kept from redelivery by msg.InProgress every Heartbeat (those
