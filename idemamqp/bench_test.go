@@ -57,6 +57,28 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
+// BenchmarkConsumeBatch: the same through RunBatch (batches of 16, the
+// keys of a batch claimed in one round trip, each delivery acked on its
+// own), one batch at a time with 1 and 16 of its handlers at once (c1,
+// c16: the deliveries in flight; prefetch 16), and two batches at once
+// (c32, prefetch 32); compare with BenchmarkConsume's bare figures.
+func BenchmarkConsumeBatch(b *testing.B) {
+	for _, v := range []struct{ conc, batches int }{{1, 1}, {16, 1}, {16, 2}} {
+		for _, sk := range stores() {
+			b.Run(sk.name+"/c"+strconv.Itoa(v.conc*v.batches), func(b *testing.B) {
+				consumeBench(b, v.conc, func(b *testing.B, conn *amqp.Connection, queue string, handled func()) {
+					c, err := idemamqp.New(engine(b, sk.new(b), idem.Config{}), &idemamqp.Config{Operation: "bench"},
+						func(context.Context, amqp.Delivery) error { handled(); return nil })
+					if err != nil {
+						b.Fatal(err)
+					}
+					runBatch(b, conn, c, idemamqp.BatchArgs{ConsumeArgs: idemamqp.ConsumeArgs{Queue: queue, Concurrency: v.conc}, Size: 16, Batches: v.batches})
+				})
+			})
+		}
+	}
+}
+
 func consumeBench(b *testing.B, conc int, start func(b *testing.B, conn *amqp.Connection, queue string, handled func())) {
 	conn := dial(b)
 	work, _ := queues(b, conn)

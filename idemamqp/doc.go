@@ -34,6 +34,21 @@
 // original acknowledged only once the broker confirmed the publish: a crash
 // in between leaves two copies, which idem tells apart.
 //
+// # Batches
+//
+// [Consumer.RunBatch] collects deliveries into batches of up to
+// [BatchArgs].Size (what arrived within Window of the first, on the
+// engine's Clock), Batches batches at once, with the channel's prefetch
+// count set to Size × Batches, and hands each to [Consumer.HandleBatch]:
+// the keys are claimed by idem.DoBatch in one store round trip where the
+// store claims in batches (redisstore's pipeline, memstore), each handler
+// runs under its own lease and writes its own outcome, and each delivery is
+// settled by its own verdict with the same code as [Consumer.Handle]: its
+// own Ack, Reject or Nack, never an acknowledgement with multiple=true,
+// which would settle deliveries whose outcome did not land. A delivery
+// without a key is rejected alone; a key named twice in one batch runs the
+// handler once. See docs/consumers-batch.md.
+//
 // # Manual acknowledgement and the consumer timeout
 //
 // [Consumer.Run] consumes with manual acknowledgement and refuses auto-ack

@@ -179,7 +179,11 @@ func New(eng *idem.Engine, cfg *Config, fn func(context.Context, amqp.Delivery) 
 //
 // Never is a delivery acknowledged before fn succeeded.
 func (c *Consumer) Handle(ctx context.Context, d amqp.Delivery) Settlement {
-	s := c.handle(ctx, d)
+	return c.report(d, c.handle(ctx, d))
+}
+
+// report logs a delivery not acknowledged and calls Config.Settled.
+func (c *Consumer) report(d amqp.Delivery, s Settlement) Settlement {
 	if s.Action != Acked {
 		c.log.Info("idemamqp: delivery not acknowledged", "operation", c.cfg.Operation, "message_id", d.MessageId, "action", s.Action.String(), "err", s.Err)
 	}
@@ -190,27 +194,48 @@ func (c *Consumer) Handle(ctx context.Context, d amqp.Delivery) Settlement {
 }
 
 func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) Settlement {
+	id, s, ok := c.identity(ctx, d)
+	if !ok {
+		return s
+	}
+	res, err := idem.DoIdentity(ctx, c.eng, id, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.fn(ctx, d)
+	})
+	return c.decided(ctx, d, res, err)
+}
+
+// identity is d's key and fingerprint; when ok is false, d could not be
+// keyed and s says how it was settled.
+func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Identity, s Settlement, ok bool) {
 	if d.Acknowledger == nil {
-		return Settlement{Action: Rejected, Err: errors.New("idemamqp: delivery has no acknowledger (not from a channel)")}
+		return id, Settlement{Action: Rejected, Err: errors.New("idemamqp: delivery has no acknowledger (not from a channel)")}, false
 	}
 	key := d.MessageId
 	if c.cfg.Key != nil {
 		var err error
 		if key, err = c.cfg.Key(d.Body); err != nil {
-			return settle(Settlement{Action: Rejected, Err: fmt.Errorf("idemamqp: Config.Key: %w", err)}, d.Reject(false))
+			return id, settle(Settlement{Action: Rejected, Err: fmt.Errorf("idemamqp: Config.Key: %w", err)}, d.Reject(false)), false
 		}
 	}
 	if key == "" {
-		return settle(Settlement{Action: Rejected, Err: errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")}, d.Reject(false))
+		return id, settle(Settlement{Action: Rejected, Err: errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")}, d.Reject(false)), false
 	}
 	body := d.Body
 	if body == nil {
 		body = []byte{}
 	}
 	req := idem.Request{Operation: c.cfg.Operation, Key: key, Payload: body, RawPayload: true}
-	res, err := idem.Do(ctx, c.eng, req, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, c.fn(ctx, d)
-	})
+	id, err := req.Identity()
+	if err != nil {
+		return id, c.decided(ctx, d, idem.Result[struct{}]{}, err), false
+	}
+	return id, Settlement{}, true
+}
+
+// decided settles d by the verdict of the engine's answer for it: the one
+// mapping of consume's actions to AMQP's, for a delivery alone or in a
+// batch.
+func (c *Consumer) decided(ctx context.Context, d amqp.Delivery, res idem.Result[struct{}], err error) Settlement {
 	v := consume.Decide(res, err, c.eng.Config().Clock.Now())
 	replayed := res.Replayed
 	var te *idem.TerminalError
@@ -280,25 +305,11 @@ type ConsumeArgs struct {
 // in flight finish) and an error when the channel closes. Run sets ch's
 // prefetch count (QoS) to a.Concurrency.
 func (c *Consumer) Run(ctx context.Context, ch *amqp.Channel, a ConsumeArgs) error {
-	if a.AutoAck {
-		return fmt.Errorf("%w: idemamqp: auto-ack is refused: the broker would consider each message done before its handler ran, and a crash would lose it; consume with manual acknowledgement (AutoAck false)", idem.ErrInvalidConfig)
-	}
-	if a.Queue == "" {
-		return fmt.Errorf("%w: idemamqp: ConsumeArgs.Queue is required", idem.ErrInvalidConfig)
-	}
 	n := max(a.Concurrency, 1)
-	if err := ch.Qos(n, 0, false); err != nil {
-		return fmt.Errorf("idemamqp: setting prefetch: %w", err)
-	}
-	tag := a.Consumer
-	if tag == "" {
-		tag = "idemamqp-" + c.cfg.Operation + "-" + fmt.Sprint(time.Now().UnixNano())
-	}
-	deliveries, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), a.Queue, tag, false, a.Exclusive, false, false, a.Args)
+	deliveries, stop, err := c.consume(ctx, ch, a, n)
 	if err != nil {
-		return fmt.Errorf("idemamqp: consuming %s: %w", a.Queue, err)
+		return err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = ch.Cancel(tag, false) })
 	defer stop()
 	var wg sync.WaitGroup
 	for range n {
@@ -313,4 +324,27 @@ func (c *Consumer) Run(ctx context.Context, ch *amqp.Channel, a ConsumeArgs) err
 		return nil
 	}
 	return fmt.Errorf("idemamqp: deliveries of %s stopped: %w", a.Queue, amqp.ErrClosed)
+}
+
+// consume checks a, sets ch's prefetch count and starts consuming a.Queue,
+// until ctx is done (stop ends that watch).
+func (c *Consumer) consume(ctx context.Context, ch *amqp.Channel, a ConsumeArgs, prefetch int) (deliveries <-chan amqp.Delivery, stop func() bool, err error) {
+	if a.AutoAck {
+		return nil, nil, fmt.Errorf("%w: idemamqp: auto-ack is refused: the broker would consider each message done before its handler ran, and a crash would lose it; consume with manual acknowledgement (AutoAck false)", idem.ErrInvalidConfig)
+	}
+	if a.Queue == "" {
+		return nil, nil, fmt.Errorf("%w: idemamqp: ConsumeArgs.Queue is required", idem.ErrInvalidConfig)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return nil, nil, fmt.Errorf("idemamqp: setting prefetch: %w", err)
+	}
+	tag := a.Consumer
+	if tag == "" {
+		tag = "idemamqp-" + c.cfg.Operation + "-" + fmt.Sprint(time.Now().UnixNano())
+	}
+	deliveries, err = ch.ConsumeWithContext(context.WithoutCancel(ctx), a.Queue, tag, false, a.Exclusive, false, false, a.Args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("idemamqp: consuming %s: %w", a.Queue, err)
+	}
+	return deliveries, context.AfterFunc(ctx, func() { _ = ch.Cancel(tag, false) }), nil
 }

@@ -40,7 +40,57 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
-func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg) bool) {
+// BenchmarkConsumeBatch: the same through the batch path (ConsumeBatch
+// with WrapBatch, batches of 16, the keys of a batch claimed in one
+// round trip), one batch running at a time with 1 and 16 of its handlers
+// at once (c=1, c=16: the messages in flight), and two batches of 16 at
+// once (c=32); compare with BenchmarkConsume's bare and per-message
+// figures.
+func BenchmarkConsumeBatch(b *testing.B) {
+	for _, v := range []struct{ conc, batches int }{{1, 1}, {16, 1}, {16, 2}} {
+		conc := v.conc
+		for _, be := range backends() {
+			b.Run(fmt.Sprintf("%s/c=%d", be.name, v.conc*v.batches), func(b *testing.B) {
+				e := newEngine(b, be.store(b), idem.Config{Lease: 30 * time.Second})
+				p, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "bench", AckWait: 30 * time.Second, Concurrency: conc},
+					func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				cons, n := prepare(b)
+				var done atomic.Int64
+				ctx, cancel := context.WithCancel(context.Background())
+				exited := make(chan error, 1)
+				b.ResetTimer()
+				start := time.Now()
+				go func() {
+					exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: v.batches}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+						ds, errs := p(ctx, msgs)
+						for _, d := range ds {
+							if d == idemnats.Acked {
+								done.Add(1)
+							}
+						}
+						return ds, errs
+					})
+				}()
+				for done.Load() < int64(n) {
+					time.Sleep(time.Millisecond)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+				cancel()
+				if err := <-exited; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// prepare publishes b.N messages with distinct keys to a stream of their
+// own and returns a durable consumer of it.
+func prepare(b *testing.B) (jetstream.Consumer, int) {
 	js, s, subj := stream(b)
 	ctx := context.Background()
 	for i := range b.N {
@@ -60,6 +110,12 @@ func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return cons, b.N
+}
+
+func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg) bool) {
+	cons, _ := prepare(b)
+	ctx := context.Background()
 	var done atomic.Int64
 	b.ResetTimer()
 	start := time.Now()

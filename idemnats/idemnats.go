@@ -1,29 +1,3 @@
-// Package idemnats makes a NATS JetStream message handler idempotent with
-// an [idem.Engine], and acknowledges each message only after its outcome
-// is recorded.
-//
-// # Acknowledgement follows the outcome
-//
-// The message's key (the Nats-Msg-Id header by default, or Config.Key)
-// names the record; the payload is fingerprinted. The engine's answer is
-// turned into a verdict by [consume.Decide], the one rule every idem
-// consumer follows (its package doc has the table and the reasons), and
-// carried out so:
-//
-//	consume.Done        Ack
-//	consume.DeadLetter  Term, so JetStream stops redelivering it
-//	consume.RetryAfter  NakWithDelay until the other holder's lease ends
-//	consume.Retry       Nak, so the message comes again at once
-//	consume.Leave       nothing: JetStream redelivers after AckWait
-//
-// A message without a key is terminated. Leave is an uncertain outcome (the
-// claim is kept until its lease ends) or a zombie's: the key was taken over
-// while fn ran, and an ack would settle a delivery the new holder is still
-// working on.
-//
-// While fn runs, the engine renews the claim's lease and the wrapper calls
-// msg.InProgress every Config.Heartbeat, so JetStream does not redeliver a
-// long-running message to another consumer.
 package idemnats
 
 import (
@@ -39,14 +13,15 @@ import (
 	"github.com/seed-a1b882c0/idem/consume"
 )
 
-// ErrInvalidConfig is returned by [Wrap] and [Handler] for an unusable
-// [Config]; it wraps [idem.ErrInvalidConfig].
+// ErrInvalidConfig is returned by [Wrap], [Handler], [WrapBatch] and
+// [ConsumeBatch] for an unusable [Config] or [BatchConfig]; it wraps
+// [idem.ErrInvalidConfig].
 var ErrInvalidConfig = fmt.Errorf("idemnats: %w", idem.ErrInvalidConfig)
 
 // HeaderMsgID is the header that names a message's key by default.
 const HeaderMsgID = "Nats-Msg-Id"
 
-// Config configures [Wrap] and [Handler].
+// Config configures [Wrap], [Handler] and [WrapBatch].
 type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
@@ -70,6 +45,10 @@ type Config struct {
 	// Logger logs what was done with a message that was not acked.
 	// Default: the engine's Logger.
 	Logger *slog.Logger
+	// Concurrency is, for [WrapBatch], how many of a batch's handlers run
+	// at once. Default 0: all of them; 1 runs them in order. Not used by
+	// [Wrap].
+	Concurrency int
 }
 
 // WithDefaults returns a copy of c with defaults filled in, for the engine
@@ -109,6 +88,8 @@ func (c *Config) validate(e *idem.Engine) error {
 		return bad("AckWait %v is longer than the engine's Lease %v; shorten AckWait or raise idem.Config.Lease", c.AckWait, lease)
 	case c.Heartbeat <= 0:
 		return bad("Heartbeat is %v; it must be positive", c.Heartbeat)
+	case c.Concurrency < 0:
+		return bad("Concurrency is %d; use 0 (a whole batch at once) or more", c.Concurrency)
 	case c.Heartbeat >= c.AckWait:
 		return bad("Heartbeat %v must be shorter than AckWait %v, or JetStream redelivers between heartbeats", c.Heartbeat, c.AckWait)
 	}
@@ -194,12 +175,7 @@ type wrapper[T any] struct {
 }
 
 func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition, error) {
-	key, err := w.cfg.Key(m)
-	if err != nil {
-		return w.settle(m, Termed, fmt.Errorf("idemnats: no key: %w", err))
-	}
-	req := idem.Request{Operation: w.cfg.Operation, Key: key, Payload: m.Data(), RawPayload: true}
-	id, err := req.Identity()
+	id, err := w.identity(m)
 	if err != nil {
 		return w.settle(m, Termed, err)
 	}
@@ -208,7 +184,23 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 		defer stop()
 		return w.fn(ctx, m)
 	})
-	v := consume.Decide(res, err, w.e.Config().Clock.Now())
+	return w.settleVerdict(m, consume.Decide(res, err, w.e.Config().Clock.Now()))
+}
+
+// identity is m's key and fingerprint; an error means m cannot be keyed
+// and is terminated.
+func (w *wrapper[T]) identity(m jetstream.Msg) (idem.Identity, error) {
+	key, err := w.cfg.Key(m)
+	if err != nil {
+		return idem.Identity{}, fmt.Errorf("idemnats: no key: %w", err)
+	}
+	req := idem.Request{Operation: w.cfg.Operation, Key: key, Payload: m.Data(), RawPayload: true}
+	return req.Identity()
+}
+
+// settleVerdict carries out m's verdict: the one mapping of consume's
+// actions to JetStream's, for a message alone or in a batch.
+func (w *wrapper[T]) settleVerdict(m jetstream.Msg, v consume.Verdict) (Disposition, error) {
 	switch v.Action {
 	case consume.Done:
 		return w.settle(m, Acked, v.Err)

@@ -120,8 +120,12 @@ func Cases() []Case {
 		{"OutcomeWriteFailed", consume.Done, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
 			// The store is unreachable for all of WriteTimeout after the
 			// handler ran.
-			f.Store.FailAlways("Complete", fmt.Errorf("connection refused: %w", store.ErrUnavailable))
-			return d(t, f, key, []byte(`{"n":1}`), ok)
+			f.Store.FailAlways("complete", fmt.Errorf("connection refused: %w", store.ErrUnavailable))
+			v := d(t, f, key, []byte(`{"n":1}`), ok)
+			if !errors.Is(v.Err, consume.ErrOutcomeNotRecorded) {
+				t.Errorf("settled with %v, want consume.ErrOutcomeNotRecorded: the outcome write did not fail", v.Err)
+			}
+			return v
 		}},
 	}
 }

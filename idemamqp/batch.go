@@ -1,0 +1,151 @@
+package idemamqp
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// HandleBatch is [Consumer.Handle] for deliveries received together: the
+// keys are claimed together by [idem.DoBatch] (in one round trip on a
+// store that claims in batches, as redisstore does), fn runs for each
+// claimed delivery, concurrency at once (0: all; 1: in order), each under
+// its own lease and with its own outcome write, and every delivery is then
+// settled by its own verdict exactly as Handle settles it, each with its
+// own Ack, Reject or Nack: never an acknowledgement with multiple=true,
+// which would settle deliveries whose outcome did not land. A delivery
+// without a key is rejected alone; a key named twice runs fn once, and the
+// later copy answers as a concurrent call in one process does (DoBatch):
+// it waits for the earlier (with the engine's Wait) and is acked, or is
+// tried later as in progress. ss[i] is how ds[i] was settled, after
+// Config.Settled was called for it.
+//
+// The deliveries to be tried later are settled concurrently, so that
+// their Backoff holds overlap. HandleBatch returns when every delivery is
+// settled.
+func (c *Consumer) HandleBatch(ctx context.Context, ds []amqp.Delivery, concurrency int) (ss []Settlement) {
+	ss = make([]Settlement, len(ds))
+	ids := make([]idem.Identity, 0, len(ds))
+	at := make([]int, 0, len(ds)) // at[j]: the delivery of ids[j]
+	for i, d := range ds {
+		id, s, ok := c.identity(ctx, d)
+		if !ok {
+			ss[i] = c.report(d, s)
+			continue
+		}
+		ids = append(ids, id)
+		at = append(at, i)
+	}
+	if len(ids) == 0 {
+		return ss
+	}
+	res, errs := idem.DoBatch(ctx, c.eng, ids, concurrency, func(ctx context.Context, j int) (struct{}, error) {
+		return struct{}{}, c.fn(ctx, ds[at[j]])
+	})
+	var wg sync.WaitGroup
+	for j, i := range at {
+		wg.Go(func() { ss[i] = c.report(ds[i], c.decided(ctx, ds[i], res[j], errs[j])) })
+	}
+	wg.Wait()
+	return ss
+}
+
+// BatchArgs are the arguments of [Consumer.RunBatch].
+type BatchArgs struct {
+	// ConsumeArgs as for [Consumer.Run]; Concurrency is how many handlers
+	// of one batch run at once (default 0: the whole batch).
+	ConsumeArgs
+	// Size is the most deliveries in one batch. Default 16.
+	Size int
+	// Window is how long, after a batch's first delivery, RunBatch waits
+	// for more before it handles the batch it has (on the engine's
+	// Clock). Default 2ms.
+	Window time.Duration
+	// Batches is how many batches are collected and handled at once, each
+	// by a goroutine of its own: with 2, one batch is collected while
+	// another is handled. The channel's prefetch count (QoS) is
+	// Size × Batches. Default 2.
+	Batches int
+}
+
+// RunBatch is [Consumer.Run] in batches: it consumes a.Queue on ch with
+// manual acknowledgement, collects deliveries into batches of up to
+// a.Size (what arrived within a.Window of the first), and hands each to
+// [Consumer.HandleBatch]. It sets ch's prefetch count to a.Size ×
+// a.Batches. It returns nil when ctx is done (after cancelling the
+// consumer and letting the batches in hand finish, as Run lets its
+// handlers) and an error when the channel closes.
+func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) error {
+	if a.Size == 0 {
+		a.Size = 16
+	}
+	if a.Window == 0 {
+		a.Window = 2 * time.Millisecond
+	}
+	if a.Batches == 0 {
+		a.Batches = 2
+	}
+	switch {
+	case a.Size < 0 || a.Window < 0 || a.Batches < 0 || a.Concurrency < 0:
+		return fmt.Errorf("%w: idemamqp: BatchArgs Size %d, Window %v, Batches %d and Concurrency %d must not be negative", idem.ErrInvalidConfig, a.Size, a.Window, a.Batches, a.Concurrency)
+	}
+	deliveries, stop, err := c.consume(ctx, ch, a.ConsumeArgs, a.Size*a.Batches)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	clock := c.eng.Config().Clock
+	var wg sync.WaitGroup
+	for range a.Batches {
+		wg.Go(func() {
+			for {
+				batch := collect(deliveries, a.Size, a.Window, clock)
+				if len(batch) == 0 {
+					return
+				}
+				c.HandleBatch(ctx, batch, a.Concurrency)
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("idemamqp: deliveries of %s stopped: %w", a.Queue, amqp.ErrClosed)
+}
+
+// collect takes the next batch from deliveries: it waits for a first
+// delivery, then takes more until there are size or window has passed on
+// clock since the first. It returns an empty batch once deliveries is
+// closed and drained.
+func collect(deliveries <-chan amqp.Delivery, size int, window time.Duration, clock store.Clock) []amqp.Delivery {
+	d, ok := <-deliveries
+	if !ok {
+		return nil
+	}
+	batch := append(make([]amqp.Delivery, 0, size), d)
+	if size == 1 {
+		return batch
+	}
+	up := make(chan struct{})
+	t := clock.AfterFunc(window, func() { close(up) })
+	defer t.Stop()
+	for len(batch) < size {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+		case <-up:
+			return batch
+		}
+	}
+	return batch
+}

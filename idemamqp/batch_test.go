@@ -1,0 +1,295 @@
+package idemamqp_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemamqp"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+)
+
+// get takes one delivery from queue with basic.get, waiting for the broker
+// (another process) to route a publish there.
+func get(t testing.TB, ch *amqp.Channel, queue string) amqp.Delivery {
+	t.Helper()
+	for i := 0; ; i++ {
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return d
+		}
+		if i == 500 {
+			t.Fatal("no message reached the queue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runBatch starts c.RunBatch on a channel of its own and stops it at
+// cleanup.
+func runBatch(t testing.TB, conn *amqp.Connection, c *idemamqp.Consumer, a idemamqp.BatchArgs) {
+	t.Helper()
+	ch := channel(t, conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.RunBatch(ctx, ch, a) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RunBatch: %v", err)
+		}
+	})
+}
+
+// TestThreeConsumersExactlyOnce through the batch path: three consumers
+// each collect batches of up to 16 (RunBatch), so a producer's copies
+// meet in one batch, in two batches of one consumer, or in two consumers.
+func TestBatchThreeConsumersExactlyOnce(t *testing.T) {
+	t.Parallel()
+	for _, sk := range stores() {
+		t.Run(sk.name, func(t *testing.T) {
+			t.Parallel()
+			s := sk.new(t)
+			pubConn := dial(t)
+			work, dead := queues(t, pubConn)
+			cnt := newCounter()
+			for i := range 3 {
+				conn := dial(t)
+				delay, err := idemamqp.DeclareDelay(channel(t, conn), work, 50*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := engine(t, s, idem.Config{Owner: "consumer-" + strconv.Itoa(i), Lease: 5 * time.Second})
+				c, err := idemamqp.New(e, &idemamqp.Config{Operation: "effect", Delay: delay, Settled: cnt.settled},
+					func(ctx context.Context, d amqp.Delivery) error {
+						time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+						cnt.effect(d.MessageId)
+						return nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+				runBatch(t, conn, c, idemamqp.BatchArgs{ConsumeArgs: idemamqp.ConsumeArgs{Queue: work, Concurrency: 4}, Size: 16})
+			}
+			pub := channel(t, pubConn)
+			const n = 1000
+			var ids []string
+			for i := range n {
+				id := "m-" + strconv.Itoa(i)
+				copies := 1
+				if i%10 < 3 {
+					copies = 2 + rand.IntN(3)
+				}
+				for range copies {
+					ids = append(ids, id)
+				}
+			}
+			rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+			for _, id := range ids {
+				publish(t, pub, work, id, []byte(`{"id":"`+id+`"}`))
+			}
+			eventually(t, 60*time.Second, "every copy acknowledged", func() bool {
+				return cnt.action(idemamqp.Acked) == len(ids)
+			})
+			cnt.mu.Lock()
+			defer cnt.mu.Unlock()
+			if len(cnt.effects) != n {
+				t.Errorf("%d messages had an effect, want %d", len(cnt.effects), n)
+			}
+			for id, k := range cnt.effects {
+				if k != 1 {
+					t.Errorf("%s had its effect %d times", id, k)
+				}
+			}
+			if cnt.actions[idemamqp.Rejected] != 0 || cnt.actions[idemamqp.Requeued] != 0 {
+				t.Errorf("settlements %v", cnt.actions)
+			}
+			if d := depth(t, pub, dead); d != 0 {
+				t.Errorf("%d messages dead-lettered", d)
+			}
+		})
+	}
+}
+
+// TestBatchKeysAlone: in one batch, a delivery without a key is rejected
+// alone, a terminal error rejects only its own delivery, and a key named
+// twice runs the handler once; its second copy answers as a concurrent
+// call in one process does (DoBatch): in progress, so tried later, when
+// the engine does not wait (Wait 0), and replayed, so acked, when it does.
+// Each delivery is settled exactly once, by itself.
+func TestBatchKeysAlone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		wait time.Duration
+		dup  idemamqp.Action
+	}{{0, idemamqp.Requeued}, {5 * time.Second, idemamqp.Acked}} {
+		for _, sk := range stores() {
+			t.Run(sk.name+"/wait="+tc.wait.String(), func(t *testing.T) {
+				t.Parallel()
+				conn := dial(t)
+				work, _ := queues(t, conn)
+				ch := channel(t, conn)
+				for _, id := range []string{"a", "", "a", "declined", "b"} {
+					publish(t, ch, work, id, []byte(`{"id":"`+id+`"}`))
+				}
+				var ds []amqp.Delivery
+				for range 5 {
+					ds = append(ds, get(t, ch, work))
+				}
+				var mu sync.Mutex
+				runs := map[string]int{}
+				c, err := idemamqp.New(engine(t, sk.new(t), idem.Config{Lease: 10 * time.Second, Wait: tc.wait}), &idemamqp.Config{Operation: "keys", Backoff: 10 * time.Millisecond},
+					func(ctx context.Context, d amqp.Delivery) error {
+						mu.Lock()
+						runs[d.MessageId]++
+						mu.Unlock()
+						if d.MessageId == "declined" {
+							return idem.Terminal(errors.New("card declined"), "declined")
+						}
+						return nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ss := c.HandleBatch(context.Background(), ds, 0)
+				want := []idemamqp.Action{idemamqp.Acked, idemamqp.Rejected, tc.dup, idemamqp.Rejected, idemamqp.Acked}
+				for i, s := range ss {
+					if s.Action != want[i] {
+						t.Errorf("delivery %d (%q): %v (%v), want %v", i, ds[i].MessageId, s.Action, s.Err, want[i])
+					}
+				}
+				if !errors.Is(ss[3].Err, idem.ErrTerminal) {
+					t.Errorf("the declined one: %v, want ErrTerminal", ss[3].Err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if runs["a"] != 1 || runs["b"] != 1 || runs["declined"] != 1 || len(runs) != 3 {
+					t.Errorf("handler runs %v, want one per key", runs)
+				}
+			})
+		}
+	}
+}
+
+// TestZombieDoesNotAck, through Handle and through HandleBatch: a handler
+// stalls past its lease; a copy of its message is handled meanwhile by a
+// healthy consumer, which takes the key over and completes. The stalled
+// handler's Complete is refused, and its delivery is not acknowledged: its
+// verdict is Leave, carried out as for every Leave here (requeued, since an
+// unsettled delivery would hold its prefetch slot), and the copy that comes
+// back replays the healthy consumer's outcome. In the batch, the other
+// delivery is acked by its own verdict.
+func TestZombieDoesNotAck(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "batch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			conn := dial(t)
+			work, _ := queues(t, conn)
+			ch := channel(t, conn)
+			st := memstore.New(&memstore.Config{SweepInterval: -1})
+			t.Cleanup(func() { st.Close() })
+			var mu sync.Mutex
+			effects := map[string]int{}
+			release, started := make(chan struct{}), make(chan struct{})
+			var stall atomic.Bool
+			stall.Store(true)
+			fn := func(ctx context.Context, d amqp.Delivery) error {
+				mu.Lock()
+				effects[d.MessageId]++
+				mu.Unlock()
+				if d.MessageId == "z" && stall.CompareAndSwap(true, false) {
+					close(started)
+					<-release // stalls past its lease
+				}
+				return nil
+			}
+			mk := func(owner string) *idemamqp.Consumer {
+				c, err := idemamqp.New(engine(t, st, idem.Config{Owner: owner, Lease: time.Second}), &idemamqp.Config{Operation: "zombie", Backoff: 10 * time.Millisecond}, fn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			zombie, healthy := mk("zombie"), mk("healthy")
+			publish(t, ch, work, "z", []byte("z"))
+			first := []amqp.Delivery{get(t, ch, work)}
+			if batch {
+				publish(t, ch, work, "ok", []byte("ok"))
+				first = append(first, get(t, ch, work))
+			}
+			// A context deadline gives the claim a lease of that length
+			// and no renewal: the zombie loses the key when it passes.
+			zctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			done := make(chan []idemamqp.Settlement, 1)
+			go func() {
+				if batch {
+					done <- zombie.HandleBatch(zctx, first, 0)
+				} else {
+					done <- []idemamqp.Settlement{zombie.Handle(zctx, first[0])}
+				}
+			}()
+			<-started
+			<-zctx.Done()
+			// The producer's copy, handled by the healthy consumer.
+			publish(t, ch, work, "z", []byte("z"))
+			if s := healthy.Handle(context.Background(), get(t, ch, work)); s.Action != idemamqp.Acked || s.Replayed {
+				t.Fatalf("healthy consumer: %+v; want acked, not replayed", s)
+			}
+			close(release)
+			ss := <-done
+			if s := ss[0]; s.Action != idemamqp.Requeued || s.Verdict.Action != consume.Leave || !errors.Is(s.Err, idem.ErrLeaseLost) {
+				t.Fatalf("zombie: %v, verdict %v, %v; want requeued by Leave with ErrLeaseLost", s.Action, s.Verdict.Action, s.Err)
+			}
+			if batch && ss[1].Action != idemamqp.Acked {
+				t.Fatalf("the zombie's other delivery: %v, %v; want acked", ss[1].Action, ss[1].Err)
+			}
+			// The requeued delivery comes back and replays.
+			if s := healthy.Handle(context.Background(), get(t, ch, work)); s.Action != idemamqp.Acked || !s.Replayed {
+				t.Fatalf("the zombie's delivery again: %+v; want acked as a replay", s)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if effects["z"] != 2 {
+				t.Fatalf("effects %v; want z twice (the zombie's, which the store could not record, and the takeover's)", effects)
+			}
+		})
+	}
+}
+
+func TestRunBatchRefused(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	c, err := idemamqp.New(engine(t, st, idem.Config{}), &idemamqp.Config{Operation: "x"}, func(context.Context, amqp.Delivery) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range map[string]idemamqp.BatchArgs{
+		"auto-ack":          {ConsumeArgs: idemamqp.ConsumeArgs{Queue: "q", AutoAck: true}},
+		"no queue":          {},
+		"negative size":     {ConsumeArgs: idemamqp.ConsumeArgs{Queue: "q"}, Size: -1},
+		"negative window":   {ConsumeArgs: idemamqp.ConsumeArgs{Queue: "q"}, Window: -time.Second},
+		"negative batches":  {ConsumeArgs: idemamqp.ConsumeArgs{Queue: "q"}, Batches: -1},
+		"negative handlers": {ConsumeArgs: idemamqp.ConsumeArgs{Queue: "q", Concurrency: -1}},
+	} {
+		if err := c.RunBatch(context.Background(), ch, a); !errors.Is(err, idem.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}

@@ -1,0 +1,231 @@
+package idemnats
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
+)
+
+// ProcessBatch handles a batch of messages; see [WrapBatch]. ds[i] and
+// errs[i] say what was done with msgs[i], as [Process] says for one.
+type ProcessBatch func(ctx context.Context, msgs []jetstream.Msg) (ds []Disposition, errs []error)
+
+// WrapBatch is [Wrap] for a batch of messages, as fetched together: the
+// keys of the batch are claimed together by [idem.DoBatch] (in one round
+// trip on a store that claims in batches, as redisstore does), fn runs for
+// each claimed message, Config.Concurrency at once, each under its own
+// lease and with its own outcome write, and each message is then settled
+// by its own verdict, exactly as Wrap settles it. A message without a key
+// is terminated alone; a key named twice in a batch runs fn once, and the
+// later copy answers as a concurrent call in one process does (DoBatch):
+// in progress, so NakWithDelay, when the engine does not wait (Wait 0),
+// or, with a Wait, the earlier copy's outcome replayed. One message's
+// failed write or settlement never settles another.
+//
+// Messages are settled when the whole batch has answered; until then each
+// is kept from redelivery by msg.InProgress every Heartbeat (those
+// waiting for their turn or for the rest of the batch too), except one
+// whose claim was lost while its fn ran. ctx must have no deadline, or the
+// engine does not renew the leases.
+func WrapBatch[T any](e *idem.Engine, cfg *Config, fn Func[T]) (ProcessBatch, error) {
+	if e == nil || fn == nil {
+		return nil, fmt.Errorf("%w: engine and handler are required", ErrInvalidConfig)
+	}
+	c := cfg.WithDefaults(e)
+	if err := c.validate(e); err != nil {
+		return nil, err
+	}
+	w := &wrapper[T]{e: e, cfg: c, fn: fn}
+	return w.processBatch, nil
+}
+
+func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]Disposition, []error) {
+	ds, errs := make([]Disposition, len(msgs)), make([]error, len(msgs))
+	ids := make([]idem.Identity, 0, len(msgs))
+	at := make([]int, 0, len(msgs)) // at[j]: the message of ids[j]
+	for i, m := range msgs {
+		id, err := w.identity(m)
+		if err != nil {
+			ds[i], errs[i] = w.settle(m, Termed, err)
+			continue
+		}
+		ids = append(ids, id)
+		at = append(at, i)
+	}
+	if len(ids) == 0 {
+		return ds, errs
+	}
+	hb := w.heartbeats(ctx, msgs, at)
+	res, rerrs := idem.DoBatch(ctx, w.e, ids, w.cfg.Concurrency, func(ctx context.Context, j int) (T, error) {
+		hb.running(j, ctx)
+		defer hb.ran(j, ctx)
+		return w.fn(ctx, msgs[at[j]])
+	})
+	hb.stop()
+	now := w.e.Config().Clock.Now()
+	for j, i := range at {
+		ds[i], errs[i] = w.settleVerdict(msgs[i], consume.Decide(res[j], rerrs[j], now))
+	}
+	return ds, errs
+}
+
+// batchBeat sends msg.InProgress every Heartbeat for each message of a
+// batch until the batch is settled, but not for one whose fn's context
+// ended (its claim was lost, or the caller gave up): that one is left to
+// AckWait, as Wrap leaves it.
+type batchBeat struct {
+	mu   sync.Mutex
+	ctxs []context.Context // the context fn(j) runs with, while it runs
+	lost []bool
+	done chan struct{}
+	exit chan struct{}
+}
+
+func (w *wrapper[T]) heartbeats(ctx context.Context, msgs []jetstream.Msg, at []int) *batchBeat {
+	b := &batchBeat{ctxs: make([]context.Context, len(at)), lost: make([]bool, len(at)), done: make(chan struct{}), exit: make(chan struct{})}
+	go func() {
+		defer close(b.exit)
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.done:
+				return
+			case <-ctx.Done():
+				return // the caller gave up: let AckWait run out
+			case <-t.C:
+				for j, i := range at {
+					if !b.alive(j) {
+						continue
+					}
+					if err := msgs[i].InProgress(); err != nil {
+						w.cfg.Logger.Warn("idemnats: InProgress failed", "op", w.cfg.Operation, "err", err)
+					}
+				}
+			}
+		}
+	}()
+	return b
+}
+
+func (b *batchBeat) alive(j int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.ctxs[j]; c != nil && c.Err() != nil {
+		b.lost[j] = true
+	}
+	return !b.lost[j]
+}
+
+func (b *batchBeat) running(j int, ctx context.Context) {
+	b.mu.Lock()
+	b.ctxs[j] = ctx
+	b.mu.Unlock()
+}
+
+// ran marks fn(j) returned: its message still waits for the batch, and is
+// kept alive unless its context ended while fn ran.
+func (b *batchBeat) ran(j int, ctx context.Context) {
+	b.mu.Lock()
+	b.lost[j] = b.lost[j] || ctx.Err() != nil
+	b.ctxs[j] = nil
+	b.mu.Unlock()
+}
+
+func (b *batchBeat) stop() { close(b.done); <-b.exit }
+
+// BatchConfig configures [ConsumeBatch].
+type BatchConfig struct {
+	// Size is the most messages in one batch. Default 16.
+	Size int
+	// Wait is how long, after a batch's first message, ConsumeBatch waits
+	// for each further one before it runs the batch it has. Default 2ms.
+	Wait time.Duration
+	// Batches is how many batches run at once, each in a goroutine of its
+	// own, while the next is collected. The pull asks the server for up
+	// to Size × (Batches+1) messages (PullMaxMessages). Default 2.
+	Batches int
+}
+
+func (c *BatchConfig) withDefaults() (BatchConfig, error) {
+	var out BatchConfig
+	if c != nil {
+		out = *c
+	}
+	if out.Size == 0 {
+		out.Size = 16
+	}
+	if out.Wait == 0 {
+		out.Wait = 2 * time.Millisecond
+	}
+	if out.Batches == 0 {
+		out.Batches = 2
+	}
+	if out.Size < 0 || out.Wait < 0 || out.Batches < 0 {
+		return out, fmt.Errorf("%w: BatchConfig Size %d, Wait %v and Batches %d must be positive (defaults 16, 2ms, 2)", ErrInvalidConfig, out.Size, out.Wait, out.Batches)
+	}
+	return out, nil
+}
+
+// ConsumeBatch pulls messages from c and hands them to p (made by
+// [WrapBatch]) in batches of up to cfg.Size, cfg.Batches at once, until
+// ctx is done. It reads c.Messages with PullMaxMessages(Size ×
+// (Batches+1)), so that the next messages are on their way while batches
+// run; a batch is what arrived within Wait of each other, up to Size.
+// Batches in hand when ctx ends still run to the end and are settled
+// (with ctx's values, without its cancellation); messages the client had
+// pulled and not yet handed out come back after the consumer's AckWait,
+// so AckWait should leave room for a batch or two to run before them. It
+// returns nil when ctx is done, and the iterator's error when the consumer
+// cannot be read (deleted, connection closed), in both cases once every
+// batch it started has been settled and its goroutines have ended.
+func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p ProcessBatch) error {
+	bc, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if c == nil || p == nil {
+		return fmt.Errorf("%w: ConsumeBatch needs a consumer and a ProcessBatch", ErrInvalidConfig)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(bc.Size * (bc.Batches + 1)))
+	if err != nil {
+		return fmt.Errorf("idemnats: reading the consumer: %w", err)
+	}
+	defer it.Stop()
+	run := context.WithoutCancel(ctx)
+	batches := make(chan []jetstream.Msg)
+	var wg sync.WaitGroup
+	for range bc.Batches {
+		wg.Go(func() {
+			for b := range batches {
+				p(run, b)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(batches)
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("idemnats: reading the consumer: %w", err)
+		}
+		batch := append(make([]jetstream.Msg, 0, bc.Size), m)
+		for len(batch) < bc.Size {
+			m, err := it.Next(jetstream.NextMaxWait(bc.Wait))
+			if err != nil {
+				break // none within Wait; any other error, the next Next reports
+			}
+			batch = append(batch, m)
+		}
+		batches <- batch
+	}
+}

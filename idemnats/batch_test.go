@@ -1,0 +1,530 @@
+package idemnats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seed-a1b882c0/idem"
+	verdict "github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemnats"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+)
+
+// fetchN fetches n messages (fewer if they do not come within wait).
+func fetchN(t testing.TB, c jetstream.Consumer, n int, wait time.Duration) []jetstream.Msg {
+	t.Helper()
+	b, err := c.Fetch(n, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []jetstream.Msg
+	for m := range b.Messages() {
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no message within %v (%v)", wait, b.Error())
+	}
+	return out
+}
+
+// consumeBatches runs idemnats.ConsumeBatch on c with p until the test
+// ends, and then checks that it returned nil.
+func consumeBatches(t *testing.T, c jetstream.Consumer, cfg *idemnats.BatchConfig, p idemnats.ProcessBatch) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- idemnats.ConsumeBatch(ctx, c, cfg, p) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ConsumeBatch: %v", err)
+		}
+	})
+}
+
+// TestBatchExactlyOnceAcrossConsumers is TestExactlyOnceAcrossConsumers
+// through the batch path: three workers each consume in batches of 16
+// (ConsumeBatch, WrapBatch), so a producer's copies meet in one batch, in
+// two batches of one worker, or in two workers at once.
+func TestBatchExactlyOnceAcrossConsumers(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			js, s, subj := stream(t)
+			st := b.store(t)
+			ctx := context.Background()
+			const orders = 1000
+			var published int
+			for i := range orders {
+				id := fmt.Sprintf("order-%d", i)
+				n := 1
+				if i%10 < 3 {
+					n = 2 + rand.IntN(2)
+				}
+				for p := range n {
+					publish(t, js, subj, id, p)
+					published++
+				}
+			}
+			cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			effects := make(map[string]int)
+			var settled atomic.Int64
+			for w := range 3 {
+				e := newEngine(t, st, idem.Config{Owner: "worker-" + strconv.Itoa(w), Lease: 10 * time.Second})
+				p, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second, Concurrency: 4},
+					func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
+						if rand.IntN(10) == 0 {
+							time.Sleep(time.Millisecond)
+						}
+						mu.Lock()
+						effects[m.Headers().Get("Order-Id")]++
+						mu.Unlock()
+						return struct{}{}, nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+				consumeBatches(t, cons, &idemnats.BatchConfig{Size: 16}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+					ds, errs := p(ctx, msgs)
+					for _, d := range ds {
+						if d == idemnats.Acked {
+							settled.Add(1)
+						}
+					}
+					return ds, errs
+				})
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for settled.Load() < int64(published) {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d of %d deliveries acked", settled.Load(), published)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(effects) != orders {
+				t.Fatalf("%d orders had an effect, want %d", len(effects), orders)
+			}
+			for id, n := range effects {
+				if n != 1 {
+					t.Errorf("order %s took effect %d times", id, n)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchKeysAlone: in one batch, a message without a key is terminated
+// alone, a terminal error terms only its own message, and a key named
+// twice runs its handler once; its second copy answers as a concurrent
+// call in one process does (DoBatch): in progress, so nakked with a delay,
+// when the engine does not wait (Wait 0), and replayed, so acked, when it
+// waits.
+func TestBatchKeysAlone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		wait time.Duration
+		dup  idemnats.Disposition
+	}{{0, idemnats.Delayed}, {5 * time.Second, idemnats.Acked}} {
+		for _, b := range backends() {
+			t.Run(fmt.Sprintf("%s/wait=%v", b.name, tc.wait), func(t *testing.T) {
+				t.Parallel()
+				js, s, subj := stream(t)
+				ctx := context.Background()
+				publish(t, js, subj, "order-a", 0)
+				nokey := nats.NewMsg(subj)
+				nokey.Header.Set(nats.MsgIdHdr, "nokey")
+				if _, err := js.PublishMsg(ctx, nokey); err != nil {
+					t.Fatal(err)
+				}
+				publish(t, js, subj, "order-a", 1)
+				publish(t, js, subj, "order-declined", 0)
+				publish(t, js, subj, "order-b", 0)
+				cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "k", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				runs := map[string]int{}
+				p, err := idemnats.WrapBatch(newEngine(t, b.store(t), idem.Config{Lease: 10 * time.Second, Wait: tc.wait}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
+					func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
+						id := m.Headers().Get("Order-Id")
+						mu.Lock()
+						runs[id]++
+						mu.Unlock()
+						if id == "order-declined" {
+							return struct{}{}, idem.Terminal(errors.New("card declined"), "declined")
+						}
+						return struct{}{}, nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var msgs []jetstream.Msg
+				var recs []*recording
+				for len(msgs) < 5 {
+					for _, m := range fetchN(t, cons, 5-len(msgs), 5*time.Second) {
+						r := &recording{Msg: m}
+						msgs, recs = append(msgs, r), append(recs, r)
+					}
+				}
+				ds, errs := p(ctx, msgs)
+				want := []idemnats.Disposition{idemnats.Acked, idemnats.Termed, tc.dup, idemnats.Termed, idemnats.Acked}
+				for i := range msgs {
+					if ds[i] != want[i] {
+						t.Errorf("message %d (%s): %v (%v), want %v", i, msgs[i].Headers().Get("Order-Id"), ds[i], errs[i], want[i])
+					}
+					if n := recs[i].acks.Load() + recs[i].terms.Load() + recs[i].naks.Load(); n != 1 {
+						t.Errorf("message %d settled %d times", i, n)
+					}
+				}
+				if !errors.Is(errs[1], idemnats.ErrNoKey) && errs[1] == nil {
+					t.Errorf("the keyless message's error: %v", errs[1])
+				}
+				if !errors.Is(errs[3], idem.ErrTerminal) {
+					t.Errorf("the declined order's error: %v, want ErrTerminal", errs[3])
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if runs["order-a"] != 1 || runs["order-b"] != 1 || runs["order-declined"] != 1 || len(runs) != 3 {
+					t.Errorf("handler runs %v, want one per order", runs)
+				}
+			})
+		}
+	}
+}
+
+// failKey is a memstore whose Complete of one key always fails, as if the
+// store were unreachable for it.
+type failKey struct {
+	*memstore.Store
+	key string
+}
+
+func (s failKey) Complete(ctx context.Context, p store.CompleteParams) error {
+	if p.Key == s.key {
+		return fmt.Errorf("connection refused: %w", store.ErrUnavailable)
+	}
+	return s.Store.Complete(ctx, p)
+}
+
+// TestBatchOneWriteFailsAlone: the outcome write of one message of a batch
+// fails for all of WriteTimeout; that message is settled by its own
+// verdict (acked, with verdict.ErrOutcomeNotRecorded: the handler ran),
+// and the others are acked with their outcomes recorded.
+func TestBatchOneWriteFailsAlone(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	for i := range 3 {
+		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer m.Close()
+	req := idem.Request{Operation: "ship", Key: "order-1"}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := failKey{Store: m, key: id.StoreKey.String()}
+	e := newEngine(t, st, idem.Config{Lease: 10 * time.Second, WriteTimeout: 200 * time.Millisecond})
+	p, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
+		func(ctx context.Context, m jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for len(msgs) < 3 {
+		msgs = append(msgs, fetchN(t, cons, 3-len(msgs), 5*time.Second)...)
+	}
+	ds, errs := p(ctx, msgs)
+	for i, msg := range msgs {
+		order := msg.Headers().Get("Order-Id")
+		if ds[i] != idemnats.Acked {
+			t.Errorf("%s: %v (%v), want acked", order, ds[i], errs[i])
+		}
+		if order == "order-1" {
+			if !errors.Is(errs[i], verdict.ErrOutcomeNotRecorded) {
+				t.Errorf("%s: %v, want ErrOutcomeNotRecorded", order, errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Errorf("%s: %v, want no error", order, errs[i])
+		}
+		rreq := idem.Request{Operation: "ship", Key: order}
+		rid, _ := rreq.Identity()
+		if rec, err := m.Get(ctx, rid.StoreKey.String()); err != nil || rec.Status != store.StatusCompleted {
+			t.Errorf("%s: record %+v, %v; want COMPLETED", order, rec, err)
+		}
+	}
+}
+
+// TestBatchZombieDoesNotAck is TestZombieDoesNotAck through the batch
+// path: in a batch of two, one handler stalls past its lease while the
+// other finishes; the message is redelivered to a healthy worker (also
+// batched), which takes the key over and completes. The stalled handler's
+// Complete is refused and its message is left, not acked, while the other
+// message of its batch is acked by its own verdict.
+func TestBatchZombieDoesNotAck(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	publish(t, js, subj, "order-z", 0)
+	publish(t, js, subj, "order-ok", 0)
+	const ackWait = 500 * time.Millisecond
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "z", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	var mu sync.Mutex
+	effects := map[string]int{}
+	release := make(chan struct{})
+	started := make(chan struct{})
+	fn := func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
+		order := m.Headers().Get("Order-Id")
+		mu.Lock()
+		effects[order]++
+		mu.Unlock()
+		if m.Headers().Get("Zombie") == "" {
+			return struct{}{}, nil
+		}
+		close(started)
+		<-release // stalls past AckWait and past its lease
+		return struct{}{}, nil
+	}
+	mk := func(owner string) idemnats.ProcessBatch {
+		p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Owner: owner, Lease: time.Second}),
+			&idemnats.Config{Operation: "ship", Key: orderKey, AckWait: ackWait}, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	zombie, healthy := mk("zombie"), mk("healthy")
+
+	var first []*recording
+	for len(first) < 2 {
+		for _, m := range fetchN(t, cons, 2-len(first), time.Second) {
+			if m.Headers().Get("Order-Id") == "order-z" {
+				m.Headers().Set("Zombie", "1")
+			}
+			first = append(first, &recording{Msg: m})
+		}
+	}
+	type answer struct {
+		ds   []idemnats.Disposition
+		errs []error
+	}
+	done := make(chan answer, 1)
+	// A context deadline gives the claims a lease of that length and no
+	// renewal: the zombie loses its key when the deadline passes.
+	zctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	go func() {
+		ds, errs := zombie(zctx, []jetstream.Msg{first[0], first[1]})
+		done <- answer{ds, errs}
+	}()
+	<-started
+	// JetStream redelivers order-z after AckWait; the healthy worker takes
+	// the lapsed claim over and completes it. order-ok may come back too
+	// (the zombie's batch is not settled yet): it is replayed.
+	deadline := time.Now().Add(10 * time.Second)
+	for acked := false; !acked; {
+		if time.Now().After(deadline) {
+			t.Fatal("order-z never acked by the healthy worker")
+		}
+		msgs := fetchN(t, cons, 2, 5*time.Second)
+		ds, errs := healthy(ctx, msgs)
+		for i, m := range msgs {
+			if m.Headers().Get("Order-Id") != "order-z" {
+				continue
+			}
+			if md, _ := m.Metadata(); md.NumDelivered < 2 {
+				t.Fatalf("delivery %d, want a redelivery", md.NumDelivered)
+			}
+			if ds[i] != idemnats.Acked {
+				t.Fatalf("healthy worker: %v, %v; want acked", ds[i], errs[i])
+			}
+			acked = true
+		}
+	}
+	close(release)
+	a := <-done
+	for i, r := range first {
+		order := r.Headers().Get("Order-Id")
+		n := r.acks.Load() + r.terms.Load() + r.naks.Load()
+		if order == "order-z" {
+			if a.ds[i] != idemnats.Left || !errors.Is(a.errs[i], idem.ErrLeaseLost) {
+				t.Fatalf("zombie: %v, %v; want left with ErrLeaseLost", a.ds[i], a.errs[i])
+			}
+			if n != 0 {
+				t.Fatalf("zombie settled its delivery %d times", n)
+			}
+			continue
+		}
+		if a.ds[i] != idemnats.Acked || r.acks.Load() != 1 || n != 1 {
+			t.Fatalf("the zombie's other message: %v, %v (acks %d, settled %d); want acked once", a.ds[i], a.errs[i], r.acks.Load(), n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if effects["order-z"] != 2 || effects["order-ok"] != 1 {
+		t.Fatalf("effects %v; want order-z twice (the zombie's, which the store could not record, and the takeover's) and order-ok once", effects)
+	}
+}
+
+// TestBatchHeartbeat: a batch whose handlers run one at a time, the first
+// for longer than AckWait: every message of the batch, the one running
+// and the one waiting for its turn, is kept from redelivery by InProgress.
+func TestBatchHeartbeat(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	publish(t, js, subj, "order-1", 0)
+	publish(t, js, subj, "order-2", 0)
+	const ackWait = 300 * time.Millisecond
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "h", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Lease: time.Second}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: ackWait, Concurrency: 1},
+		func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
+			if m.Headers().Get("Order-Id") == "order-1" {
+				time.Sleep(4 * ackWait) // long: held by heartbeats, not redelivered
+			}
+			return struct{}{}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*recording
+	var msgs []jetstream.Msg
+	for len(msgs) < 2 {
+		for _, m := range fetchN(t, cons, 2-len(msgs), time.Second) {
+			r := &recording{Msg: m}
+			recs, msgs = append(recs, r), append(msgs, r)
+		}
+	}
+	ds, errs := p(ctx, msgs)
+	for i, r := range recs {
+		if ds[i] != idemnats.Acked {
+			t.Errorf("message %d: %v, %v; want acked", i, ds[i], errs[i])
+		}
+		if r.progress.Load() < 3 {
+			t.Errorf("message %d: %d InProgress heartbeats, want at least 3", i, r.progress.Load())
+		}
+	}
+	b, _ := cons.Fetch(1, jetstream.FetchMaxWait(2*ackWait))
+	for m := range b.Messages() {
+		md, _ := m.Metadata()
+		t.Fatalf("redelivered during a heartbeat-held batch: delivery %d", md.NumDelivered)
+	}
+}
+
+func TestBatchConfigChecked(t *testing.T) {
+	t.Parallel()
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	e := newEngine(t, st, idem.Config{Lease: 10 * time.Second})
+	fn := func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil }
+	if _, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "x", AckWait: time.Second, Concurrency: -1}, fn); !errors.Is(err, idemnats.ErrInvalidConfig) {
+		t.Errorf("negative Concurrency: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := idemnats.WrapBatch(e, &idemnats.Config{AckWait: time.Second}, fn); !errors.Is(err, idem.ErrInvalidConfig) {
+		t.Errorf("no operation: %v, want ErrInvalidConfig", err)
+	}
+	p, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "x", AckWait: time.Second}, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]idemnats.BatchConfig{"negative Size": {Size: -1}, "negative Wait": {Wait: -time.Second}} {
+		if err := idemnats.ConsumeBatch(context.Background(), nil, &c, p); !errors.Is(err, idemnats.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if err := idemnats.ConsumeBatch(context.Background(), nil, nil, p); !errors.Is(err, idemnats.ErrInvalidConfig) {
+		t.Errorf("no consumer: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestConsumeBatchStops: ConsumeBatch hands out batches of at most Size,
+// returns nil once its context is cancelled, and leaves no goroutine
+// behind (goleak in TestMain).
+func TestConsumeBatchStops(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	const n = 50
+	for i := range n {
+		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "s", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Lease: 10 * time.Second}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
+		func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked, largest atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- idemnats.ConsumeBatch(cctx, cons, &idemnats.BatchConfig{Size: 8}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			if int64(len(msgs)) > largest.Load() {
+				largest.Store(int64(len(msgs)))
+			}
+			ds, errs := p(ctx, msgs)
+			for _, d := range ds {
+				if d == idemnats.Acked {
+					acked.Add(1)
+				}
+			}
+			return ds, errs
+		})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for acked.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acked", acked.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ConsumeBatch: %v, want nil after cancel", err)
+	}
+	if l := largest.Load(); l > 8 || l < 2 {
+		t.Errorf("largest batch %d, want 2..8", l)
+	}
+}
