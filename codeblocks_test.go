@@ -199,6 +199,8 @@ var docPlaceholders = map[string]string{
 	"accountID":        "func accountID(*http.Request) (string, error) { return \"\", nil }",
 	"accountOf":        "func accountOf(*http.Request) (string, error) { return \"\", nil }",
 	"consumer":         "var consumer jetstream.Consumer",
+	"js":               "var js jetstream.JetStream",
+	"amqpConsumer":     "var amqpConsumer *idemamqp.Consumer",
 	"confirmCh":        "var confirmCh *amqp.Channel",
 	"consumeCh":        "var consumeCh *amqp.Channel",
 	"store":            "var store = memstore.New(nil)",
