@@ -225,6 +225,16 @@ func (s failKey) Complete(ctx context.Context, p store.CompleteParams) error {
 	return s.Store.Complete(ctx, p)
 }
 
+// CompleteBatch fails that key's Complete alone, as Complete does: the
+// engine batches the Completes of messages that finish together.
+func (s failKey) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = s.Complete(ctx, p)
+	}
+	return errs
+}
+
 // TestBatchOneWriteFailsAlone: the outcome write of one message of a batch
 // fails for all of WriteTimeout; that message is settled by its own
 // verdict (acked, with verdict.ErrOutcomeNotRecorded: the handler ran),
