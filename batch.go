@@ -121,12 +121,14 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency 
 			out, err := t.run(ctx, &kn[i])
 			results[i], errs[i] = t.result(ctx, out, err)
 		}
-		if kn[i].leader {
-			async(run)
+		if k := &kn[i]; k.leader && k.err == nil && k.res.Acquired {
+			async(run) // runs the operation: takes a slot of concurrency
 		} else {
-			// Followers only wait (for their flight's claim, or its
-			// outcome), so they take no slot: a slot held by a waiting
-			// follower could be the one its leader needs.
+			// A leader whose claim was not acquired only answers and lands
+			// its flight, at once (a stale flight would answer later calls
+			// of its key in this process); followers only wait (for their
+			// flight's claim, or its outcome). Neither takes a slot: a slot
+			// held by a waiting follower could be the one its leader needs.
 			wg.Go(run)
 		}
 	}

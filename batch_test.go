@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 func ids(t *testing.T, keys ...string) []idem.Identity {
@@ -189,5 +193,52 @@ func TestDoBatchRacesRunEachKeyOnce(t *testing.T) {
 		if err != nil {
 			t.Errorf("final batch, key %s: %v", keys[i], err)
 		}
+	}
+}
+
+// TestDoBatchLandsFlightsItDidNotAcquire: a key of a batch held by another
+// engine does not wait for a slot of concurrency behind the batch's
+// running operations before its flight lands: once the other engine has
+// completed it, a call of this engine replays it while the batch still
+// runs, instead of answering from the batch's stale claim.
+func TestDoBatchLandsFlightsItDidNotAcquire(t *testing.T) {
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e1, err := idem.New(mem, &idem.Config{Wait: 5 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := idem.New(mem, &idem.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held, err := e2.Begin(ctx, req("held"), nil)
+	if err != nil || !held.Acquired {
+		t.Fatalf("Begin: %+v, %v", held, err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Concurrency 1: "running" holds the one slot until released.
+		idem.DoBatch(ctx, e1, ids(t, "running", "held"), 1, func(ctx context.Context, i int) (string, error) {
+			if i == 0 {
+				close(started)
+				<-release
+			}
+			return "batch", nil
+		})
+	}()
+	<-started
+	if err := e2.Complete(ctx, held.Token, "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := idem.Do(ctx, e1, req("held"), func(context.Context) (string, error) { return "again", nil })
+	close(release)
+	<-done
+	if err != nil || !res.Replayed || res.Value != "elsewhere" {
+		t.Fatalf("Do of a key completed elsewhere while the batch runs: %+v, %v; want the replay of %q", res, err, "elsewhere")
 	}
 }

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -15,11 +16,15 @@ import (
 // checks every Complete's own fence and owner, and a failure of the round
 // trip is each one's error, which its holder retries on its own.
 type completer struct {
-	s     store.Store
-	b     store.BatchCompleter // s
-	mu    sync.Mutex
-	busy  bool               // a Complete or batch is in flight
-	queue []*pendingComplete // waiting for it, in arrival order
+	s store.Store
+	b store.BatchCompleter // s
+	// attempt is the time one attempt of an outcome write may take
+	// (Config.WriteTimeout/3): a batch gets it afresh when it is sent, as
+	// its members waited for the write in flight before it.
+	attempt time.Duration
+	mu      sync.Mutex
+	busy    bool               // a Complete or batch is in flight
+	queue   []*pendingComplete // waiting for it, in arrival order
 }
 
 // pendingComplete is one Complete waiting for a batch.
@@ -67,7 +72,9 @@ func (c *completer) send(ctx context.Context, batch []*pendingComplete) (err err
 	for i, b := range batch {
 		ps[i] = b.p
 	}
-	errs := c.b.CompleteBatch(ctx, ps)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.attempt)
+	defer cancel()
+	errs := c.b.CompleteBatch(bctx, ps)
 	if len(errs) != len(ps) {
 		bad := &store.CorruptError{Key: ps[0].Key, Reason: "store answered a batch complete with the wrong number of results"}
 		errs = make([]error, len(ps))

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
@@ -151,4 +153,70 @@ func sumBatches(bs [][]int) int {
 		n += b[0]
 	}
 	return n
+}
+
+// slowStore is memstore whose lone Completes take a while (on the bubble's
+// clock) and whose batch completes report their context's error.
+type slowStore struct {
+	*memstore.Store
+	took, batchTook time.Duration
+
+	mu      sync.Mutex
+	batchOK []bool // per CompleteBatch: every write landed
+}
+
+func (s *slowStore) Complete(ctx context.Context, p store.CompleteParams) error {
+	time.Sleep(s.took)
+	return s.Store.Complete(ctx, p)
+}
+
+func (s *slowStore) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
+	time.Sleep(s.batchTook)
+	errs := s.Store.CompleteBatch(ctx, ps)
+	ok := true
+	for _, err := range errs {
+		ok = ok && err == nil
+	}
+	s.mu.Lock()
+	s.batchOK = append(s.batchOK, ok)
+	s.mu.Unlock()
+	return errs
+}
+
+// TestABatchGetsAFreshAttempt: Completes that queued behind a slow one wait
+// longer than one attempt of an outcome write may take (WriteTimeout/3);
+// the batch that carries them still gets a whole attempt when it is sent,
+// so a slow but healthy store loses no outcome.
+func TestABatchGetsAFreshAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New(&memstore.Config{SweepInterval: -1})
+		defer mem.Close()
+		// An attempt may take 100ms. The lone Complete takes 80ms; those
+		// queued behind it from 1-3ms have 20ms of their own attempts left
+		// when their batch is sent, and the batch takes 50ms.
+		s := &slowStore{Store: mem, took: 80 * time.Millisecond, batchTook: 50 * time.Millisecond}
+		e, err := New(s, &Config{WriteTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		results := make([]Result[string], 4)
+		for i := range results {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Millisecond) // the first goes alone, the others queue behind it
+				results[i], _ = Do(context.Background(), e, Request{Operation: "slow", Key: fmt.Sprint(i)}, func(context.Context) (string, error) { return "v", nil })
+			})
+		}
+		wg.Wait()
+		for i, r := range results {
+			if r.Recorded != store.StatusCompleted || r.Unrecorded != nil {
+				t.Errorf("call %d: Recorded %v, Unrecorded %v; want COMPLETED", i, r.Recorded, r.Unrecorded)
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.batchOK) != 1 || !s.batchOK[0] {
+			t.Errorf("batches %v: want one, every write landed at its first attempt", s.batchOK)
+		}
+	})
 }

@@ -70,7 +70,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	}
 	e.renewals.init(e)
 	if bc, ok := s.(store.BatchCompleter); ok {
-		e.completer = &completer{s: s, b: bc}
+		e.completer = &completer{s: s, b: bc, attempt: max(c.WriteTimeout/3, time.Millisecond)}
 	}
 	if c.Cache != nil {
 		e.cache = newLRU(c.Cache.withDefaults())
@@ -1319,7 +1319,7 @@ func (h *holder) ownWrite(ctx context.Context, req *writeReq) bool {
 func transient(err error) bool {
 	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFenced) &&
 		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt) &&
-		!errors.Is(err, store.ErrMisconfigured)
+		!errors.Is(err, store.ErrMisconfigured) && !errors.Is(err, store.ErrInvalidParams)
 }
 
 func (h *holder) writeFailed(op observe.StoreOp, err error) {

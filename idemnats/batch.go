@@ -62,12 +62,14 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 		return ds, errs
 	}
 	hb := w.heartbeats(ctx, msgs, at)
+	stop := sync.OnceFunc(hb.stop) // also when DoBatch panics: no heartbeat forever
+	defer stop()
 	res, rerrs := idem.DoBatch(ctx, w.e, ids, w.cfg.Concurrency, func(ctx context.Context, j int) (T, error) {
 		hb.running(j, ctx)
 		defer hb.ran(j, ctx)
 		return w.fn(ctx, msgs[at[j]])
 	})
-	hb.stop()
+	stop()
 	now := w.e.Config().Clock.Now()
 	for j, i := range at {
 		ds[i], errs[i] = w.settleVerdict(msgs[i], consume.Decide(res[j], rerrs[j], now))

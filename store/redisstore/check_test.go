@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -79,5 +80,55 @@ func TestCheckFindsWhatTheACLRefuses(t *testing.T) {
 	}
 	if err := check(aclUser(t, "~idemcheck:*", "+@all")); err != nil {
 		t.Fatalf("a user with what the store needs: %v", err)
+	}
+}
+
+// TestBatchesWithTheDocumentedACL: a user with exactly the ACL the docs
+// give (no SCRIPT LOAD) claims and completes in batches after the server's
+// script cache was flushed, as after a restart or a failover: the writes
+// Redis has no script for go again with the script's source (EVAL).
+func TestBatchesWithTheDocumentedACL(t *testing.T) {
+	prefix := fmt.Sprintf("idembatchacl%x:", rand.Uint32())
+	url := aclUser(t, "+evalsha", "+eval", "+get", "+set", "+del", "+scan", "~"+prefix+"*")
+	s, err := redisstore.Open(url, &redisstore.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	admin := redis.NewClient(&redis.Options{Addr: addr(t)})
+	t.Cleanup(func() { admin.Close() })
+	ctx := context.Background()
+	now := time.Now().Add(time.Hour).UnixMilli()
+	keys := []string{"a#1", "a#2", "a#3"}
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]store.ClaimParams, len(keys))
+	for i, k := range keys {
+		ps[i] = store.ClaimParams{Key: k, Owner: "o", Fingerprint: "fp", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
+	}
+	res, errs := s.ClaimBatch(ctx, ps)
+	for i := range keys {
+		if errs[i] != nil || !res[i].Acquired {
+			t.Fatalf("claim %s after SCRIPT FLUSH: %+v, %v", keys[i], res[i], errs[i])
+		}
+	}
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]store.CompleteParams, len(keys))
+	for i, k := range keys {
+		cs[i] = store.CompleteParams{ClaimRef: store.ClaimRef{Key: k, Fence: res[i].Record.Fence, Owner: "o", Now: now}, ExpiresAt: now + 60_000, Result: []byte(k)}
+	}
+	for i, err := range s.CompleteBatch(ctx, cs) {
+		if err != nil {
+			t.Errorf("complete %s after SCRIPT FLUSH: %v", keys[i], err)
+		}
+	}
+	for _, k := range keys {
+		r, err := s.Get(ctx, k)
+		if err != nil || r.Status != store.StatusCompleted || string(r.Result) != k {
+			t.Errorf("%s: %+v, %v; want COMPLETED", k, r, err)
+		}
 	}
 }

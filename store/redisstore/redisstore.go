@@ -418,23 +418,21 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 type group struct {
 	idx  []int
 	pipe func() redis.Pipeliner
-	load func(context.Context) error // loads the claim script where pipe sends
 }
 
 // groups splits a batch of writes to keys into the pipelines that send
 // it: one, through the client; but with Config.WaitReplicas on Redis
 // Cluster, one per master, on that master's own client, so that each
 // master's WAIT follows the writes on the connection that sent them (see
-// send). sc is the script the writes run, which load loads where pipe
-// sends. A key whose master cannot be found has its error (for op) set in
+// send). A key whose master cannot be found has its error (for op) set in
 // errs and is in no group.
-func (s *Store) groups(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error) []group {
+func (s *Store) groups(ctx context.Context, op string, keys []string, errs []error) []group {
 	if s.cluster == nil || s.cfg.WaitReplicas <= 0 {
 		all := make([]int, len(keys))
 		for i := range all {
 			all[i] = i
 		}
-		return []group{{idx: all, pipe: s.c.Pipeline, load: func(ctx context.Context) error { return sc.Load(ctx, s.c).Err() }}}
+		return []group{{idx: all, pipe: s.c.Pipeline}}
 	}
 	var out []group
 	at := map[*redis.Client]int{}
@@ -448,7 +446,7 @@ func (s *Store) groups(ctx context.Context, op string, sc *redis.Script, keys []
 		if !ok {
 			j = len(out)
 			at[node] = j
-			out = append(out, group{pipe: node.Pipeline, load: func(ctx context.Context) error { return sc.Load(ctx, node).Err() }})
+			out = append(out, group{pipe: node.Pipeline})
 		}
 		out[j].idx = append(out[j].idx, i)
 	}
@@ -457,13 +455,19 @@ func (s *Store) groups(ctx context.Context, op string, sc *redis.Script, keys []
 
 // batch sends the writes of a batch (sc with args(i) on keys[i]) in one
 // pipeline per group, each with its WAIT when Config.WaitReplicas is set,
-// loading sc and sending again those Redis had no script for, and hands
-// each reply to answer (with the WAIT of its pipeline).
+// by the script's SHA-1, and sends those Redis had no script for once more
+// with the script's source (EVAL, as a single call does: the documented
+// ACL has no SCRIPT LOAD), and hands each reply to answer (with the WAIT
+// of its pipeline).
 func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error, args func(i int) []any, answer func(i int, cmd *redis.Cmd, w *redis.IntCmd)) {
-	run := func(pipe redis.Pipeliner, idx []int) (noscript []int) {
+	run := func(pipe redis.Pipeliner, idx []int, source bool) (noscript []int) {
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
-			cmds[j] = sc.EvalSha(ctx, pipe, []string{s.rkey(keys[i])}, args(i)...)
+			if source {
+				cmds[j] = pipe.Eval(ctx, scriptSources[sc], []string{s.rkey(keys[i])}, args(i)...)
+			} else {
+				cmds[j] = sc.EvalSha(ctx, pipe, []string{s.rkey(keys[i])}, args(i)...)
+			}
 		}
 		var w *redis.IntCmd
 		if s.cfg.WaitReplicas > 0 { // on the pipeline's connection: see send
@@ -480,19 +484,12 @@ func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []s
 		}
 		return noscript
 	}
-	for _, g := range s.groups(ctx, op, sc, keys, errs) {
-		again := run(g.pipe(), g.idx)
-		if len(again) == 0 {
-			continue
-		}
-		// Not executed (Redis ran none of the script calls, so the order
-		// of the keys still holds): load the script and send those again.
-		if err := g.load(ctx); err != nil {
-			for _, i := range again {
-				errs[i] = s.translate(op, keys[i], err)
-			}
-		} else {
-			run(g.pipe(), again)
+	for _, g := range s.groups(ctx, op, keys, errs) {
+		// Those not executed (NOSCRIPT: Redis ran none of them, so the
+		// order of the keys still holds) go again with the source, which
+		// also caches the script for the next batch.
+		if again := run(g.pipe(), g.idx, false); len(again) > 0 {
+			run(g.pipe(), again, true)
 		}
 	}
 }
