@@ -41,13 +41,13 @@ func BenchmarkUnary(b *testing.B) {
 		e := newEnv(b, memstore.New(&memstore.Config{SweepInterval: -1}), options{noClient: true, bare: true})
 		run(b, e, nil)
 	})
-	for _, be := range backends() {
-		b.Run(be.name+"/new", func(b *testing.B) {
-			e := newEnv(b, be.store(b), options{noClient: true})
+	for _, be := range ordertest.Backends() {
+		b.Run(be.Name+"/new", func(b *testing.B) {
+			e := newEnv(b, be.Store(b), options{noClient: true})
 			run(b, e, strconv.Itoa)
 		})
-		b.Run(be.name+"/replay", func(b *testing.B) {
-			e := newEnv(b, be.store(b), options{noClient: true})
+		b.Run(be.Name+"/replay", func(b *testing.B) {
+			e := newEnv(b, be.Store(b), options{noClient: true})
 			run(b, e, func(int) string { return "same" })
 		})
 	}

@@ -49,10 +49,10 @@ func receipt(e *env) {
 // not run again.
 func TestNewAndReplay(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), options{noClient: true})
+			e := newEnv(t, b.Store(t), options{noClient: true})
 			receipt(e)
 			out, h, err := call(t, e, keyed("k-1"), ordertest.Order("o-1", 10))
 			if err != nil {
@@ -92,10 +92,10 @@ func TestNewAndReplay(t *testing.T) {
 // retry pushback); afterwards, the stored response.
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), options{noClient: true})
+			e := newEnv(t, b.Store(t), options{noClient: true})
 			entered, release := make(chan struct{}), make(chan struct{})
 			e.orders.CreateFunc = func(_ context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 				close(entered)
@@ -148,10 +148,10 @@ func TestConcurrentDuplicates(t *testing.T) {
 // execution; every other answer is the same response replayed, or ABORTED.
 func TestConcurrentDuplicatesRace(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), options{noClient: true})
+			e := newEnv(t, b.Store(t), options{noClient: true})
 			receipt(e)
 			const calls = 32
 			start := make(chan struct{})
@@ -197,10 +197,10 @@ func retryDelay(st *status.Status) time.Duration {
 // run.
 func TestMismatch(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), options{noClient: true, guard: &idemrpc.Config{Methods: map[string]idemrpc.Method{
+			e := newEnv(t, b.Store(t), options{noClient: true, guard: &idemrpc.Config{Methods: map[string]idemrpc.Method{
 				ordertest.Create: {FingerprintMetadata: []string{"x-tenant-region"}},
 			}}})
 			ctx := metadata.AppendToOutgoingContext(keyed("m-1"), "x-tenant-region", "eu")
@@ -260,7 +260,7 @@ func TestStoreDown(t *testing.T) {
 			}
 			addr := lis.Addr().String()
 			lis.Close() // nothing listens there any more
-			return redisStore(t, addr)
+			return ordertest.RedisStore(t, addr)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -290,10 +290,10 @@ func TestStoreDown(t *testing.T) {
 // handler again.
 func TestTerminalErrorReplayed(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), options{noClient: true})
+			e := newEnv(t, b.Store(t), options{noClient: true})
 			declined := func() error {
 				st, err := status.New(codes.FailedPrecondition, "card declined").WithDetails(
 					&errdetails.ErrorInfo{Reason: "CARD_DECLINED", Domain: "payments.example", Metadata: map[string]string{"card": "4242"}})
@@ -383,11 +383,11 @@ func TestRetryPolicy(t *testing.T) {
 			return resp, err
 		}
 	}
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			var attempts atomic.Int64
-			e := newEnv(t, b.store(t), options{
+			e := newEnv(t, b.Store(t), options{
 				outer:       []grpc.UnaryServerInterceptor{loseFirst(&attempts)},
 				dialOptions: []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig)},
 			})

@@ -2,14 +2,10 @@ package idemgrpc_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,46 +14,10 @@ import (
 	"github.com/seed-a1b882c0/idem/idemgrpc"
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemrpc"
 	"github.com/seed-a1b882c0/idem/idemgrpc/internal/ordertest"
-	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/memstore"
-	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type backend struct {
-	name  string
-	store func(t testing.TB) store.Store
-}
-
-// backends are the stores every behaviour is tested on: in process, and a
-// real Redis.
-func backends() []backend {
-	return []backend{
-		{"memstore", func(t testing.TB) store.Store {
-			s := memstore.New(&memstore.Config{SweepInterval: -1})
-			t.Cleanup(func() { s.Close() })
-			return s
-		}},
-		{"redis", func(t testing.TB) store.Store {
-			return redisStore(t, testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379"))
-		}},
-	}
-}
-
-// redisStore returns a store on the Redis at addr, under a key prefix of
-// its own.
-func redisStore(t testing.TB, addr string) store.Store {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, &redisstore.Config{Prefix: fmt.Sprintf("idemgrpc-test-%d:", rand.Uint64())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // env is a gRPC server serving ordertest's service behind a Guard, on
 // loopback, and a client connection to it.

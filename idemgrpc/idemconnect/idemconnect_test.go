@@ -3,19 +3,15 @@ package idemconnect_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
@@ -26,42 +22,11 @@ import (
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemconnect"
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemrpc"
 	"github.com/seed-a1b882c0/idem/idemgrpc/internal/ordertest"
-	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
-	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type backend struct {
-	name  string
-	store func(t testing.TB) store.Store
-}
-
-func backends() []backend {
-	return []backend{
-		{"memstore", func(t testing.TB) store.Store {
-			s := memstore.New(&memstore.Config{SweepInterval: -1})
-			t.Cleanup(func() { s.Close() })
-			return s
-		}},
-		{"redis", func(t testing.TB) store.Store {
-			return redisStore(t, testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379"))
-		}},
-	}
-}
-
-func redisStore(t testing.TB, addr string) store.Store {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, &redisstore.Config{Prefix: fmt.Sprintf("idemconnect-test-%d:", rand.Uint64())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // env is ordertest's service over Connect behind a Guard, on a real HTTP
 // server on loopback, and clients of it.
@@ -108,10 +73,10 @@ func replayed(h http.Header) bool { return h.Get(idemconnect.ReplayedHeader) == 
 
 func TestNewAndReplay(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), nil)
+			e := newEnv(t, b.Store(t), nil)
 			e.orders.CreateFunc = func(_ context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 				return structpb.NewStruct(map[string]any{"receipt": float64(e.orders.Creates.Load())})
 			}
@@ -160,10 +125,10 @@ func TestReplayJSON(t *testing.T) {
 
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), nil)
+			e := newEnv(t, b.Store(t), nil)
 			entered, release := make(chan struct{}), make(chan struct{})
 			e.orders.CreateFunc = func(_ context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 				close(entered)
@@ -210,10 +175,10 @@ func TestConcurrentDuplicates(t *testing.T) {
 
 func TestConcurrentDuplicatesRace(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), nil)
+			e := newEnv(t, b.Store(t), nil)
 			const calls = 16
 			start := make(chan struct{})
 			var wg sync.WaitGroup
@@ -241,10 +206,10 @@ func TestConcurrentDuplicatesRace(t *testing.T) {
 
 func TestMismatch(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), nil)
+			e := newEnv(t, b.Store(t), nil)
 			if _, err := e.call("m", ordertest.Order("o-1", 10)); err != nil {
 				t.Fatal(err)
 			}
@@ -267,7 +232,7 @@ func TestStoreDown(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	e := newEnv(t, redisStore(t, addr), nil)
+	e := newEnv(t, ordertest.RedisStore(t, addr), nil)
 	_, err = e.call("down", ordertest.Order("o-1", 10))
 	if connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Errorf("store down: %v, want unavailable", err)
@@ -281,10 +246,10 @@ func TestStoreDown(t *testing.T) {
 // details, marked replayed; an ordinary one releases the key.
 func TestTerminalErrorReplayed(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range ordertest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, b.store(t), nil)
+			e := newEnv(t, b.Store(t), nil)
 			e.orders.CreateFunc = func(_ context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 				if in.Fields["order"].GetStringValue() == "flaky" {
 					return nil, connect.NewError(connect.CodeUnavailable, errors.New("bank timed out"))
