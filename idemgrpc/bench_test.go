@@ -41,7 +41,7 @@ func BenchmarkUnary(b *testing.B) {
 		e := newEnv(b, memstore.New(&memstore.Config{SweepInterval: -1}), options{noClient: true, bare: true})
 		run(b, e, nil)
 	})
-	for _, be := range ordertest.Backends() {
+	for _, be := range ordertest.Backends(redisAddr) {
 		b.Run(be.Name+"/new", func(b *testing.B) {
 			e := newEnv(b, be.Store(b), options{noClient: true})
 			run(b, e, strconv.Itoa)

@@ -49,7 +49,7 @@ func receipt(e *env) {
 // not run again.
 func TestNewAndReplay(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), options{noClient: true})
@@ -92,7 +92,7 @@ func TestNewAndReplay(t *testing.T) {
 // retry pushback); afterwards, the stored response.
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), options{noClient: true})
@@ -148,7 +148,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 // execution; every other answer is the same response replayed, or ABORTED.
 func TestConcurrentDuplicatesRace(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), options{noClient: true})
@@ -197,7 +197,7 @@ func retryDelay(st *status.Status) time.Duration {
 // run.
 func TestMismatch(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), options{noClient: true, guard: &idemrpc.Config{Methods: map[string]idemrpc.Method{
@@ -290,7 +290,7 @@ func TestStoreDown(t *testing.T) {
 // handler again.
 func TestTerminalErrorReplayed(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), options{noClient: true})
@@ -383,7 +383,7 @@ func TestRetryPolicy(t *testing.T) {
 			return resp, err
 		}
 	}
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			var attempts atomic.Int64

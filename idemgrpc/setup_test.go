@@ -14,10 +14,17 @@ import (
 	"github.com/seed-a1b882c0/idem/idemgrpc"
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemrpc"
 	"github.com/seed-a1b882c0/idem/idemgrpc/internal/ordertest"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// redisAddr is the Redis the tests run on: skipped outside CI when none
+// answers, failing in CI.
+func redisAddr(t testing.TB) string {
+	return testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+}
 
 // env is a gRPC server serving ordertest's service behind a Guard, on
 // loopback, and a client connection to it.

@@ -22,11 +22,18 @@ import (
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemconnect"
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemrpc"
 	"github.com/seed-a1b882c0/idem/idemgrpc/internal/ordertest"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// redisAddr is the Redis the tests run on: skipped outside CI when none
+// answers, failing in CI.
+func redisAddr(t testing.TB) string {
+	return testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
+}
 
 // env is ordertest's service over Connect behind a Guard, on a real HTTP
 // server on loopback, and clients of it.
@@ -73,7 +80,7 @@ func replayed(h http.Header) bool { return h.Get(idemconnect.ReplayedHeader) == 
 
 func TestNewAndReplay(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), nil)
@@ -125,7 +132,7 @@ func TestReplayJSON(t *testing.T) {
 
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), nil)
@@ -175,7 +182,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 
 func TestConcurrentDuplicatesRace(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), nil)
@@ -206,7 +213,7 @@ func TestConcurrentDuplicatesRace(t *testing.T) {
 
 func TestMismatch(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), nil)
@@ -246,7 +253,7 @@ func TestStoreDown(t *testing.T) {
 // details, marked replayed; an ordinary one releases the key.
 func TestTerminalErrorReplayed(t *testing.T) {
 	t.Parallel()
-	for _, b := range ordertest.Backends() {
+	for _, b := range ordertest.Backends(redisAddr) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, b.Store(t), nil)

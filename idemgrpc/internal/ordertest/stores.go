@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
@@ -20,9 +19,10 @@ type Backend struct {
 	Store func(t testing.TB) store.Store
 }
 
-// Backends are those stores: in process, and a real Redis (skipped
-// outside CI when none answers, failing in CI).
-func Backends() []Backend {
+// Backends are those stores: in process, and a real Redis at the address
+// redisAddr finds (the tests pass testenv.Reach: skipped outside CI when
+// none answers, failing in CI; a production package imports no test kit).
+func Backends(redisAddr func(testing.TB) string) []Backend {
 	return []Backend{
 		{"memstore", func(t testing.TB) store.Store {
 			s := memstore.New(&memstore.Config{SweepInterval: -1})
@@ -30,7 +30,7 @@ func Backends() []Backend {
 			return s
 		}},
 		{"redis", func(t testing.TB) store.Store {
-			return RedisStore(t, testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379"))
+			return RedisStore(t, redisAddr(t))
 		}},
 	}
 }
