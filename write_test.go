@@ -1,0 +1,130 @@
+// Tests of the write loop: transient faults, lost replies, a cancelled
+// caller.
+
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/observe"
+	"github.com/seed-a1b882c0/idem/store"
+)
+
+// A Complete that fails on transient faults for longer than the lease is
+// retried while the lease keeps being renewed: once it lands, a duplicate
+// long after the original lease replays instead of running again.
+func TestCompleteRetriedThroughTransientFaults(t *testing.T) {
+	for _, method := range []string{"complete", "fail", "release"} {
+		t.Run(method, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				en := setup(t, idem.Config{Clock: store.SystemClock{}, Lease: 2 * time.Second})
+				other := en.another(t, idem.Config{})
+				ctx := context.Background()
+				var faultsUntil time.Time
+				en.store.FailWith(method, func(int64) error {
+					if time.Now().Before(faultsUntil) {
+						return fmt.Errorf("connection reset by peer: %w", store.ErrUnavailable)
+					}
+					return nil
+				})
+				runs := 0
+				r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+					runs++
+					faultsUntil = time.Now().Add(5 * time.Second) // 2.5 leases of faults
+					switch method {
+					case "fail":
+						return "", idem.Terminal(errors.New("card declined"), "declined")
+					case "release":
+						return "", errors.New("try again later")
+					}
+					return "charged", nil
+				})
+				if method == "complete" && (err != nil || r.Value != "charged") {
+					t.Fatalf("first call: %+v, %v", r, err)
+				}
+				if n := en.store.Calls(method); n < 3 || int64(en.obs.Count(observe.OutcomeWriteRetried)) != n-1 {
+					t.Fatalf("%d %s attempts, %d counted retries; want several", n, method, en.obs.Count(observe.OutcomeWriteRetried))
+				}
+				// A claim being released needs no renewal; an outcome being
+				// recorded does.
+				if n := en.store.Calls("extend"); (method == "release") != (n == 0) || method != "release" && n < 2 {
+					t.Fatalf("lease renewed %d times while the %s was retried", n, method)
+				}
+				if n := en.obs.Count(observe.OutcomeCompleteFailed) + en.obs.Count(observe.OutcomeStoreError); n != 0 {
+					t.Fatalf("a write that landed was counted as failed: %v", en.obs.Snapshot())
+				}
+				time.Sleep(10 * time.Second) // fake time: long past the original lease
+				r, err = idem.Do(ctx, other, req("k"), func(context.Context) (string, error) { runs++; return "second", nil })
+				switch method {
+				case "complete":
+					if err != nil || !r.Replayed || r.Value != "charged" || runs != 1 {
+						t.Fatalf("duplicate after the lease: %+v, %v, runs %d; want the replay", r, err, runs)
+					}
+				case "fail":
+					if !errors.Is(err, idem.ErrTerminal) || !r.Replayed || runs != 1 {
+						t.Fatalf("duplicate after the lease: %+v, %v, runs %d; want the stored failure", r, err, runs)
+					}
+				case "release":
+					if err != nil || r.Value != "second" || runs != 2 {
+						t.Fatalf("retry after a release: %+v, %v, runs %d; want a second run", r, err, runs)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A write whose reply is lost is retried; the retry meets its own claim
+// already settled and takes that as success, not as a fenced write.
+func TestLostWriteReplyIsRecognisedAsOwn(t *testing.T) {
+	for _, method := range []string{"complete", "fail", "release"} {
+		t.Run(method, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				en := setup(t, idem.Config{Clock: store.SystemClock{}})
+				en.store.LoseReplies(method, func(n int64) error {
+					if n == 1 {
+						return fmt.Errorf("i/o timeout: %w", store.ErrUnavailable)
+					}
+					return nil
+				})
+				ctx := context.Background()
+				_, _ = idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+					switch method {
+					case "fail":
+						return "", idem.Terminal(errors.New("card declined"), "declined")
+					case "release":
+						return "", errors.New("try again later")
+					}
+					return "charged", nil
+				})
+				if n := en.store.Calls(method); n != 2 {
+					t.Fatalf("%d %s calls, want the lost one and one retry", n, method)
+				}
+				bad := en.obs.Count(observe.OutcomeFenced) + en.obs.Count(observe.OutcomeCompleteFailed) + en.obs.Count(observe.OutcomeStoreError)
+				if bad != 0 {
+					t.Fatalf("own settled record counted as a failure: %v", en.obs.Snapshot())
+				}
+			})
+		})
+	}
+}
+
+func TestOutcomeWrittenEvenIfCallerCancels(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (int, error) { cancel(); return 7, nil })
+	if err != nil || r.Value != 7 {
+		t.Fatal(r, err)
+	}
+	rec, err := en.mem.Get(context.Background(), r.StoreKey)
+	if err != nil || rec.Status != store.StatusCompleted {
+		t.Fatalf("record after the caller cancelled: %+v %v", rec, err)
+	}
+}
