@@ -1,4 +1,4 @@
-package idem_test
+package repocheck_test
 
 import (
 	"bytes"
