@@ -165,18 +165,3 @@ func TestTokenTraceContextMustBeValid(t *testing.T) {
 		}
 	}
 }
-
-func TestParseTraceParent(t *testing.T) {
-	t.Parallel()
-	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	tc, err := observe.ParseTraceParent(tp)
-	if err != nil || tc.String() != tp || tc.Flags != 1 {
-		t.Fatalf("%+v %v", tc, err)
-	}
-	for _, bad := range []string{"", "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-		"00-00000000000000000000000000000000-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333x-01"} {
-		if _, err := observe.ParseTraceParent(bad); !errors.Is(err, observe.ErrTraceParent) {
-			t.Errorf("%q: %v", bad, err)
-		}
-	}
-}

@@ -3,7 +3,6 @@ package observe
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"time"
 )
 
@@ -182,32 +181,4 @@ func (tc TraceContext) String() string {
 	b = append(b, '-')
 	b = hex.AppendEncode(b, []byte{tc.Flags})
 	return string(b)
-}
-
-// ErrTraceParent: a traceparent value that [ParseTraceParent] cannot read.
-var ErrTraceParent = errors.New("observe: invalid traceparent")
-
-// ParseTraceParent reads a traceparent header value of version 00, as
-// [TraceContext.String] writes it. An invalid value, or one with all-zero
-// ids, fails with [ErrTraceParent].
-func ParseTraceParent(s string) (TraceContext, error) {
-	var tc TraceContext
-	if len(s) != 55 || s[:3] != "00-" || s[35] != '-' || s[52] != '-' {
-		return tc, ErrTraceParent
-	}
-	var flags [1]byte
-	if _, err := hex.Decode(tc.TraceID[:], []byte(s[3:35])); err != nil {
-		return TraceContext{}, ErrTraceParent
-	}
-	if _, err := hex.Decode(tc.SpanID[:], []byte(s[36:52])); err != nil {
-		return TraceContext{}, ErrTraceParent
-	}
-	if _, err := hex.Decode(flags[:], []byte(s[53:])); err != nil {
-		return TraceContext{}, ErrTraceParent
-	}
-	tc.Flags = flags[0]
-	if !tc.IsValid() {
-		return TraceContext{}, ErrTraceParent
-	}
-	return tc, nil
 }
