@@ -1,4 +1,4 @@
-// Package faultstore wraps an idem.Store to count its calls and inject
+// Package faultstore wraps an store.Store to count its calls and inject
 // failures, for tests: fail the Nth call of a method, or every call while a
 // switch is on.
 package faultstore
@@ -99,7 +99,7 @@ func (s *Store) reply(method string, err error) error {
 	return f(s.calls[method].Load())
 }
 
-// Claim implements idem.Store.
+// Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := s.inject("claim"); err != nil {
 		return store.ClaimResult{}, err
@@ -127,7 +127,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	return res, errs
 }
 
-// Complete implements idem.Store.
+// Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := s.inject("complete"); err != nil {
 		return err
@@ -135,7 +135,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	return s.reply("complete", s.Inner.Complete(ctx, p))
 }
 
-// Fail implements idem.Store.
+// Fail implements store.Store.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if err := s.inject("fail"); err != nil {
 		return err
@@ -143,7 +143,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	return s.reply("fail", s.Inner.Fail(ctx, p))
 }
 
-// Release implements idem.Store.
+// Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	if err := s.inject("release"); err != nil {
 		return err
@@ -151,7 +151,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 	return s.reply("release", s.Inner.Release(ctx, p))
 }
 
-// Extend implements idem.Store.
+// Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := s.inject("extend"); err != nil {
 		return err
@@ -159,7 +159,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.reply("extend", s.Inner.Extend(ctx, p))
 }
 
-// Get implements idem.Store.
+// Get implements store.Store.
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
 	if err := s.inject("get"); err != nil {
 		return nil, err

@@ -687,7 +687,7 @@ func TestFencing(t *testing.T, _ Features, newStore NewStore) {
 // new record is unchanged. Without this, a holder that outlived its claim
 // deletes the next holder's live claim (a third caller then runs
 // concurrently) or stamps it with its own stale outcome. The TTL variant
-// runs on stores with the idem.Deleter power.
+// runs on stores with the store.Deleter power.
 func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	ctx := context.Background()
@@ -724,7 +724,7 @@ func TestReclaimAfterDeletion(t *testing.T, _ Features, newStore NewStore) {
 	t.Run("DeletedByTTL", func(t *testing.T) {
 		deleter, ok := s.(store.Deleter)
 		if !ok {
-			t.Skip("store does not implement idem.Deleter")
+			t.Skip("store does not implement store.Deleter")
 		}
 		key, now := newKey(t), base()
 		first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
@@ -1278,7 +1278,7 @@ func TestAdmin(t *testing.T, _ Features, newStore NewStore) {
 	lister, okL := s.(store.Lister)
 	deleter, okD := s.(store.Deleter)
 	if !okL && !okD {
-		t.Skip("store implements neither idem.Lister nor idem.Deleter")
+		t.Skip("store implements neither store.Lister nor store.Deleter")
 	}
 	ctx := context.Background()
 	now := base()
