@@ -274,7 +274,7 @@ func tokenWrite(op observe.StoreOp, t Token, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+	if store.TakenOver(err) {
 		return staleToken(op, t, err)
 	}
 	var se *StoreError
@@ -403,7 +403,7 @@ func (e *Engine) touch(ctx context.Context, t Token, kind observe.CallKind, set 
 	}
 	h := e.tokenHolder(t, sp)
 	err = h.write(ctx, writeReq{kind: writeExtend, extend: set})
-	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+	if store.TakenOver(err) {
 		h.observe(observe.OutcomeFenced)
 	}
 	return tokenWrite(op, t, err)

@@ -2,7 +2,6 @@ package idem
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -159,7 +158,7 @@ func (h *holder) renewOnce() {
 		// The outcome write landed before its reply came back: nothing
 		// is left to renew.
 		next = -1
-	case fenced || errors.Is(err, store.ErrNotFound):
+	case store.TakenOver(err):
 		e.cfg.Observer.Observe(h.name, observe.OutcomeFenced)
 		h.event(observe.Event{Kind: observe.EventLeaseLost, Fence: h.fence, Err: err})
 		e.cfg.Logger.Error("idem: lease renewal refused; the key was taken over, cancelling the operation",

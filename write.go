@@ -200,7 +200,7 @@ func (h *holder) ownWrite(ctx context.Context, req *writeReq) bool {
 // large, corrupt) or a refusal only a configuration change mends
 // (store.ErrMisconfigured: credentials refused, a bucket gone).
 func transient(err error) bool {
-	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrFenced) &&
+	return !store.TakenOver(err) &&
 		!errors.Is(err, store.ErrTooLarge) && !errors.Is(err, store.ErrCorrupt) &&
 		!errors.Is(err, store.ErrMisconfigured) && !errors.Is(err, store.ErrInvalidParams)
 }
@@ -208,7 +208,7 @@ func transient(err error) bool {
 func (h *holder) writeFailed(op observe.StoreOp, err error) {
 	e := h.e
 	level := slog.LevelError
-	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
+	if store.TakenOver(err) {
 		h.observe(observe.OutcomeFenced)
 		level = slog.LevelWarn
 	} else {

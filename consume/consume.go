@@ -116,7 +116,7 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
 		return Verdict{Action: DeadLetter, Err: err}
 	}
-	if refused(res.Unrecorded) {
+	if store.TakenOver(res.Unrecorded) {
 		// Taken over while the handler ran: the new holder settles it.
 		return Verdict{Action: Leave, Err: errors.Join(ErrOutcomeNotRecorded, idem.ErrLeaseLost, res.Unrecorded, err)}
 	}
@@ -134,10 +134,4 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		return Verdict{Action: Done, Err: errors.Join(ErrOutcomeNotRecorded, res.Unrecorded)}
 	}
 	return Verdict{Action: Done}
-}
-
-// refused reports whether an outcome write's error says the key was taken
-// over: the store refused the write, or the record was gone.
-func refused(err error) bool {
-	return err != nil && (errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound))
 }

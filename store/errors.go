@@ -44,6 +44,13 @@ var (
 	ErrInvalidCursor = errors.New("idem: invalid list cursor")
 )
 
+// TakenOver reports whether a fenced write's error says the claim is no
+// longer the writer's: the store refused it (ErrFenced) or the record is
+// gone (ErrNotFound). The one test of every holder, engine and adapter.
+func TakenOver(err error) bool {
+	return err != nil && (errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound))
+}
+
 // FencedError is returned by a store when a write's claim (fence and owner)
 // is not the record's claim, or the record is no longer IN_PROGRESS.
 type FencedError struct {
