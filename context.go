@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 
 	"github.com/seed-a1b882c0/idem/observe"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Claim describes the claim under which an operation runs. The engine puts
@@ -20,6 +21,11 @@ type Claim struct {
 
 	e     *Engine              // the engine running the operation, which signs Token
 	trace observe.TraceContext // the call's span, which Token carries
+}
+
+// ref names the claim, IN_PROGRESS, in a fenced write at now (ms).
+func (c Claim) ref(now int64) store.ClaimRef {
+	return store.ClaimRef{Key: c.Key, Fence: c.Fence, Owner: c.Owner, Now: now}
 }
 
 // Token returns the token of the claim, IN_PROGRESS, as work the claim is

@@ -108,7 +108,7 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 	}
 	c.result = b
 	now := store.Millis(c.e.cfg.Clock.Now())
-	return store.CompleteParams{ClaimRef: store.ClaimRef{Key: c.claim.Key, Fence: c.claim.Fence, Owner: c.claim.Owner, Now: now},
+	return store.CompleteParams{ClaimRef: c.claim.ref(now),
 		ExpiresAt: now + c.e.cfg.Expiry.Milliseconds(), Result: b}, nil
 }
 

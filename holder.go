@@ -53,6 +53,13 @@ type holder struct {
 	qi       int   // index in the renewal queue; -1 when not queued
 }
 
+// ref names the holder's claim in a fenced write at now (ms): the one
+// store.ClaimRef of every write a holder makes (outcomes, renewals, writes
+// through a token, which may correct a settled record: From).
+func (h *holder) ref(now int64) store.ClaimRef {
+	return store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, From: h.from, Now: now}
+}
+
 // opContext is the context an operation runs in: its caller's (made
 // cancellable when the lease is renewed), carrying the [Claim] and the
 // holder without a context per value.

@@ -144,7 +144,7 @@ func (h *holder) renewOnce() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond)))
 	ctx, ss := h.storeSpan(ctx, observe.StoreExtend)
 	err := e.timed(observe.StoreExtend, func() error {
-		return e.store.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, Now: now}, LeaseUntil: until})
+		return e.store.Extend(ctx, store.ExtendParams{ClaimRef: h.ref(now), LeaseUntil: until})
 	})
 	endStore(ss, err)
 	cancel()

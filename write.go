@@ -111,7 +111,7 @@ func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 	e := h.e
 	start := e.callStart(time.Time{})
 	ctx, ss := h.storeSpan(ctx, req.kind.op())
-	ref := store.ClaimRef{Key: h.key, Fence: h.fence, Owner: h.owner, From: h.from, Now: now}
+	ref := h.ref(now)
 	var err error
 	switch req.kind {
 	case writeComplete:
