@@ -7,7 +7,6 @@ package idem
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/seed-a1b882c0/idem/observe"
@@ -97,7 +96,7 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 	if e.cfg.Wait > 0 {
 		deadline = e.cfg.Clock.Now().Add(e.cfg.Wait)
 	}
-	backoff := e.cfg.WaitBackoff
+	backoff := store.Backoff{Step: e.cfg.WaitBackoff, Max: e.cfg.MaxWaitBackoff}
 	for {
 		var (
 			out   outcome
@@ -164,14 +163,12 @@ func asInProgress(err error) (*InProgressError, bool) {
 
 // pause waits one backoff step before the next claim attempt. It returns
 // ErrInProgress when the wait budget is spent, or the context's error.
-func (e *Engine) pause(ctx context.Context, deadline time.Time, backoff *time.Duration) error {
+func (e *Engine) pause(ctx context.Context, deadline time.Time, backoff *store.Backoff) error {
 	remaining := deadline.Sub(e.cfg.Clock.Now())
 	if remaining <= 0 {
 		return ErrInProgress
 	}
-	d := *backoff/2 + rand.N(*backoff/2+1)
-	d = min(d, remaining)
-	*backoff = min(*backoff*2, e.cfg.MaxWaitBackoff)
+	d := min(backoff.Pause(), remaining)
 	select {
 	case <-e.cfg.Clock.After(d):
 		return nil

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -67,7 +66,7 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 	e := h.e
 	now := e.cfg.Clock.Now()
 	deadline := now.Add(e.cfg.WriteTimeout)
-	backoff := writeBackoff
+	backoff := store.Backoff{Step: writeBackoff, Max: maxWriteBackoff}
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			now = e.cfg.Clock.Now()
@@ -92,7 +91,7 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 			}
 			return err
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := backoff.Pause()
 		if e.cfg.Clock.Now().Add(wait).After(deadline) {
 			e.cfg.Logger.Error("idem: giving up on a store write after WriteTimeout",
 				"key", h.key, "op", req.kind.op(), "attempts", attempt, "write_timeout", e.cfg.WriteTimeout, "err", err)
@@ -102,7 +101,6 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 		h.event(observe.Event{Kind: observe.EventWriteRetry, Op: req.kind.op(), Attempt: attempt, Delay: wait, Err: err})
 		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", req.kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
-		backoff = min(backoff*2, maxWriteBackoff)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"sync"
 	"time"
@@ -100,7 +99,7 @@ func openWait(ctx context.Context, raw string, o *Options, w WaitOptions, attemp
 		w.open = func(ctx context.Context) (*Opened, error) { return Open(ctx, raw, o) }
 	}
 	deadline := w.Clock.Now().Add(w.Wait)
-	backoff := w.Backoff
+	backoff := store.Backoff{Step: w.Backoff, Max: w.MaxBackoff}
 	for n := 1; ; n++ {
 		s, err := w.attempt(ctx, deadline)
 		if attempted != nil {
@@ -115,7 +114,7 @@ func openWait(ctx context.Context, raw string, o *Options, w WaitOptions, attemp
 		if !Retryable(err) {
 			return nil, err
 		}
-		pause := backoff/2 + rand.N(backoff/2+1)
+		pause := backoff.Pause()
 		left := deadline.Sub(w.Clock.Now())
 		if left <= pause {
 			return nil, &WaitError{URL: Redact(raw), Wait: w.Wait, Attempts: n, Err: err}
@@ -128,7 +127,6 @@ func openWait(ctx context.Context, raw string, o *Options, w WaitOptions, attemp
 		case <-ctx.Done():
 			return nil, fmt.Errorf("opening store %s: %w (after %d attempts; last error: %w)", Redact(raw), ctx.Err(), n, err)
 		}
-		backoff = min(2*backoff, w.MaxBackoff)
 	}
 }
 
