@@ -220,12 +220,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	b = Begun{Acquired: res.Acquired, Takeover: res.Takeover, State: e.state(res.Record)}
 	switch {
 	case res.Acquired:
-		c.observe(observe.OutcomeAcquired)
-		if res.Takeover {
-			e.cfg.Observer.Observe(c.name, observe.OutcomeTakeover)
-			c.event(observe.Event{Kind: observe.EventTakeover, Fence: res.Record.Fence, Owner: res.Record.Owner})
-			e.cfg.Logger.Info("idem: took over a claim whose expected completion had passed", "key", c.key, "fence", res.Record.Fence)
-		}
+		c.noteAcquired(res)
 		b.Token = e.sign(Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress})
 		b.Token.trace = c.traceContext()
 	case res.Record.Status == store.StatusInProgress:

@@ -120,9 +120,7 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 			return out, nil
 		}
 		ipe, busy := asInProgress(err)
-		// Work handed elsewhere (a reference is attached) runs for its
-		// expected completion, not for a wait's worth: answer at once.
-		if busy && e.cfg.Wait > 0 && ipe.Ref == "" {
+		if busy && e.waits(ipe) {
 			h.event(observe.Event{Kind: observe.EventWait, Owner: ipe.Owner, LeaseUntil: ipe.LeaseUntil})
 			if werr := e.pause(ctx, deadline, &backoff); werr == nil {
 				continue
@@ -159,6 +157,13 @@ func asInProgress(err error) (*InProgressError, bool) {
 	var ipe *InProgressError
 	ok := errors.As(err, &ipe)
 	return ipe, ok
+}
+
+// waits reports whether a call that found the key in progress waits for
+// it (Config.Wait). Work handed elsewhere (a reference is attached) runs for
+// its expected completion, not for a wait's worth: it is answered at once.
+func (e *Engine) waits(busy *InProgressError) bool {
+	return e.cfg.Wait > 0 && busy.Ref == ""
 }
 
 // pause waits one backoff step before the next claim attempt. It returns
@@ -205,7 +210,7 @@ func (c *call) follow(ctx context.Context, f *flight, deadline time.Time) (out o
 	}
 	out, err = c.existing(rec)
 	busy, ok := asInProgress(err)
-	if !ok || !f.acquired || e.cfg.Wait == 0 || busy.Ref != "" {
+	if !ok || !f.acquired || !e.waits(busy) {
 		// Answered; or held by another process, which run waits out
 		// claiming again; or handed-off work: no wait.
 		return out, false, err
@@ -320,16 +325,22 @@ func tell(f *flight, res store.ClaimResult, err error) {
 	f.claimed.fire()
 }
 
+// noteAcquired tells the observer, the call's span and, for a takeover,
+// the log that the call's claim was acquired: the note of every claim, run
+// by Do or begun by Begin.
+func (c *call) noteAcquired(res store.ClaimResult) {
+	c.observe(observe.OutcomeAcquired)
+	if res.Takeover {
+		c.e.cfg.Observer.Observe(c.name, observe.OutcomeTakeover)
+		c.event(observe.Event{Kind: observe.EventTakeover, Fence: res.Record.Fence, Owner: res.Record.Owner})
+		c.e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", c.key, "fence", res.Record.Fence)
+	}
+}
+
 // acquired runs the operation under the claim res acquired at now, its
 // followers told.
 func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
-	e := h.e
-	h.observe(observe.OutcomeAcquired)
-	if res.Takeover {
-		e.cfg.Observer.Observe(h.name, observe.OutcomeTakeover)
-		h.event(observe.Event{Kind: observe.EventTakeover, Fence: res.Record.Fence, Owner: res.Record.Owner})
-		e.cfg.Logger.Info("idem: took over a claim whose lease had passed", "key", h.key, "fence", res.Record.Fence)
-	}
+	h.noteAcquired(res)
 	h.fence, h.owner, h.expiresAt, h.lease, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, lease, f
 	return h.execute(ctx, now)
 }
