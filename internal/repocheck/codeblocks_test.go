@@ -150,6 +150,7 @@ var docImports = map[string]string{
 	"redis":      "github.com/redis/go-redis/v9",
 	"s3":         "github.com/aws/aws-sdk-go-v2/service/s3",
 	"sfn":        "github.com/aws/aws-sdk-go-v2/service/sfn",
+	"types":      "github.com/aws/aws-sdk-go-v2/service/dynamodb/types",
 }
 
 // docPlaceholders declares, at package level, the names the docs' blocks

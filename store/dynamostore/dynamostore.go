@@ -502,19 +502,31 @@ func fencedValues(vals map[string]types.AttributeValue, c store.ClaimRef) map[st
 // other form of a stored result (inline or spilled), which a settled item
 // corrected by its claim (From) may hold, and the item's open-index entry.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
+	set, vals, ph, err := s.completeUpdate(ctx, p)
+	if err != nil {
+		return err
+	}
+	return s.fencedUpdate(ctx, "complete", p.ClaimRef, set, vals, ph)
+}
+
+// completeUpdate returns the update expression, values and attribute names
+// of the Complete p (the values without the fence condition's): the one
+// Complete of [Store.Complete] and [Store.CompleteInTx]. A result over
+// MaxResultBytes is spilled first, or refused without a Spiller.
+func (s *Store) completeUpdate(ctx context.Context, p store.CompleteParams) (string, map[string]types.AttributeValue, []string, error) {
 	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now REMOVE #dref, #ecode, #emsg, #ebody"
 	vals := map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":data": bin(p.Result)}
 	ph := []string{"#data", "#dref"}
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		if s.cfg.Spiller == nil {
-			return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
+			return "", nil, nil, &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 		}
 		ref, err := s.cfg.Spiller.Spill(ctx, SpillParams{Key: p.Key, Fence: p.Fence, Owner: p.Owner, ExpiresAt: p.ExpiresAt, Data: p.Result})
 		if errors.Is(err, store.ErrMisconfigured) { // no retry mends it (s3spill: credentials refused, bucket gone)
-			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w", len(p.Result), p.Key, err)
+			return "", nil, nil, fmt.Errorf("dynamostore: spill %d bytes of %s: %w", len(p.Result), p.Key, err)
 		}
 		if err != nil {
-			return fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, store.ErrUnavailable, err)
+			return "", nil, nil, fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, store.ErrUnavailable, err)
 		}
 		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data, #ecode, #emsg, #ebody"
 		vals = map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":dref": str(ref)}
@@ -522,7 +534,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
 	open, openPh := s.openRemove()
-	return s.fencedUpdate(ctx, "complete", p.ClaimRef, set+open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"))
+	return set + open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"), nil
 }
 
 // Fail implements [store.Store]. It removes a stored result (inline or
@@ -589,6 +601,13 @@ func (s *Store) fencedError(op string, c store.ClaimRef, err error) error {
 	if !failed {
 		return s.translate(op, c.Key, err)
 	}
+	return s.refused(op, c, old)
+}
+
+// refused answers a fenced write for the claim c whose condition failed on
+// the item old (as the failure returned it): ErrNotFound, or a
+// *FencedError.
+func (s *Store) refused(op string, c store.ClaimRef, old map[string]types.AttributeValue) error {
 	rec, _, derr := s.decodeMeta(c.Key, old)
 	if derr != nil {
 		return derr
