@@ -29,9 +29,9 @@ type holder struct {
 	// claimedUntil is the lease end the claim was made with (ms): a
 	// renewal never moves the lease before it.
 	claimedUntil int64
-	flight    *flight // nil for a write through a Token
-	fl        flight  // the flight this call leads, when it does
-	flUsed    bool    // fl has led a flight already
+	flight       *flight // nil for a write through a Token
+	fl           flight  // the flight this call leads, when it does
+	flUsed       bool    // fl has led a flight already
 	// from is the status the record must be in for the outcome write:
 	// zero (IN_PROGRESS) but for a token read from a settled record.
 	from store.Status
