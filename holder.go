@@ -23,15 +23,17 @@ type holder struct {
 	fence     uint64
 	owner     string
 	expiresAt int64
-	// lease is the length of a renewed lease: the claim's (Config.Lease,
-	// or the time to the context's deadline), at most Config.Lease.
-	lease time.Duration
-	// claimedUntil is the lease end the claim was made with (ms): a
-	// renewal never moves the lease before it.
+	lease     time.Duration
+	flight    *flight // nil for a write through a Token
+	fl        flight  // the flight this call leads, when it does
+	flUsed    bool    // fl has led a flight already
+
+	// lease (above) is a renewed lease's length: the claim's, at most
+	// Config.Lease. claimedUntil is the lease end the claim was made with
+	// (ms; the context's deadline, if it had one): a renewal never moves
+	// the lease before it.
 	claimedUntil int64
-	flight       *flight // nil for a write through a Token
-	fl           flight  // the flight this call leads, when it does
-	flUsed       bool    // fl has led a flight already
+
 	// from is the status the record must be in for the outcome write:
 	// zero (IN_PROGRESS) but for a token read from a settled record.
 	from store.Status
