@@ -38,8 +38,9 @@
 //     one process share one claim.
 //  4. The operation runs with a context carrying the [Claim] ([FromContext]);
 //     [Claim.DownstreamKey] gives a key for downstream services that stays
-//     the same across retries and takeovers. The lease (the context
-//     deadline, else Config.Lease) is renewed while it runs; if another
+//     the same across retries and takeovers. The lease (Config.Lease; a
+//     context deadline sets the first one) is renewed while it runs,
+//     whatever the deadline, until its outcome is written; if another
 //     caller took the key over, the context is cancelled with
 //     [ErrLeaseLost].
 //  5. Success → COMPLETED. A [*TerminalError] (see [Terminal]) → FAILED,
