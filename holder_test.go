@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -430,11 +431,11 @@ func TestDeadlineLeaseIsRenewedWhileTheOperationRuns(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		runs := 0
+		var runs atomic.Int32
 		done := make(chan error)
 		go func() {
 			r, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
-				runs++
+				runs.Add(1)
 				time.Sleep(800 * time.Millisecond) // runs on past its caller's deadline
 				return 1, nil
 			})
@@ -444,10 +445,10 @@ func TestDeadlineLeaseIsRenewedWhileTheOperationRuns(t *testing.T) {
 			done <- err
 		}()
 		time.Sleep(500 * time.Millisecond) // the deadline has passed, the operation runs on
-		_, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { runs++; return 2, nil })
+		_, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { runs.Add(1); return 2, nil })
 		var ipe *idem.InProgressError
-		if !errors.As(err, &ipe) || runs != 1 {
-			t.Fatalf("retry at another engine after the deadline: %v, runs %d", err, runs)
+		if !errors.As(err, &ipe) || runs.Load() != 1 {
+			t.Fatalf("retry at another engine after the deadline: %v, runs %d", err, runs.Load())
 		}
 		// As long again as the operation has run (500ms), at most until the
 		// renewed lease ends (the deadline's 300ms, renewed every 100ms: 200 to
@@ -466,9 +467,9 @@ func TestDeadlineLeaseIsRenewedWhileTheOperationRuns(t *testing.T) {
 		if n := en.store.Calls("extend"); n < 6 || n > 8 {
 			t.Fatalf("%d renewals in 800ms at 100ms intervals", n)
 		}
-		r, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { runs++; return 2, nil })
-		if err != nil || !r.Replayed || r.Value != 1 || runs != 1 {
-			t.Fatalf("retry after the outcome: %+v %v, runs %d", r, err, runs)
+		r, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { runs.Add(1); return 2, nil })
+		if err != nil || !r.Replayed || r.Value != 1 || runs.Load() != 1 {
+			t.Fatalf("retry after the outcome: %+v %v, runs %d", r, err, runs.Load())
 		}
 	})
 }
