@@ -55,7 +55,11 @@
 // The operation runs at most once per key per expiry window, provided no
 // holder outlives its lease (a holder killed, frozen or cut off from the
 // store for longer than its lease loses the key), and the outcome is durable
-// once the store acknowledged it.
+// once the store acknowledged it. A lease ends only when its holder is
+// gone: a context's deadline sets the first lease, not the last, since an
+// operation may run on after its caller stopped waiting; only a context
+// marked [EndsAtDeadline] (an AWS Lambda invocation) keeps the deadline as
+// its lease.
 // After a crash mid-operation, a retry after the lease runs the operation
 // again: exactly-once effects need the downstream call to be idempotent too,
 // which is what [Claim.DownstreamKey] is for. A store that cannot be reached
