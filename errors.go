@@ -86,17 +86,17 @@ const MinRetryAfter = 100 * time.Millisecond
 
 // RetryAfter returns how long after now a retry makes sense. For an
 // operation running in its holder it is as long again as the operation has
-// run so far (now - Since): with nothing else known of its duration, the
-// work is as likely to be done by then as not, so a caller that keeps
-// coming back after the delay it is told gets the outcome at most one such
-// delay after it was stored, in a number of tries that grows with the
-// logarithm of the duration. It is never "when the lease ends": the holder
-// renews its lease while it runs, so its end says only when a holder that
-// is gone loses the key. For work handed off ([Detach], Ref set) it is the
-// time to the expected completion the holder gave, the lease's end. The
-// delay is at least [MinRetryAfter], and at most the time to the lease's
-// end (a retry then may take over a holder that is gone), unless that is
-// under MinRetryAfter. When Since is unknown, the time to the lease's end.
+// run so far (now - Since), at least [MinRetryAfter] and at most until the
+// lease ends: with nothing else known of the operation's duration, the work
+// is as likely done by then as not, and a caller that comes back after each
+// delay it is told gets the outcome at most one delay after it was stored,
+// in a number of tries that grows with the logarithm of the duration. The
+// lease's end alone is no estimate: the holder renews the lease while it
+// runs (a caller's deadline sets only the first one), so its end says when
+// a holder that is gone loses the key, and a retry may take over then. For
+// work handed off ([Detach], Ref set), and when Since is unknown, it is the
+// time to the lease's end (for handed-off work, the expected completion its
+// holder gave), at least MinRetryAfter.
 func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
 	left := e.LeaseUntil.Sub(now)
 	d := left
