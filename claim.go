@@ -248,7 +248,11 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 		}
 		return c.replay(rec)
 	case store.StatusInProgress:
-		return outcome{}, &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner, Ref: rec.Ref}
+		ipe := &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner, Ref: rec.Ref}
+		if rec.CreatedAt > 0 {
+			ipe.Since = store.FromMillis(rec.CreatedAt)
+		}
+		return outcome{}, ipe
 	}
 	return outcome{}, &store.CorruptError{Key: c.key, Reason: "record has invalid status " + rec.Status.String()}
 }
@@ -275,7 +279,10 @@ func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
 
 // leaseFor returns the time of a claim made now, and its lease: the
 // context's deadline, or Config.Lease, at most Config.Expiry. A context
-// that has ended, or a deadline passed, is an error.
+// that has ended, or a deadline passed, is an error. The deadline sets the
+// first lease only: the holder renews it while the operation runs (see
+// holder.execute), so that a retry after a holder that is gone takes over
+// at the deadline, and one after a holder that runs on does not.
 func (e *Engine) leaseFor(ctx context.Context) (time.Time, time.Duration, error) {
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
@@ -341,7 +348,8 @@ func (c *call) noteAcquired(res store.ClaimResult) {
 // followers told.
 func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
 	h.noteAcquired(res)
-	h.fence, h.owner, h.expiresAt, h.lease, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, lease, f
+	h.fence, h.owner, h.expiresAt, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, f
+	h.lease, h.claimedUntil = min(lease, h.e.cfg.Lease), res.Record.LeaseUntil
 	return h.execute(ctx, now)
 }
 

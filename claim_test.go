@@ -42,8 +42,18 @@ func TestInProgressFailsFastWithLeaseEnd(t *testing.T) {
 	if !errors.As(err, &ipe) {
 		t.Fatalf("duplicate: %v, want *InProgressError", err)
 	}
-	if !ipe.LeaseUntil.Equal(t0.Add(20*time.Second)) || ipe.RetryAfter(t0) != 20*time.Second {
-		t.Fatalf("lease end %v retry-after %v", ipe.LeaseUntil, ipe.RetryAfter(t0))
+	if !ipe.LeaseUntil.Equal(t0.Add(20*time.Second)) || !ipe.Since.Equal(t0) {
+		t.Fatalf("lease end %v, claimed at %v", ipe.LeaseUntil, ipe.Since)
+	}
+	// Told to come back after as long again as the holder has run, at least
+	// MinRetryAfter, at most until its lease ends.
+	for _, c := range []struct{ at, want time.Duration }{
+		{0, idem.MinRetryAfter}, {3 * time.Second, 3 * time.Second}, {15 * time.Second, 5 * time.Second},
+		{20 * time.Second, idem.MinRetryAfter},
+	} {
+		if got := ipe.RetryAfter(t0.Add(c.at)); got != c.want {
+			t.Errorf("retry-after at %v: %v, want %v", c.at, got, c.want)
+		}
 	}
 	close(finish)
 	if err := <-done; err != nil {

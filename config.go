@@ -26,15 +26,23 @@ type Config struct {
 	// long any claim lives at most. Default 1h.
 	Expiry time.Duration
 
-	// Lease is how long a claim holds the key against takeover when the
-	// call's context has no deadline. With a deadline, the lease runs to
-	// the deadline. Default 30s, or Expiry when that is shorter.
+	// Lease is how long a claim holds the key against takeover without
+	// hearing from its holder. A call whose context has a deadline takes
+	// the time to the deadline as its first lease, so that a retry takes
+	// over soon after the deadline when the holder is gone; while the
+	// operation runs the lease is renewed all the same, past the deadline
+	// if the operation runs on (most handlers do not stop when their
+	// context ends), by the shorter of Lease and the deadline's lease.
+	// Default 30s, or Expiry when that is shorter.
 	Lease time.Duration
 
 	// RenewInterval is how often the lease is renewed while the operation
-	// runs (a fenced Extend to now + lease). Default: a third of the
-	// lease. Negative disables renewal. A lease taken from the context's
-	// deadline is not renewed: the operation cannot outlive it.
+	// runs (a fenced Extend to now + lease): at most a third of the lease.
+	// A lease taken from a deadline further off than Lease is renewed from
+	// when it has less than Lease less an interval left. Default: a third
+	// of Lease. Negative disables renewal. A context marked
+	// [EndsAtDeadline] (an AWS Lambda invocation, ended at its deadline)
+	// keeps its deadline as its lease, not renewed.
 	RenewInterval time.Duration
 
 	// Wait is how long a call waits for another holder of its key to

@@ -81,3 +81,31 @@ func FromContext(ctx context.Context) (Claim, bool) {
 	c, ok := ctx.Value(claimCtxKey{}).(Claim)
 	return c, ok
 }
+
+type endsAtDeadlineKey struct{}
+
+// EndsAtDeadline returns a copy of ctx saying that whatever runs an
+// operation in it is ended at ctx's deadline, as AWS Lambda ends an
+// invocation that timed out (idemlambda marks every invocation so). The
+// claim of an operation run in such a context holds until the deadline and
+// is not renewed: its holder is gone there, so a retry takes the key over
+// as soon as the deadline has passed. Without the mark a deadline only sets
+// the first lease, which the engine renews while the operation runs.
+//
+// Never mark the context of a caller who merely stops waiting at its
+// deadline (a gRPC, Connect or HTTP client's): the handler may run on
+// after it, and a retry at another server would then run the operation
+// again. A context without a deadline is renewed as usual.
+func EndsAtDeadline(ctx context.Context) context.Context {
+	return context.WithValue(ctx, endsAtDeadlineKey{}, true)
+}
+
+// endsAtDeadline reports whether ctx has a deadline marked by
+// [EndsAtDeadline].
+func endsAtDeadline(ctx context.Context) bool {
+	if _, ok := ctx.Deadline(); !ok {
+		return false
+	}
+	_, ok := ctx.Value(endsAtDeadlineKey{}).(bool)
+	return ok
+}

@@ -38,8 +38,9 @@
 //     one process share one claim.
 //  4. The operation runs with a context carrying the [Claim] ([FromContext]);
 //     [Claim.DownstreamKey] gives a key for downstream services that stays
-//     the same across retries and takeovers. The lease (the context
-//     deadline, else Config.Lease) is renewed while it runs; if another
+//     the same across retries and takeovers. The lease (Config.Lease; a
+//     context deadline sets the first one) is renewed while it runs,
+//     whatever the deadline, until its outcome is written; if another
 //     caller took the key over, the context is cancelled with
 //     [ErrLeaseLost].
 //  5. Success → COMPLETED. A [*TerminalError] (see [Terminal]) → FAILED,
@@ -54,7 +55,11 @@
 // The operation runs at most once per key per expiry window, provided no
 // holder outlives its lease (a holder killed, frozen or cut off from the
 // store for longer than its lease loses the key), and the outcome is durable
-// once the store acknowledged it.
+// once the store acknowledged it. A lease ends only when its holder is
+// gone: a context's deadline sets the first lease, not the last, since an
+// operation may run on after its caller stopped waiting; only a context
+// marked [EndsAtDeadline] (an AWS Lambda invocation) keeps the deadline as
+// its lease.
 // After a crash mid-operation, a retry after the lease runs the operation
 // again: exactly-once effects need the downstream call to be idempotent too,
 // which is what [Claim.DownstreamKey] is for. A store that cannot be reached

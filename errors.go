@@ -58,8 +58,13 @@ var (
 type InProgressError struct {
 	Key string
 	// LeaseUntil is when the holder's lease ends: the earliest time a retry
-	// could take the key over.
+	// could take the key over. The holder renews it while it runs, so it
+	// says when a holder that is gone loses the key, not when the work
+	// ends: see [InProgressError.RetryAfter].
 	LeaseUntil time.Time
+	// Since is when the holder claimed the key (the record's created_at);
+	// zero when unknown.
+	Since time.Time
 	// Owner is the holder, for logs.
 	Owner string
 	// Ref is the execution reference attached to the claim, when the work
@@ -76,14 +81,29 @@ func (e *InProgressError) Error() string {
 // Is makes errors.Is(err, ErrInProgress) true.
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
 
-// RetryAfter returns how long after now a retry makes sense (at least one
-// second, for an HTTP Retry-After header).
+// MinRetryAfter is the shortest delay [InProgressError.RetryAfter] gives.
+const MinRetryAfter = 100 * time.Millisecond
+
+// RetryAfter returns how long after now a retry makes sense. For an
+// operation running in its holder it is as long again as the operation has
+// run so far (now - Since), at least [MinRetryAfter] and at most until the
+// lease ends: with nothing else known of the operation's duration, the work
+// is as likely done by then as not, and a caller that comes back after each
+// delay it is told gets the outcome at most one delay after it was stored,
+// in a number of tries that grows with the logarithm of the duration. The
+// lease's end alone is no estimate: the holder renews the lease while it
+// runs (a caller's deadline sets only the first one), so its end says when
+// a holder that is gone loses the key, and a retry may take over then. For
+// work handed off ([Detach], Ref set), and when Since is unknown, it is the
+// time to the lease's end (for handed-off work, the expected completion its
+// holder gave), at least MinRetryAfter.
 func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
-	d := e.LeaseUntil.Sub(now)
-	if d < time.Second {
-		return time.Second
+	left := e.LeaseUntil.Sub(now)
+	d := left
+	if e.Ref == "" && !e.Since.IsZero() {
+		d = min(now.Sub(e.Since), left)
 	}
-	return d
+	return max(d, MinRetryAfter)
 }
 
 // MismatchError is returned when a key is reused with a different payload.

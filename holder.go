@@ -27,6 +27,13 @@ type holder struct {
 	flight    *flight // nil for a write through a Token
 	fl        flight  // the flight this call leads, when it does
 	flUsed    bool    // fl has led a flight already
+
+	// lease (above) is a renewed lease's length: the claim's, at most
+	// Config.Lease. claimedUntil is the lease end the claim was made with
+	// (ms; the context's deadline, if it had one): a renewal never moves
+	// the lease before it.
+	claimedUntil int64
+
 	// from is the status the record must be in for the outcome write:
 	// zero (IN_PROGRESS) but for a token read from a settled record.
 	from store.Status
@@ -96,11 +103,16 @@ func (h *holder) final() *store.Record {
 func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	e := h.e
 	h.opCtx = opContext{Context: ctx, h: h}
-	// A lease taken from the context's deadline already covers all the
-	// operation can do: the context ends there. Renewing it would only keep
-	// the key from a retry after a timed-out caller (a Lambda invocation)
-	// was ended.
-	if _, hasDeadline := ctx.Deadline(); e.cfg.RenewInterval > 0 && !hasDeadline {
+	// The lease is renewed while the operation runs, whatever deadline its
+	// caller set: a deadline says when the caller stops waiting, not when
+	// the operation stops (most handlers run on after their context ended),
+	// and a lease that ran out under a running operation would hand its key
+	// to a retry at another server, which would run it again. The
+	// deadline sets the first lease only, so a retry takes over promptly
+	// when the holder is gone. Only a context marked [EndsAtDeadline] (an
+	// AWS Lambda invocation, which is ended at its deadline) keeps the
+	// deadline as its lease: its holder is gone there.
+	if e.cfg.RenewInterval > 0 && !endsAtDeadline(ctx) {
 		h.opCtx.Context, h.cancel = context.WithCancelCause(ctx)
 		e.renewals.start(h, now)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -418,15 +419,113 @@ func TestUncertainOutcomeKeepsTheClaimUntilItsLeaseEnds(t *testing.T) {
 	}
 }
 
-// TestDeadlineLeaseIsNotRenewed: a lease that runs to the context's deadline
-// is final, so that a retry can take over as soon as the deadline passed
-// (a Lambda invocation that timed out is ended there).
-func TestDeadlineLeaseIsNotRenewed(t *testing.T) {
+// TestDeadlineLeaseIsRenewedWhileTheOperationRuns: a caller's deadline
+// sets the first lease only. An operation that runs on after it (most
+// handlers do not stop when their context ends) keeps its claim, renewed,
+// so a retry at another engine on the same store is held off instead of
+// running it again, and gets the outcome once it is stored.
+func TestDeadlineLeaseIsRenewedWhileTheOperationRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
+		other := en.another(t, idem.Config{})
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		var runs atomic.Int32
+		done := make(chan error)
+		go func() {
+			r, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
+				runs.Add(1)
+				time.Sleep(800 * time.Millisecond) // runs on past its caller's deadline
+				return 1, nil
+			})
+			if err == nil && (r.Value != 1 || r.Replayed) {
+				err = fmt.Errorf("first call: %+v", r)
+			}
+			done <- err
+		}()
+		time.Sleep(500 * time.Millisecond) // the deadline has passed, the operation runs on
+		_, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { runs.Add(1); return 2, nil })
+		var ipe *idem.InProgressError
+		if !errors.As(err, &ipe) || runs.Load() != 1 {
+			t.Fatalf("retry at another engine after the deadline: %v, runs %d", err, runs.Load())
+		}
+		// As long again as the operation has run (500ms), at most until the
+		// renewed lease ends (the deadline's 300ms, renewed every 100ms: 200 to
+		// 300ms away).
+		if got, left := ipe.RetryAfter(time.Now()), time.Until(ipe.LeaseUntil); got != min(500*time.Millisecond, left) || got < 200*time.Millisecond {
+			t.Fatalf("retry told to come back after %v (lease ends in %v)", got, left)
+		}
+		if left := ipe.LeaseUntil.Sub(start); left <= 500*time.Millisecond {
+			t.Fatalf("lease ends %v after the claim, want it renewed past the deadline", left)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Renewed every third of the deadline's 300ms from the start, until
+		// the operation returned at 800ms.
+		if n := en.store.Calls("extend"); n < 6 || n > 8 {
+			t.Fatalf("%d renewals in 800ms at 100ms intervals", n)
+		}
+		r, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { runs.Add(1); return 2, nil })
+		if err != nil || !r.Replayed || r.Value != 1 || runs.Load() != 1 {
+			t.Fatalf("retry after the outcome: %+v %v, runs %d", r, err, runs.Load())
+		}
+	})
+}
+
+// TestFarDeadlineIsRenewedFromOneLeaseBeforeIt: a deadline further off than
+// Config.Lease is the claim's first lease, with no renewal until it has
+// less than a lease left; from then the lease is renewed to now + Lease,
+// past the deadline while the operation runs on, and never moved back.
+func TestFarDeadlineIsRenewedFromOneLeaseBeforeIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}, Lease: 30 * time.Second, RenewInterval: 10 * time.Second})
+		other := en.another(t, idem.Config{Lease: 30 * time.Second})
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		done := make(chan error)
+		go func() {
+			_, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
+				time.Sleep(11 * time.Minute)
+				return 1, nil
+			})
+			done <- err
+		}()
+		time.Sleep(9*time.Minute + 35*time.Second)
+		if n := en.store.Calls("extend"); n != 0 {
+			t.Fatalf("%d renewals while the deadline was more than a lease less an interval away", n)
+		}
+		time.Sleep(10*time.Minute + 30*time.Second - 9*time.Minute - 35*time.Second) // 30s past the deadline
+		_, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (int, error) { return 2, nil })
+		var ipe *idem.InProgressError
+		if !errors.As(err, &ipe) {
+			t.Fatalf("retry 30s past the deadline: %v, want in progress", err)
+		}
+		if until := ipe.LeaseUntil.Sub(start); until < 10*time.Minute+50*time.Second || until > 11*time.Minute {
+			t.Fatalf("lease until %v after the claim, want within a lease of now (10m30s)", until)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// From 9m40s (a lease less an interval before the deadline) every
+		// 10s until the operation returned at 11m.
+		if n := en.store.Calls("extend"); n < 8 || n > 9 {
+			t.Fatalf("%d renewals, want those from 9m40s to 11m at 10s intervals", n)
+		}
+	})
+}
+
+// TestEndsAtDeadlineLeaseIsNotRenewed: a context marked EndsAtDeadline (an
+// AWS Lambda invocation, ended at its deadline) keeps the deadline as its
+// lease, so that a retry can take over as soon as the deadline passed.
+func TestEndsAtDeadlineLeaseIsNotRenewed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		en := setup(t, idem.Config{Clock: store.SystemClock{}, RenewInterval: time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := idem.Do(ctx, en.eng, req("k"), func(ctx context.Context) (int, error) {
+		_, err := idem.Do(idem.EndsAtDeadline(ctx), en.eng, req("k"), func(ctx context.Context) (int, error) {
 			<-ctx.Done() // runs until the deadline
 			return 0, idem.Uncertain(ctx.Err())
 		})
@@ -434,7 +533,7 @@ func TestDeadlineLeaseIsNotRenewed(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := en.store.Calls("extend"); n != 0 {
-			t.Fatalf("%d renewals of a deadline lease", n)
+			t.Fatalf("%d renewals of a lease whose holder ends at the deadline", n)
 		}
 		r, err := idem.Do(context.Background(), en.eng, req("k"), func(context.Context) (int, error) { return 2, nil })
 		if err != nil || r.Fence != 2 {

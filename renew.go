@@ -46,10 +46,17 @@ func (r *renewals) start(h *holder, now time.Time) {
 	r.mu.Unlock()
 }
 
-// scheduleLocked queues h's next renewal an interval after now. Under r.mu.
+// scheduleLocked queues h's next renewal an interval after now, or, for a
+// claim made with a lease longer than a renewed one (a far deadline), once
+// that lease has no more than a renewed lease less an interval left: as
+// the lease of a claim without a deadline always has. Under r.mu.
 func (r *renewals) scheduleLocked(h *holder, now time.Time) {
 	h.renewOn = true
-	h.next = now.Add(h.interval()).UnixNano()
+	next := now.Add(h.interval())
+	if first := store.FromMillis(h.claimedUntil).Add(h.interval() - h.lease); first.After(next) {
+		next = first
+	}
+	h.next = next.UnixNano()
 	r.push(h)
 	r.arm()
 }
@@ -136,7 +143,7 @@ func (h *holder) renewOnce() {
 	e := h.e
 	r := &e.renewals
 	now := store.Millis(e.cfg.Clock.Now())
-	until := min(now+max(h.lease.Milliseconds(), 1), h.expiresAt)
+	until := min(max(now+max(h.lease.Milliseconds(), 1), h.claimedUntil), h.expiresAt)
 	// One renewal may take at most half an interval, and a failed one is
 	// tried again after a quarter: a reply that never comes, or a short
 	// outage, must not let the lease lapse while the work runs (with the

@@ -80,6 +80,53 @@ func TestCompleteRetriedThroughTransientFaults(t *testing.T) {
 	}
 }
 
+// The write loop keeps the lease of a call whose caller's deadline passes
+// while its Complete is retried: renewed past the deadline until the write
+// lands, so another engine replays instead of taking the key over.
+func TestCompleteRetriedPastTheCallersDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
+		other := en.another(t, idem.Config{})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var faultsUntil time.Time
+		en.store.FailWith("complete", func(int64) error {
+			if time.Now().Before(faultsUntil) {
+				return fmt.Errorf("connection reset by peer: %w", store.ErrUnavailable)
+			}
+			return nil
+		})
+		runs := 0
+		done := make(chan error)
+		go func() {
+			r, err := idem.Do(ctx, en.eng, req("k"), func(context.Context) (string, error) {
+				runs++
+				faultsUntil = time.Now().Add(5 * time.Second) // past the 2s deadline
+				return "charged", nil
+			})
+			if err == nil && r.Value != "charged" {
+				err = fmt.Errorf("first call: %+v", r)
+			}
+			done <- err
+		}()
+		time.Sleep(3 * time.Second) // fake time: the deadline has passed, the write is retried
+		if _, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (string, error) { runs++; return "second", nil }); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("duplicate while the write is retried past the deadline: %v, runs %d", err, runs)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := en.store.Calls("extend"); n < 6 {
+			t.Fatalf("lease renewed %d times in 5s of retried writes, at 2s/3 intervals", n)
+		}
+		time.Sleep(10 * time.Second) // fake time: long past the deadline's lease
+		r, err := idem.Do(context.Background(), other, req("k"), func(context.Context) (string, error) { runs++; return "second", nil })
+		if err != nil || !r.Replayed || r.Value != "charged" || runs != 1 {
+			t.Fatalf("duplicate after the deadline: %+v, %v, runs %d; want the replay", r, err, runs)
+		}
+	})
+}
+
 // A write whose reply is lost is retried; the retry meets its own claim
 // already settled and takes that as success, not as a fenced write.
 func TestLostWriteReplyIsRecognisedAsOwn(t *testing.T) {

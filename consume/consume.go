@@ -110,7 +110,11 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 	)
 	switch {
 	case errors.As(err, &inProg):
-		return Verdict{Action: RetryAfter, Delay: inProg.RetryAfter(now), Err: err}
+		// At the holder's lease end (renewed while it runs), not at
+		// inProg.RetryAfter's pace for callers: a queue counts its
+		// redeliveries (MaxDeliver, maxReceiveCount), so a message held
+		// off comes back as seldom as a lease.
+		return Verdict{Action: RetryAfter, Delay: max(inProg.LeaseUntil.Sub(now), time.Second), Err: err}
 	case errors.Is(err, idem.ErrUncertain):
 		return Verdict{Action: Leave, Err: err}
 	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):

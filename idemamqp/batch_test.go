@@ -230,9 +230,10 @@ func TestZombieDoesNotAck(t *testing.T) {
 				publish(t, ch, work, "ok", []byte("ok"))
 				first = append(first, get(t, ch, work))
 			}
-			// A context deadline gives the claim a lease of that length
-			// and no renewal: the zombie loses the key when it passes.
-			zctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			// A deadline marked EndsAtDeadline gives the claim a lease of
+			// that length and no renewal: the zombie loses the key when it
+			// passes, as a paused process would.
+			zctx, cancel := context.WithTimeout(idem.EndsAtDeadline(context.Background()), 300*time.Millisecond)
 			defer cancel()
 			done := make(chan []idemamqp.Settlement, 1)
 			go func() {

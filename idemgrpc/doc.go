@@ -32,6 +32,19 @@
 // terminal error is stored and replayed with its code, message and
 // details; any other error releases the key.
 //
+// # Deadlines
+//
+// The caller's deadline sets the claim's first lease, and the engine
+// renews the lease while the handler runs, past the deadline if the
+// handler runs on: a caller who gave up and retries at another server on
+// the same store is refused with ABORTED until the handler's response is
+// stored, then gets it; the handler never runs twice while it runs. A
+// duplicate's retry delay is as long again as the first call has run (at
+// least idem.MinRetryAfter, at most until the holder's lease ends), never
+// the first caller's remaining deadline, so a retryPolicy listing ABORTED
+// collects the response soon after it is stored. docs/grpc.md, "Deadlines,
+// leases and duplicates".
+//
 // # Keys across retries
 //
 // The client interceptor puts the key in the call's outgoing metadata

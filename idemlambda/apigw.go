@@ -175,7 +175,7 @@ func (a *httpAdapter[E, R]) handle(ctx context.Context, ev E) (out R, err error)
 			out, err = zero, inv.err
 		}
 	}()
-	a.handler.ServeHTTP(&inv.rec, p.httpRequest(context.WithValue(ctx, invocationKey{}, inv)))
+	a.handler.ServeHTTP(&inv.rec, p.httpRequest(context.WithValue(idem.EndsAtDeadline(ctx), invocationKey{}, inv)))
 	if inv.ran {
 		return inv.out, nil
 	}

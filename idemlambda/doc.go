@@ -3,7 +3,10 @@
 // (or stored terminal error) instead of running again, a duplicate that
 // arrives while the first runs is held off, and an invocation that timed out
 // is taken over once its deadline has passed — the claim's lease is the
-// invocation's deadline.
+// invocation's deadline. Lambda ends an invocation there, so every adapter
+// marks its context with idem.EndsAtDeadline: the engine does not renew
+// that lease, as it renews one taken from a deadline a handler may outlive
+// (a gRPC caller's).
 //
 //   - [Wrap] wraps a typed handler func(ctx, In) (Out, error) for
 //     lambda.StartHandlerFunc; [WrapRaw] a byte handler for lambda.Start.

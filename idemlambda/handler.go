@@ -268,7 +268,7 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 		if !ok {
 			return fn(ctx, in)
 		}
-		res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
+		res, err := idem.DoIdentity(idem.EndsAtDeadline(ctx), eng, id, func(ctx context.Context) (Out, error) { return fn(ctx, in) })
 		if err == nil && res.Replayed && c.OnReplay != nil {
 			return c.OnReplay(ctx, res.Value), nil
 		}
@@ -298,7 +298,7 @@ func WrapRaw(eng *idem.Engine, name string, fn func(context.Context, []byte) ([]
 		if !ok {
 			return fn(ctx, payload)
 		}
-		res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) ([]byte, error) { return fn(ctx, payload) })
+		res, err := idem.DoIdentity(idem.EndsAtDeadline(ctx), eng, id, func(ctx context.Context) ([]byte, error) { return fn(ctx, payload) })
 		return res.Value, err
 	}), nil
 }

@@ -118,7 +118,7 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 				ids, at = append(ids, id), append(at, i)
 			}
 		}
-		results, berrs := idem.DoBatch(ctx, eng, ids, c.Concurrency, func(ctx context.Context, j int) (struct{}, error) {
+		results, berrs := idem.DoBatch(idem.EndsAtDeadline(ctx), eng, ids, c.Concurrency, func(ctx context.Context, j int) (struct{}, error) {
 			return struct{}{}, fn(ctx, ev.Records[at[j]])
 		})
 		now := eng.Config().Clock.Now()
@@ -183,7 +183,7 @@ func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run fun
 	if !ok {
 		return unprotectedVerdict(run(ctx))
 	}
-	res, err := idem.DoIdentity(ctx, eng, id, func(ctx context.Context) (struct{}, error) {
+	res, err := idem.DoIdentity(idem.EndsAtDeadline(ctx), eng, id, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, run(ctx)
 	})
 	return consume.Decide(res, err, eng.Config().Clock.Now())

@@ -31,8 +31,9 @@ type ProcessBatch func(ctx context.Context, msgs []jetstream.Msg) (ds []Disposit
 // Messages are settled when the whole batch has answered; until then each
 // is kept from redelivery by msg.InProgress every Heartbeat (those
 // waiting for their turn or for the rest of the batch too), except one
-// whose claim was lost while its fn ran. ctx must have no deadline, or the
-// engine does not renew the leases.
+// whose claim was lost while its fn ran. A deadline on ctx sets the
+// claims' first lease; the engine renews the leases while fn runs, deadline
+// or not.
 func WrapBatch[T any](e *idem.Engine, cfg *Config, fn Func[T]) (ProcessBatch, error) {
 	if e == nil || fn == nil {
 		return nil, fmt.Errorf("%w: engine and handler are required", ErrInvalidConfig)

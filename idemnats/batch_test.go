@@ -350,9 +350,10 @@ func TestBatchZombieDoesNotAck(t *testing.T) {
 		errs []error
 	}
 	done := make(chan answer, 1)
-	// A context deadline gives the claims a lease of that length and no
-	// renewal: the zombie loses its key when the deadline passes.
-	zctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// A deadline marked EndsAtDeadline gives the claims a lease of that
+	// length and no renewal: the zombie loses its key when the deadline
+	// passes, as a paused process would.
+	zctx, cancel := context.WithTimeout(idem.EndsAtDeadline(ctx), 300*time.Millisecond)
 	defer cancel()
 	go func() {
 		ds, errs := zombie(zctx, []jetstream.Msg{first[0], first[1]})

@@ -144,8 +144,9 @@ type Process func(ctx context.Context, msg jetstream.Msg) (Disposition, error)
 // (see the package documentation), acknowledges the message according to
 // the outcome and returns what it did with the error that led there (nil
 // for Acked, or consume.ErrOutcomeNotRecorded when the store failed after
-// fn succeeded; the ack's own error when it failed). ctx must have no
-// deadline, or the engine does not renew the lease.
+// fn succeeded; the ack's own error when it failed). A deadline on ctx
+// sets the claim's first lease; the engine renews the lease while fn runs,
+// deadline or not.
 func Wrap[T any](e *idem.Engine, cfg *Config, fn Func[T]) (Process, error) {
 	if e == nil || fn == nil {
 		return nil, fmt.Errorf("%w: engine and handler are required", ErrInvalidConfig)

@@ -255,10 +255,10 @@ func TestZombieDoesNotAck(t *testing.T) {
 		err error
 	}
 	done := make(chan answer, 1)
-	// A context deadline gives the claim a lease of that length and no
-	// renewal: the zombie loses the key when the deadline passes, as a
-	// paused process would.
-	zctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// A deadline marked EndsAtDeadline gives the claim a lease of that
+	// length and no renewal: the zombie loses the key when the deadline
+	// passes, as a paused process would.
+	zctx, cancel := context.WithTimeout(idem.EndsAtDeadline(ctx), 300*time.Millisecond)
 	defer cancel()
 	go func() {
 		d, err := zombie(zctx, first)

@@ -51,9 +51,12 @@
 //     type, with the response metadata [ReplayedMetadata]
 //     ("idempotent-replayed: true"). A replay is an answer, not an error.
 //   - Duplicate while the first call runs: ABORTED, with a
-//     google.rpc.RetryInfo detail giving the holder's remaining lease
-//     (and over gRPC the grpc-retry-pushback-ms trailer, which a
-//     retryPolicy obeys). ABORTED is the code for a concurrency
+//     google.rpc.RetryInfo detail giving the delay of
+//     idem.InProgressError.RetryAfter — as long again as the first call
+//     has run, at least idem.MinRetryAfter, at most until the holder's
+//     lease ends; never the first caller's remaining deadline, since the
+//     lease is renewed while the handler runs — (and over gRPC the
+//     grpc-retry-pushback-ms trailer, which a retryPolicy obeys). ABORTED is the code for a concurrency
 //     conflict, and the HTTP mapping of 409, idemhttp's answer; not
 //     UNAVAILABLE, which would tell operators the server failed and
 //     which every retry policy retries at its own pace: a client that

@@ -39,9 +39,16 @@ func Backends(redisAddr func(testing.TB) string) []Backend {
 // its own.
 func RedisStore(t testing.TB, addr string) store.Store {
 	t.Helper()
+	return RedisStoreAt(t, addr, fmt.Sprintf("idemgrpc-test-%d:", rand.Uint64()))
+}
+
+// RedisStoreAt returns a store on the Redis at addr under prefix: stores
+// made with the same prefix, in one process or several, share their keys.
+func RedisStoreAt(t testing.TB, addr, prefix string) store.Store {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
-	s, err := redisstore.New(c, &redisstore.Config{Prefix: fmt.Sprintf("idemgrpc-test-%d:", rand.Uint64())})
+	s, err := redisstore.New(c, &redisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
