@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -21,7 +22,7 @@ type renewals struct {
 	e     *Engine
 	mu    sync.Mutex
 	ended sync.Cond   // signalled when a renewal in flight ends
-	queue []*holder   // a min-heap by next; holder.qi is its index + 1
+	queue renewQueue  // a min-heap by next
 	timer store.Timer // fires at armed, for queue[0]
 	armed int64       // when timer fires (UnixNano); 0 when none
 	fire  func()      // r.due, made once
@@ -195,59 +196,36 @@ func (h *holder) renewOnce() {
 }
 
 // push adds h to the queue. Under r.mu.
-func (r *renewals) push(h *holder) {
-	r.queue = append(r.queue, h)
-	h.qi = len(r.queue)
-	r.up(len(r.queue) - 1)
-}
+func (r *renewals) push(h *holder) { heap.Push(&r.queue, h) }
 
 // remove takes h out of the queue. Under r.mu.
-func (r *renewals) remove(h *holder) {
-	i, last := h.qi-1, len(r.queue)-1
-	if i != last {
-		r.swap(i, last)
-	}
-	r.queue[last] = nil
-	r.queue = r.queue[:last]
-	h.qi = 0
-	if i != last {
-		r.down(i)
-		r.up(i)
-	}
-}
+func (r *renewals) remove(h *holder) { heap.Remove(&r.queue, h.qi-1) }
 
-func (r *renewals) swap(i, j int) {
-	q := r.queue
+// renewQueue is the holders waiting for their next renewal, a
+// container/heap by next; each holder's qi is its index + 1 (0: not
+// queued).
+type renewQueue []*holder
+
+func (q renewQueue) Len() int           { return len(q) }
+func (q renewQueue) Less(i, j int) bool { return q[i].next < q[j].next }
+func (q renewQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].qi, q[j].qi = i+1, j+1
 }
 
-func (r *renewals) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if r.queue[p].next <= r.queue[i].next {
-			return
-		}
-		r.swap(i, p)
-		i = p
-	}
+// Push implements heap.Interface.
+func (q *renewQueue) Push(x any) {
+	h := x.(*holder)
+	*q = append(*q, h)
+	h.qi = len(*q)
 }
 
-func (r *renewals) down(i int) {
-	n := len(r.queue)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if rt := l + 1; rt < n && r.queue[rt].next < r.queue[l].next {
-			m = rt
-		}
-		if r.queue[i].next <= r.queue[m].next {
-			return
-		}
-		r.swap(i, m)
-		i = m
-	}
+// Pop implements heap.Interface.
+func (q *renewQueue) Pop() any {
+	old := *q
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	h.qi = 0
+	return h
 }
