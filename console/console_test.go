@@ -259,7 +259,7 @@ func TestWritesNeedCredentials(t *testing.T) {
 	f2 := consoletest.Hidden(body, "", "") // the sign-out form carries the CSRF token
 	f2.Set("key", ro.keys.Stuck.String())
 	f2.Set("action", "release")
-	f2.Set("token", "x")
+	f2.Set("guard", "x")
 	if code, body, _ := rc.Post("act", f2); code != http.StatusForbidden || !strings.Contains(body, "read-only") {
 		t.Errorf("act on a read-only console: %d\n%s", code, body)
 	}

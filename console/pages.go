@@ -361,20 +361,26 @@ func (c *Console) refURL(ref string) string {
 // recordView is a record as the record page shows it.
 type recordView struct {
 	*idem.State
-	Status, Owner   string
+	// Status is the status's name. Every other field of the record is
+	// the State's own: a field declared here hides it (a declared Owner
+	// once showed "-" for every record).
+	Status          string
 	Stuck, Fresh    bool
 	Age             time.Duration
 	Result, ErrBody *body
 	RefURL          string
-	Token           string
-	CanRelease      bool
-	ExpiresIn       time.Duration
+	// Guard is the digest of the record as shown ([ops.Guard]): the
+	// action forms carry it, and a write is refused unless the record
+	// still has it.
+	Guard      string
+	CanRelease bool
+	ExpiresIn  time.Duration
 }
 
 func (c *Console) viewOf(st *idem.State, now time.Time) recordView {
 	v := recordView{State: st, Status: st.Status.String(), Stuck: st.Overdue(now),
 		Fresh: st.Status == idem.StatusInProgress && !st.Overdue(now), Age: now.Sub(st.CreatedAt),
-		Result: showBody(st.Result, c.cfg.MaxBody), RefURL: c.refURL(st.Ref), Token: st.Token().String(),
+		Result: showBody(st.Result, c.cfg.MaxBody), RefURL: c.refURL(st.Ref), Guard: ops.Guard(st),
 		CanRelease: st.Status != idem.StatusCompleted, ExpiresIn: st.ExpiresAt.Sub(now)}
 	if st.Err != nil {
 		v.ErrBody = showBody(st.Err.Body, c.cfg.MaxBody)
@@ -427,7 +433,7 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, s *session) {
 
 // form is an action's form, as posted to confirm and act.
 type form struct {
-	Key, Token, Action string
+	Key, Guard, Action string
 	Result, Code, Msg  string
 	Raw, Force         bool
 	Expiry             string
@@ -438,15 +444,15 @@ type form struct {
 // parseForm reads an action's form, naming the field that is wrong.
 func (c *Console) parseForm(r *http.Request) (*form, error) {
 	p := r.PostForm
-	f := &form{Key: p.Get("key"), Token: p.Get("token"), Action: p.Get("action"), Result: p.Get("result"),
+	f := &form{Key: p.Get("key"), Guard: p.Get("guard"), Action: p.Get("action"), Result: p.Get("result"),
 		Code: strings.TrimSpace(p.Get("code")), Msg: strings.TrimSpace(p.Get("message")), Expiry: strings.TrimSpace(p.Get("expiry")),
 		Raw: p.Get("raw") != "", Force: p.Get("force") != ""}
 	var err error
 	if f.key, err = c.parseKey(f.Key); err != nil {
 		return f, err
 	}
-	if f.Token == "" {
-		return f, errors.New("token: missing; open the record again and start over")
+	if f.Guard == "" {
+		return f, errors.New("guard: missing; open the record again and start over")
 	}
 	a, err := ops.ParseAction(f.Action)
 	if err != nil {
@@ -482,7 +488,7 @@ func (c *Console) parseForm(r *http.Request) (*form, error) {
 }
 
 // check reads the record the form is about and verifies it is still the
-// one the operator saw (its token) and that the write is allowed.
+// one the operator saw (its guard) and that the write is allowed.
 func (c *Console) check(w http.ResponseWriter, r *http.Request, s *session, f *form) (*idem.State, bool) {
 	ctx, cancel := storeCtx(r)
 	defer cancel()
@@ -495,7 +501,7 @@ func (c *Console) check(w http.ResponseWriter, r *http.Request, s *session, f *f
 		c.storeFailure(w, r, s, err)
 		return nil, false
 	}
-	if st.Token().String() != f.Token {
+	if ops.Guard(st) != f.Guard {
 		c.refuse(w, r, s, f, st, &ops.ChangedError{Key: f.Key, Now: &ops.Seen{Status: st.Status, Fence: st.Fence, Owner: st.Owner}})
 		return nil, false
 	}
@@ -546,7 +552,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	ctx, cancel := storeCtx(r)
 	defer cancel()
-	err = c.op.Apply(ctx, st, f.write)
+	err = c.op.ApplyGuarded(ctx, f.key, f.Guard, f.write)
 	var changed *ops.ChangedError
 	var fresh *ops.FreshError
 	switch {
