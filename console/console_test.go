@@ -244,9 +244,9 @@ func TestWritesNeedCredentials(t *testing.T) {
 		t.Error("a password signed in as a token")
 	}
 	// The session cookie is HttpOnly and SameSite=Strict.
-	code, _, h := anon.Get("login")
-	if code != http.StatusOK || !strings.Contains(h.Get("Set-Cookie"), "HttpOnly") || !strings.Contains(h.Get("Set-Cookie"), "SameSite=Strict") {
-		t.Errorf("login cookie: %d %q", code, h.Get("Set-Cookie"))
+	code, _, h := consoletest.NewClient(t, f.srv.URL+"/").PostWith("login", url.Values{"user": {"ops"}, "secret": {secret}}, nil)
+	if code != http.StatusSeeOther || !strings.Contains(h.Get("Set-Cookie"), "HttpOnly") || !strings.Contains(h.Get("Set-Cookie"), "SameSite=Strict") {
+		t.Errorf("session cookie: %d %q", code, h.Get("Set-Cookie"))
 	}
 	// A read-only console refuses writes whoever asks.
 	ro := setup(t, console.Config{Credentials: []console.Credential{{Secret: secret}}})
