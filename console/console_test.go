@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
+	"github.com/seed-a1b882c0/idem/monitor"
 	"github.com/seed-a1b882c0/idem/ops"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -460,6 +461,44 @@ func TestRefLinkAndCredentials(t *testing.T) {
 	for _, bad := range []string{"", ":nouser-secret", "bob:", "bob:short"} {
 		if _, err := console.ParseCredentials(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseCredentials(%q) accepted", bad)
+		}
+	}
+}
+
+// When the monitor's sweep stops at its record limit, every count on the
+// overview says, next to the number, that it is a lower bound; when it
+// read everything, none does.
+func TestOverviewSaysWhenCountsAreLowerBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		max   int
+		bound bool
+	}{{max: 2, bound: true}, {max: 0, bound: false}} {
+		clock := clocktest.New(time.Now().Truncate(time.Second))
+		s := memstore.New(&memstore.Config{SweepInterval: -1, Clock: clock})
+		t.Cleanup(func() { s.Close() })
+		app, err := idem.New(s, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consoletest.Seed(t, app, nil, clock.Advance)
+		m, err := monitor.New(s, &monitor.Config{Clock: clock, MaxRecords: tc.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		con, err := console.New(s, &console.Config{Monitor: m, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(con)
+		_, body, _ := consoletest.NewClient(t, srv.URL+"/").Get("")
+		srv.Close()
+		con.Close()
+		if got := strings.Contains(body, "≥ ") && strings.Contains(body, "lower bounds"); got != tc.bound {
+			t.Errorf("MaxRecords %d: lower bounds shown %v, want %v\n%s", tc.max, got, tc.bound, body)
+		}
+		if tc.bound && (!strings.Contains(body, `>≥ 2</a>`) || !strings.Contains(body, `>≥ 0</a>`)) {
+			t.Errorf("the cards do not mark their counts:\n%s", body)
 		}
 	}
 }

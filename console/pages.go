@@ -125,6 +125,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		data["Snap"] = snap
 		data["Swept"] = !snap.At.IsZero()
+		data["Bound"] = ""
+		if snap.Truncated { // every count is a lower bound, and says so next to the number
+			data["Bound"] = "≥ "
+		}
 		var rows []opRow
 		for op, n := range snap.ByOperation() {
 			rows = append(rows, opRow{Operation: op, InProgress: n.InProgress, Stuck: n.Stuck, Failed: n.Failed, Oldest: n.OldestInProgress,
@@ -156,7 +160,8 @@ func (c *Console) recordURL(key string, extra ...string) string {
 
 // records
 
-// listQuery is the records page's filters.
+// listQuery is the records page's filters, as the form shows them, and
+// the listing they ask package ops for.
 type listQuery struct {
 	Status           string // "", in_progress, completed, failed
 	Stuck            bool
@@ -164,8 +169,7 @@ type listQuery struct {
 	Limit            int
 	Cursor           string
 
-	status    store.Status
-	olderThan time.Duration
+	q ops.Query
 }
 
 // parseList reads the filters, naming the parameter that is wrong.
@@ -184,9 +188,9 @@ func (c *Console) parseList(q url.Values) (listQuery, error) {
 		if err != nil {
 			return l, fmt.Errorf("status=%q: want in_progress, completed or failed", l.Status)
 		}
-		l.status = st
+		l.q.Status = st
 	}
-	if l.Stuck && l.status.Valid() && l.status != store.StatusInProgress {
+	if l.Stuck && l.q.Status.Valid() && l.q.Status != store.StatusInProgress {
 		return l, fmt.Errorf("stuck=1 with status=%s: only IN_PROGRESS records are stuck", l.Status)
 	}
 	if v := q.Get("limit"); v != "" {
@@ -201,29 +205,13 @@ func (c *Console) parseList(q url.Values) (listQuery, error) {
 		if err != nil || d < 0 {
 			return l, fmt.Errorf("older=%q: want a duration such as 90s, 15m or 2h", l.OlderThan)
 		}
-		l.olderThan = d
+		l.q.OlderThan = d
 	}
-	if l.Scope != "" {
-		op, tenant, hasTenant := strings.Cut(l.Scope, "/")
-		if _, err := idem.NewStoreKey(op, tenant, nil); err != nil || (hasTenant && tenant == "") {
-			return l, fmt.Errorf("scope=%q: want an operation name, or NAME/TENANT", l.Scope)
-		}
+	if ops.CheckScope(l.Scope) != nil {
+		return l, fmt.Errorf("scope=%q: want an operation name, or NAME/TENANT", l.Scope)
 	}
-	if len(l.Cursor) > 4096 {
-		return l, errors.New("cursor: longer than any cursor the console hands out")
-	}
-	return l, nil
-}
-
-// matches applies the filters the store does not: scope and age.
-func (l listQuery) matches(r *store.Record, now time.Time) bool {
-	if l.Scope != "" {
-		sk, err := idem.ParseStoreKey(r.Key)
-		if err != nil || (sk.Scope() != l.Scope && (strings.Contains(l.Scope, "/") || sk.Operation != l.Scope)) {
-			return false
-		}
-	}
-	return l.olderThan == 0 || now.Sub(store.FromMillis(r.CreatedAt)) > l.olderThan
+	l.q.Stuck, l.q.Scope, l.q.Limit, l.q.Cursor, l.q.MaxScan = l.Stuck, l.Scope, l.Limit, l.Cursor, c.cfg.MaxScan
+	return l, l.q.Validate()
 }
 
 // row is one record in the list.
@@ -247,45 +235,21 @@ func (c *Console) records(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := storeCtx(r)
 	defer cancel()
 	now := c.now()
-	// Pages are asked for what is still missing, so that the cursor
-	// continues exactly after the last record read. With the filters the
-	// store does not apply (operation, age), full pages are read, so a
-	// page may show more matches than the page size, up to twice it
-	// (none is skipped: the cursor follows the last record read), and at
-	// most MaxScan records are read per request.
-	var rows []row
-	cursor, scanned := l.Cursor, 0
 	start := time.Now()
-	for {
-		want := l.Limit - len(rows)
-		if l.Scope != "" || l.olderThan > 0 {
-			want = min(l.Limit, c.cfg.MaxScan-scanned)
-		}
-		res, err := c.lister.List(ctx, store.ListParams{Status: l.status, Stuck: l.Stuck, Now: store.Millis(now), Limit: want, Cursor: cursor})
-		if err != nil {
-			c.storeFailure(w, r, s, fmt.Errorf("listing: %w", err))
-			return
-		}
-		scanned += len(res.Records)
-		for _, rec := range res.Records {
-			if l.matches(rec, now) {
-				rows = append(rows, c.rowOf(rec, now))
-			}
-		}
-		if res.Next == cursor && cursor != "" {
-			c.storeFailure(w, r, s, errors.New("listing: the store returned the same cursor again"))
-			return
-		}
-		cursor = res.Next
-		if cursor == "" || len(rows) >= l.Limit || scanned >= c.cfg.MaxScan {
-			break
-		}
+	page, err := ops.List(ctx, c.lister, l.q, now)
+	if err != nil {
+		c.storeFailure(w, r, s, err)
+		return
 	}
-	data := map[string]any{"Q": l, "Rows": rows, "Scanned": scanned, "Took": time.Since(start).Round(time.Millisecond),
-		"Filtered": l.Scope != "" || l.olderThan > 0, "Limit": l.Limit}
-	if cursor != "" {
+	rows := make([]row, 0, len(page.Records))
+	for _, rec := range page.Records {
+		rows = append(rows, c.rowOf(rec, now))
+	}
+	data := map[string]any{"Q": l, "Rows": rows, "Scanned": page.Scanned, "Took": time.Since(start).Round(time.Millisecond),
+		"Filtered": l.q.Filtered(), "Limit": l.Limit}
+	if page.Next != "" {
 		q := r.URL.Query()
-		q.Set("cursor", cursor)
+		q.Set("cursor", page.Next)
 		data["NextURL"] = c.listURL(q)
 	}
 	if l.Cursor != "" {
