@@ -482,7 +482,7 @@ func TestOverviewSaysWhenCountsAreLowerBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		consoletest.Seed(t, app, nil, clock.Advance)
-		m, err := monitor.New(s, &monitor.Config{Clock: clock, MaxRecords: tc.max})
+		m, err := monitor.New(s, &monitor.Config{Clock: clock, MaxRecords: tc.max, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

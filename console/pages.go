@@ -24,6 +24,16 @@ import (
 // parsePages parses every page with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"ts": ts, "age": age, "window": ops.Window, "dur": dur,
+		// field names a shown body for the pages' data-field markers.
+		"field": func(name string, b *body) struct {
+			Name string
+			B    *body
+		} {
+			return struct {
+				Name string
+				B    *body
+			}{name, b}
+		},
 		"pair": func(p page, r recordView) struct {
 			P page
 			R recordView
@@ -500,7 +510,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 		after = a.String()
 	}
 	c.render(w, r, s, http.StatusOK, "confirm", "Confirm", map[string]any{"F": f, "R": c.viewOf(st, c.now()),
-		"Describe": f.write.Describe(st), "After": after, "Result": showBody(f.write.Result, c.cfg.MaxBody),
+		"Describe": f.write.Describe(st), "After": after, "Result": showBody(f.write.Result, c.cfg.MaxBody), "Expiry": f.write.ExpiryFor(st),
 		"Back": c.recordURL(f.Key)})
 }
 
