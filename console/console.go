@@ -10,11 +10,12 @@
 //   - Overview: IN_PROGRESS, stuck (past expected completion) and FAILED
 //     counts and the oldest IN_PROGRESS age, in total and by operation,
 //     from the last sweep of a [monitor.Monitor]: the numbers the
-//     Prometheus gauges show, with the sweep's time.
+//     Prometheus gauges show, with the sweep's time; a sweep that stopped
+//     at its record limit shows each count as "≥ N", a lower bound.
 //   - Records: filtered by status, stuck, operation/tenant and age, paged
-//     with the store's cursor ([store.Lister]); never more than one page
-//     (and a bounded scan for the filters the store does not apply) is
-//     read per request.
+//     with the store's cursor ([store.Lister]) by idemctl's listing rule
+//     ([ops.List]): never more than one page (and a bounded scan for the
+//     filters the store does not apply) is read per request.
 //   - Record: every field, the result or terminal error (JSON indented,
 //     text as is, binary as hex, large bodies cut with their size), the
 //     fingerprint and the execution reference, linked to the AWS console
@@ -22,8 +23,10 @@
 //   - Actions: release, delete, resolve as COMPLETED with a result, or as
 //     FAILED with a code and message, through package ops (idemctl's code
 //     path), each behind a confirmation page that says what will change.
-//     A write is refused when the record changed since the page was read;
-//     a fresh IN_PROGRESS record needs an explicit force.
+//     A write is refused (409) when the record changed in any field since
+//     the page was read ([ops.Guard]): two operators settling one record
+//     get one write and one refusal. A fresh IN_PROGRESS record needs an
+//     explicit force.
 //
 // # Safety
 //

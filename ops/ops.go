@@ -19,7 +19,7 @@
 //   - Operator writes go to the store directly, never through an engine:
 //     an engine disabled by IDEM_DISABLED ([idem.EnvDisabled]) does not
 //     turn them into no-ops.
-//   - A listing ([Query], [Operator.List]) reads at most Query.MaxScan
+//   - A listing ([Query], [List]) reads at most Query.MaxScan
 //     records per request, whatever the filters.
 //
 // # What the guard covers
