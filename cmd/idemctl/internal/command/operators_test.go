@@ -109,7 +109,7 @@ func TestTwoOperatorsSettleOnceOnEveryStore(t *testing.T) {
 					if tc.action == "complete" {
 						return "&#34;by&#34;: &#34;" + who + "&#34;"
 					}
-					return "<dd>by " + who + "</dd>"
+					return `data-field="error_message">by ` + who + "<"
 				}
 				want, not := shown(names[won]), shown(names[1-won])
 				_, body, _ := a.Get("record?" + url.Values{"key": {tc.key.String()}}.Encode())
