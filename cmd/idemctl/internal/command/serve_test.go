@@ -164,7 +164,7 @@ func TestServeEveryPageOnEveryStore(t *testing.T) {
 		if code, loc := c.Act(keys.Stuck, "complete", url.Values{"result": {`{"charge":"ch_1003"}`}}); code != http.StatusSeeOther {
 			t.Fatalf("resolve: %d %s", code, loc)
 		}
-		if _, body, _ := c.Get(rec(keys.Stuck)); !strings.Contains(body, `<span class="status COMPLETED">`) || !strings.Contains(body, "ch_1003") {
+		if _, body, _ := c.Get(rec(keys.Stuck)); !strings.Contains(body, `<span class="status COMPLETED"`) || !strings.Contains(body, "ch_1003") {
 			t.Fatalf("after resolve:\n%s", body)
 		}
 		if _, body, _ := c.Get("metrics"); !strings.Contains(body, `idem_console_actions_total{action="complete",outcome="done"} 1`) ||
