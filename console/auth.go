@@ -217,15 +217,26 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	cr, ok := c.match(user, secret)
 	if !ok {
+		// One line at a burst's first failure, one each time its delay
+		// grows (for the client and the user together): a summary, not
+		// a line per guess.
+		var by []string
+		var worst failure
 		for _, f := range c.throttle.fail(now, keys...) {
 			switch {
 			case f.kind == "first" && f.key == keys[0]:
 				c.cfg.Logger.Warn("idem console: sign-in refused; further failures of this burst are summarised",
 					"client", client, "user", who)
 			case f.kind == "throttled":
-				c.cfg.Logger.Warn("idem console: sign-in throttled", "by", f.key, "client", client, "user", who,
-					"failures", f.burst.failures, "refused", f.burst.refused, "since", f.burst.first, "closed_for", f.delay)
+				by = append(by, f.key)
+				if f.burst.failures > worst.burst.failures {
+					worst = f
+				}
 			}
+		}
+		if len(by) > 0 {
+			c.cfg.Logger.Warn("idem console: sign-in throttled", "by", strings.Join(by, ", "), "client", client, "user", who,
+				"failures", worst.burst.failures, "refused", worst.burst.refused, "since", worst.burst.first, "closed_for", worst.delay)
 		}
 		c.showLogin(w, r, http.StatusUnauthorized, "Wrong user, password or token.")
 		return

@@ -62,22 +62,35 @@ func TestSignInIsThrottledPerClient(t *testing.T) {
 	if code, h := signIn(c, "192.0.2.7", "ops", secret); code != http.StatusTooManyRequests || h.Get("Retry-After") != "24" {
 		t.Fatalf("after a 7th failure: %d Retry-After %q, want 429 and 24", code, h.Get("Retry-After"))
 	}
+	// A client that tries again as soon as it may keeps doubling its
+	// delay past the window (48s, 96s, 192s …), up to SignInMaxDelay.
+	f.clock.Advance(24 * time.Second)
+	for _, want := range []string{"48", "96", "192", "384", "768", "900", "900"} {
+		if code, _ := signIn(c, "192.0.2.7", "ops", "wrong-again"); code != http.StatusUnauthorized {
+			t.Fatalf("a guess after the delay: %d, want 401", code)
+		}
+		_, h := signIn(c, "192.0.2.7", "ops", secret)
+		if got := h.Get("Retry-After"); got != want {
+			t.Fatalf("Retry-After %s, want %s", got, want)
+		}
+		d, _ := time.ParseDuration(want + "s")
+		f.clock.Advance(d)
+	}
 	// Another client with a token is not held up by the first one.
 	if code, _ := signIn(c, "198.51.100.9", "", "a-long-random-token"); code != http.StatusSeeOther {
 		t.Fatalf("another client's sign-in: %d", code)
 	}
-	f.clock.Advance(24 * time.Second)
 	if code, _ := signIn(c, "192.0.2.7", "ops", secret); code != http.StatusSeeOther {
 		t.Fatalf("the right password after the delay: %d", code)
 	}
 	logs := f.logs.String()
-	if n := strings.Count(logs, "sign-in refused") + strings.Count(logs, "sign-in throttled"); n > 5 {
+	if n := strings.Count(logs, "sign-in refused") + strings.Count(logs, "sign-in throttled"); n > 10 {
 		t.Fatalf("%d log lines for one burst of 101 failures; want a summary:\n%s", n, logs)
 	}
 	if !strings.Contains(logs, "sign-in throttled") || !strings.Contains(logs, "failures=6") || !strings.Contains(logs, "client=192.0.2.7") {
 		t.Fatalf("no summary of the burst:\n%s", logs)
 	}
-	if !strings.Contains(logs, "refused=95") || !strings.Contains(logs, "failures_before=7") {
+	if !strings.Contains(logs, "refused=95") || !strings.Contains(logs, "failures_before=14") {
 		t.Fatalf("the summary does not count the refused attempts, or the sign-in the failures before it:\n%s", logs)
 	}
 }

@@ -37,6 +37,18 @@ type burst struct {
 	until       time.Time // sign-in is closed until then
 }
 
+// ended reports whether the burst is over at now: a whole window has
+// passed without a failure since its last failure and since sign-in
+// opened again, so a client that tries again as soon as it may keeps
+// its growing delay.
+func (b *burst) ended(now time.Time, window time.Duration) bool {
+	quietSince := b.last
+	if b.until.After(quietSince) {
+		quietSince = b.until
+	}
+	return now.Sub(quietSince) >= window
+}
+
 func newThrottle(cfg *Config) *throttle {
 	return &throttle{limit: cfg.SignInFailures, window: cfg.SignInWindow, maxDelay: cfg.SignInMaxDelay,
 		m: make(map[string]*burst), maxBursts: 10_000}
@@ -66,8 +78,8 @@ func (t *throttle) fail(now time.Time, keys ...string) []failure {
 	var out []failure
 	for _, k := range keys {
 		b := t.m[k]
-		if b != nil && now.Sub(b.last) >= t.window && !now.Before(b.until) {
-			b = nil // the last burst has ended
+		if b != nil && b.ended(now, t.window) {
+			b = nil
 		}
 		if b == nil {
 			t.prune(now)
@@ -123,7 +135,7 @@ func (t *throttle) prune(now time.Time) {
 		return
 	}
 	for k, b := range t.m {
-		if now.Sub(b.last) >= t.window && !now.Before(b.until) {
+		if b.ended(now, t.window) {
 			delete(t.m, k)
 		}
 	}
