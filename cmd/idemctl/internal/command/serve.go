@@ -31,7 +31,7 @@ var serveCommand = command{
 		write := fs.Bool("write", false, "enable release, delete and resolve; needs credentials from -auth-file or $"+EnvConsoleAuth)
 		authFile := fs.String("auth-file", "", "read sign-in credentials from `FILE`: USER:PASSWORD or a token, one a line (default $"+EnvConsoleAuth+")")
 		interval := fs.Duration("interval", time.Minute, "time between the monitor's sweeps (the overview's numbers)")
-		maxRecords := fs.Int("max-records", 10_000, "most records one sweep reads")
+		maxRecords := fs.Int("max-records", 10_000, "most records of each status (IN_PROGRESS, FAILED) one sweep reads")
 		storeWait := fs.Duration("store-wait", time.Minute, "keep trying to open the store this long before giving up (0: once)")
 		refLink := fs.String("ref-link", "", "link execution references that are not Step Functions ARNs through `URL`, where {ref} stands for the reference")
 		var cfg console.Config
