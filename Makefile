@@ -7,7 +7,7 @@ PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
+.PHONY: screenshots failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -86,6 +86,9 @@ tidy: ## go mod tidy in every module through that proxy (a plain go mod tidy can
 
 tools: ## install staticcheck
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.7.0
+
+screenshots: ## redraw the console's screenshots (docs/img/console-*.png) from its browser test, on the memory store (needs Debian's chromium)
+	cd cmd/idemctl && IDEM_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run 'TestBrowserResolveStuckRecord/memory' ./internal/command
 
 ops-check: ## check the Prometheus rules (ops/prometheus) and run their unit tests with promtool (Debian: apt-get install prometheus)
 	$(PROMTOOL) check rules ops/prometheus/idem-rules.yml

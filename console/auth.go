@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +82,22 @@ func (c *Console) match(user, secret string) (Credential, bool) {
 	return found, ok
 }
 
+// knownUser is how a sign-in's user is named in logs and throttled: the
+// user of a credential, "token" for a sign-in without one, and
+// "(unknown)" for any other name, which is never logged (it may be a
+// password typed into the wrong field).
+func (c *Console) knownUser(user string) string {
+	if user == "" {
+		return "token"
+	}
+	for _, cr := range c.cfg.Credentials {
+		if cr.User != "" && subtle.ConstantTimeCompare([]byte(cr.User), []byte(user)) == 1 {
+			return cr.User
+		}
+	}
+	return "(unknown)"
+}
+
 // session is one sign-in.
 type session struct {
 	user    string
@@ -93,10 +110,7 @@ type sessions struct {
 	m  map[string]*session
 }
 
-const (
-	sessionCookie = "idem_console"
-	loginCookie   = "idem_console_login"
-)
+const sessionCookie = "idem_console"
 
 func randomToken() string {
 	b := make([]byte, 32)
@@ -105,10 +119,11 @@ func randomToken() string {
 }
 
 // cookie is a cookie of the console: HttpOnly, SameSite=Strict, Secure
-// over TLS, scoped to the base path.
+// when the browser reached the console over TLS (see [Console.secure]),
+// scoped to the base path.
 func (c *Console) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{Name: name, Value: value, Path: c.cfg.BasePath, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)}
 }
 
 // current returns the request's live session, or nil.
@@ -129,7 +144,10 @@ func (c *Console) current(r *http.Request) *session {
 
 // signedIn runs h with the request's session. With credentials, a request
 // without one is sent to sign in (GET) or refused with 401 (POST); every
-// POST must carry the session's CSRF token, or gets 403.
+// POST must carry the session's CSRF token, or gets 403. (Cross-origin
+// POSTs are refused before, by http.CrossOriginProtection in ServeHTTP;
+// the session's token still guards a browser that sends neither
+// Sec-Fetch-Site nor Origin.)
 func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := c.current(r)
@@ -175,9 +193,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, code int, msg string) {
-	t := randomToken()
-	http.SetCookie(w, c.cookie(r, loginCookie, t, 600))
-	c.render(w, r, nil, code, "login", "Sign in", map[string]any{"LoginCSRF": t, "Message": msg})
+	c.render(w, r, nil, code, "login", "Sign in", map[string]any{"Message": msg})
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
@@ -189,19 +205,44 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusBadRequest, "The form cannot be read: "+err.Error())
 		return
 	}
-	ck, err := r.Cookie(loginCookie)
-	if err != nil || subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(ck.Value)) != 1 {
-		c.fail(w, r, nil, http.StatusForbidden, "The sign-in form's CSRF token is missing or wrong: reload the sign-in page and try again.")
+	// A cross-origin sign-in (login CSRF) was refused in ServeHTTP.
+	user, secret := r.PostForm.Get("user"), r.PostForm.Get("secret")
+	now, client, who := c.now(), c.client(r), c.knownUser(user)
+	keys := []string{"client " + client.String(), "user " + who}
+	if d := c.throttle.wait(now, keys...); d > 0 {
+		secs := int64((d + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		c.showLogin(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins: try again in %v.", time.Duration(secs)*time.Second))
 		return
 	}
-	cr, ok := c.match(r.PostForm.Get("user"), r.PostForm.Get("secret"))
+	cr, ok := c.match(user, secret)
 	if !ok {
-		c.cfg.Logger.Warn("idem console: sign-in refused", "user", r.PostForm.Get("user"), "remote", r.RemoteAddr)
+		// One line at a burst's first failure, one each time its delay
+		// grows (for the client and the user together): a summary, not
+		// a line per guess.
+		var by []string
+		var worst failure
+		for _, f := range c.throttle.fail(now, keys...) {
+			switch {
+			case f.kind == "first" && f.key == keys[0]:
+				c.cfg.Logger.Warn("idem console: sign-in refused; further failures of this burst are summarised",
+					"client", client, "user", who)
+			case f.kind == "throttled":
+				by = append(by, f.key)
+				if f.burst.failures > worst.burst.failures {
+					worst = f
+				}
+			}
+		}
+		if len(by) > 0 {
+			c.cfg.Logger.Warn("idem console: sign-in throttled", "by", strings.Join(by, ", "), "client", client, "user", who,
+				"failures", worst.burst.failures, "refused", worst.burst.refused, "since", worst.burst.first, "closed_for", worst.delay)
+		}
 		c.showLogin(w, r, http.StatusUnauthorized, "Wrong user, password or token.")
 		return
 	}
+	failed := c.throttle.succeed(keys...)
 	id := randomToken()
-	now := c.now()
 	c.sess.mu.Lock()
 	for k, s := range c.sess.m {
 		if !now.Before(s.expires) {
@@ -210,9 +251,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	c.sess.m[id] = &session{user: cr.who(), csrf: randomToken(), expires: now.Add(c.cfg.SessionTTL)}
 	c.sess.mu.Unlock()
-	http.SetCookie(w, c.cookie(r, loginCookie, "", -1))
 	http.SetCookie(w, c.cookie(r, sessionCookie, id, int(c.cfg.SessionTTL/time.Second)))
-	c.cfg.Logger.Info("idem console: signed in", "user", cr.who(), "remote", r.RemoteAddr)
+	c.cfg.Logger.Info("idem console: signed in", "user", cr.who(), "client", client, "failures_before", failed)
 	http.Redirect(w, r, c.cfg.BasePath, http.StatusSeeOther)
 }
 

@@ -10,11 +10,12 @@
 //   - Overview: IN_PROGRESS, stuck (past expected completion) and FAILED
 //     counts and the oldest IN_PROGRESS age, in total and by operation,
 //     from the last sweep of a [monitor.Monitor]: the numbers the
-//     Prometheus gauges show, with the sweep's time.
+//     Prometheus gauges show, with the sweep's time; a sweep that stopped
+//     at its record limit shows each count as "≥ N", a lower bound.
 //   - Records: filtered by status, stuck, operation/tenant and age, paged
-//     with the store's cursor ([store.Lister]); never more than one page
-//     (and a bounded scan for the filters the store does not apply) is
-//     read per request.
+//     with the store's cursor ([store.Lister]) by idemctl's listing rule
+//     ([ops.List]): never more than one page (and a bounded scan for the
+//     filters the store does not apply) is read per request.
 //   - Record: every field, the result or terminal error (JSON indented,
 //     text as is, binary as hex, large bodies cut with their size), the
 //     fingerprint and the execution reference, linked to the AWS console
@@ -22,15 +23,25 @@
 //   - Actions: release, delete, resolve as COMPLETED with a result, or as
 //     FAILED with a code and message, through package ops (idemctl's code
 //     path), each behind a confirmation page that says what will change.
-//     A write is refused when the record changed since the page was read;
-//     a fresh IN_PROGRESS record needs an explicit force.
+//     A write is refused (409) when the record changed in any field since
+//     the page was read ([ops.Guard]): two operators settling one record
+//     get one write and one refusal. A fresh IN_PROGRESS record needs an
+//     explicit force.
 //
 // # Safety
 //
 // The console is read-only unless Config.Write is set, and writes need
 // Config.Credentials: with credentials, every page needs a sign-in (a
-// token, or a user and password) whose session cookie is HttpOnly and
-// SameSite=Strict; every POST carries the session's CSRF token. Responses
+// token, or a user and password) whose session cookie is HttpOnly,
+// SameSite=Strict, and Secure behind TLS (Config.SecureCookies, or a
+// trusted proxy's X-Forwarded-Proto). Failed sign-ins are throttled per
+// client and per user with growing delays (429 with Retry-After), logged
+// as a few summary lines per burst, and never log what was typed: a user
+// name that is no credential's is logged as "(unknown)". Cross-origin
+// POSTs are refused by http.CrossOriginProtection (Sec-Fetch-Site, or
+// Origin against Host), the sign-in form's included; every POST of a
+// signed-in page also carries the session's CSRF token, for a browser
+// that sends neither header. Responses
 // set a Content-Security-Policy that allows no script at all and styles
 // from the console itself only. Keys, results and errors are untrusted:
 // html/template escapes all of them. Every action is logged (who, what,
@@ -49,6 +60,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -103,6 +115,31 @@ type Config struct {
 	MaxBody int
 	// SessionTTL is how long a sign-in lasts. Default 12h.
 	SessionTTL time.Duration
+	// SignInFailures is how many failed sign-ins a client, and a user,
+	// may make within SignInWindow before sign-in is closed to it; each
+	// further failure closes it for twice as long as the last, starting
+	// at SignInWindow / SignInFailures, at most SignInMaxDelay. While
+	// closed, a sign-in is answered 429 with Retry-After, credentials
+	// unchecked. Defaults 5, 1m and 15m.
+	SignInFailures int
+	SignInWindow   time.Duration
+	SignInMaxDelay time.Duration
+	// SecureCookies marks the session cookie Secure whatever the request:
+	// set it when a TLS-terminating proxy serves the console (the console
+	// itself speaks plain HTTP then). Without it the cookie is Secure when
+	// the console serves TLS itself, or when a trusted proxy says
+	// X-Forwarded-Proto: https.
+	SecureCookies bool
+	// TrustedProxies are the addresses of the proxies in front of the
+	// console: from them alone X-Forwarded-Proto is believed (Secure
+	// cookies) and X-Forwarded-For names the client (sign-in throttling).
+	// Default none: the peer is the client.
+	TrustedProxies []netip.Prefix
+	// TrustedOrigins are origins ("https://ops.example.com") whose POSTs
+	// are accepted although their host is not the request's Host (a
+	// proxy that rewrites Host). Every other cross-origin POST is refused
+	// by http.CrossOriginProtection.
+	TrustedOrigins []string
 	// Owner is the owner written on records resolved by hand. Default
 	// "idem-console".
 	Owner string
@@ -159,6 +196,15 @@ func (c *Config) WithDefaults() Config {
 	if out.SessionTTL == 0 {
 		out.SessionTTL = 12 * time.Hour
 	}
+	if out.SignInFailures == 0 {
+		out.SignInFailures = 5
+	}
+	if out.SignInWindow == 0 {
+		out.SignInWindow = time.Minute
+	}
+	if out.SignInMaxDelay == 0 {
+		out.SignInMaxDelay = 15 * time.Minute
+	}
 	if out.Owner == "" {
 		out.Owner = "idem-console"
 	}
@@ -183,6 +229,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: console MaxScan, MaxBody and MonitorInterval must be positive", idem.ErrInvalidConfig)
 	case c.SessionTTL < 0:
 		return fmt.Errorf("%w: console SessionTTL %v must be positive", idem.ErrInvalidConfig, c.SessionTTL)
+	case c.SignInFailures < 0 || c.SignInWindow < 0 || c.SignInMaxDelay < 0:
+		return fmt.Errorf("%w: console SignInFailures, SignInWindow and SignInMaxDelay must be positive", idem.ErrInvalidConfig)
+	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			return fmt.Errorf("%w: console TrustedProxies holds an invalid prefix %v", idem.ErrInvalidConfig, p)
+		}
 	}
 	for _, cr := range c.Credentials {
 		if cr.Secret == "" {
@@ -194,16 +247,18 @@ func (c *Config) validate() error {
 
 // Console serves the operator console. Close stops its monitor.
 type Console struct {
-	cfg    Config
-	store  store.Store
-	lister store.Lister
-	op     *ops.Operator
-	mon    *monitor.Monitor
-	ownMon bool
-	pages  map[string]*template.Template
-	mux    *http.ServeMux
-	sess   sessions
-	once   sync.Once
+	cfg      Config
+	store    store.Store
+	lister   store.Lister
+	op       *ops.Operator
+	mon      *monitor.Monitor
+	ownMon   bool
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+	sess     sessions
+	throttle *throttle
+	cop      *http.CrossOriginProtection
+	once     sync.Once
 }
 
 // New returns a console over s. A store that cannot list records
@@ -220,6 +275,13 @@ func New(s store.Store, cfg *Config) (*Console, error) {
 	c.lister, _ = s.(store.Lister)
 	c.op = &ops.Operator{Store: s, Clock: c.cfg.Clock, Owner: c.cfg.Owner, Logger: c.cfg.Logger}
 	c.sess = sessions{m: make(map[string]*session)}
+	c.throttle = newThrottle(&c.cfg)
+	c.cop = http.NewCrossOriginProtection()
+	for _, o := range c.cfg.TrustedOrigins {
+		if err := c.cop.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("%w: console TrustedOrigins: %v", idem.ErrInvalidConfig, err)
+		}
+	}
 	var err error
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -253,6 +315,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
+	if err := c.cop.Check(r); err != nil {
+		c.fail(w, r, nil, http.StatusForbidden, "Cross-origin request refused: a form of another site cannot post to this console.")
+		return
+	}
 	c.mux.ServeHTTP(w, r)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
+	"github.com/seed-a1b882c0/idem/monitor"
 	"github.com/seed-a1b882c0/idem/ops"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
@@ -244,9 +245,9 @@ func TestWritesNeedCredentials(t *testing.T) {
 		t.Error("a password signed in as a token")
 	}
 	// The session cookie is HttpOnly and SameSite=Strict.
-	code, _, h := anon.Get("login")
-	if code != http.StatusOK || !strings.Contains(h.Get("Set-Cookie"), "HttpOnly") || !strings.Contains(h.Get("Set-Cookie"), "SameSite=Strict") {
-		t.Errorf("login cookie: %d %q", code, h.Get("Set-Cookie"))
+	code, _, h := consoletest.NewClient(t, f.srv.URL+"/").PostWith("login", url.Values{"user": {"ops"}, "secret": {secret}}, nil)
+	if code != http.StatusSeeOther || !strings.Contains(h.Get("Set-Cookie"), "HttpOnly") || !strings.Contains(h.Get("Set-Cookie"), "SameSite=Strict") {
+		t.Errorf("session cookie: %d %q", code, h.Get("Set-Cookie"))
 	}
 	// A read-only console refuses writes whoever asks.
 	ro := setup(t, console.Config{Credentials: []console.Credential{{Secret: secret}}})
@@ -259,7 +260,7 @@ func TestWritesNeedCredentials(t *testing.T) {
 	f2 := consoletest.Hidden(body, "", "") // the sign-out form carries the CSRF token
 	f2.Set("key", ro.keys.Stuck.String())
 	f2.Set("action", "release")
-	f2.Set("token", "x")
+	f2.Set("guard", "x")
 	if code, body, _ := rc.Post("act", f2); code != http.StatusForbidden || !strings.Contains(body, "read-only") {
 		t.Errorf("act on a read-only console: %d\n%s", code, body)
 	}
@@ -460,6 +461,44 @@ func TestRefLinkAndCredentials(t *testing.T) {
 	for _, bad := range []string{"", ":nouser-secret", "bob:", "bob:short"} {
 		if _, err := console.ParseCredentials(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseCredentials(%q) accepted", bad)
+		}
+	}
+}
+
+// When the monitor's sweep stops at its record limit, every count on the
+// overview says, next to the number, that it is a lower bound; when it
+// read everything, none does.
+func TestOverviewSaysWhenCountsAreLowerBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		max   int
+		bound bool
+	}{{max: 1, bound: true}, {max: 0, bound: false}} {
+		clock := clocktest.New(time.Now().Truncate(time.Second))
+		s := memstore.New(&memstore.Config{SweepInterval: -1, Clock: clock})
+		t.Cleanup(func() { s.Close() })
+		app, err := idem.New(s, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consoletest.Seed(t, app, nil, clock.Advance)
+		m, err := monitor.New(s, &monitor.Config{Clock: clock, MaxRecords: tc.max, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		con, err := console.New(s, &console.Config{Monitor: m, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(con)
+		_, body, _ := consoletest.NewClient(t, srv.URL+"/").Get("")
+		srv.Close()
+		con.Close()
+		if got := strings.Contains(body, "≥ ") && strings.Contains(body, "lower bounds"); got != tc.bound {
+			t.Errorf("MaxRecords %d: lower bounds shown %v, want %v\n%s", tc.max, got, tc.bound, body)
+		}
+		if tc.bound && strings.Count(body, `>≥ 1</a>`) < 2 {
+			t.Errorf("the cards do not mark their counts:\n%s", body)
 		}
 	}
 }

@@ -24,6 +24,16 @@ import (
 // parsePages parses every page with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"ts": ts, "age": age, "window": ops.Window, "dur": dur,
+		// field names a shown body for the pages' data-field markers.
+		"field": func(name string, b *body) struct {
+			Name string
+			B    *body
+		} {
+			return struct {
+				Name string
+				B    *body
+			}{name, b}
+		},
 		"pair": func(p page, r recordView) struct {
 			P page
 			R recordView
@@ -125,6 +135,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		data["Snap"] = snap
 		data["Swept"] = !snap.At.IsZero()
+		data["Bound"] = ""
+		if snap.Truncated { // every count is a lower bound, and says so next to the number
+			data["Bound"] = "≥ "
+		}
 		var rows []opRow
 		for op, n := range snap.ByOperation() {
 			rows = append(rows, opRow{Operation: op, InProgress: n.InProgress, Stuck: n.Stuck, Failed: n.Failed, Oldest: n.OldestInProgress,
@@ -156,7 +170,8 @@ func (c *Console) recordURL(key string, extra ...string) string {
 
 // records
 
-// listQuery is the records page's filters.
+// listQuery is the records page's filters, as the form shows them, and
+// the listing they ask package ops for.
 type listQuery struct {
 	Status           string // "", in_progress, completed, failed
 	Stuck            bool
@@ -164,8 +179,7 @@ type listQuery struct {
 	Limit            int
 	Cursor           string
 
-	status    store.Status
-	olderThan time.Duration
+	q ops.Query
 }
 
 // parseList reads the filters, naming the parameter that is wrong.
@@ -184,9 +198,9 @@ func (c *Console) parseList(q url.Values) (listQuery, error) {
 		if err != nil {
 			return l, fmt.Errorf("status=%q: want in_progress, completed or failed", l.Status)
 		}
-		l.status = st
+		l.q.Status = st
 	}
-	if l.Stuck && l.status.Valid() && l.status != store.StatusInProgress {
+	if l.Stuck && l.q.Status.Valid() && l.q.Status != store.StatusInProgress {
 		return l, fmt.Errorf("stuck=1 with status=%s: only IN_PROGRESS records are stuck", l.Status)
 	}
 	if v := q.Get("limit"); v != "" {
@@ -201,29 +215,13 @@ func (c *Console) parseList(q url.Values) (listQuery, error) {
 		if err != nil || d < 0 {
 			return l, fmt.Errorf("older=%q: want a duration such as 90s, 15m or 2h", l.OlderThan)
 		}
-		l.olderThan = d
+		l.q.OlderThan = d
 	}
-	if l.Scope != "" {
-		op, tenant, hasTenant := strings.Cut(l.Scope, "/")
-		if _, err := idem.NewStoreKey(op, tenant, nil); err != nil || (hasTenant && tenant == "") {
-			return l, fmt.Errorf("scope=%q: want an operation name, or NAME/TENANT", l.Scope)
-		}
+	if ops.CheckScope(l.Scope) != nil {
+		return l, fmt.Errorf("scope=%q: want an operation name, or NAME/TENANT", l.Scope)
 	}
-	if len(l.Cursor) > 4096 {
-		return l, errors.New("cursor: longer than any cursor the console hands out")
-	}
-	return l, nil
-}
-
-// matches applies the filters the store does not: scope and age.
-func (l listQuery) matches(r *store.Record, now time.Time) bool {
-	if l.Scope != "" {
-		sk, err := idem.ParseStoreKey(r.Key)
-		if err != nil || (sk.Scope() != l.Scope && (strings.Contains(l.Scope, "/") || sk.Operation != l.Scope)) {
-			return false
-		}
-	}
-	return l.olderThan == 0 || now.Sub(store.FromMillis(r.CreatedAt)) > l.olderThan
+	l.q.Stuck, l.q.Scope, l.q.Limit, l.q.Cursor, l.q.MaxScan = l.Stuck, l.Scope, l.Limit, l.Cursor, c.cfg.MaxScan
+	return l, l.q.Validate()
 }
 
 // row is one record in the list.
@@ -247,45 +245,21 @@ func (c *Console) records(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := storeCtx(r)
 	defer cancel()
 	now := c.now()
-	// Pages are asked for what is still missing, so that the cursor
-	// continues exactly after the last record read. With the filters the
-	// store does not apply (operation, age), full pages are read, so a
-	// page may show more matches than the page size, up to twice it
-	// (none is skipped: the cursor follows the last record read), and at
-	// most MaxScan records are read per request.
-	var rows []row
-	cursor, scanned := l.Cursor, 0
 	start := time.Now()
-	for {
-		want := l.Limit - len(rows)
-		if l.Scope != "" || l.olderThan > 0 {
-			want = min(l.Limit, c.cfg.MaxScan-scanned)
-		}
-		res, err := c.lister.List(ctx, store.ListParams{Status: l.status, Stuck: l.Stuck, Now: store.Millis(now), Limit: want, Cursor: cursor})
-		if err != nil {
-			c.storeFailure(w, r, s, fmt.Errorf("listing: %w", err))
-			return
-		}
-		scanned += len(res.Records)
-		for _, rec := range res.Records {
-			if l.matches(rec, now) {
-				rows = append(rows, c.rowOf(rec, now))
-			}
-		}
-		if res.Next == cursor && cursor != "" {
-			c.storeFailure(w, r, s, errors.New("listing: the store returned the same cursor again"))
-			return
-		}
-		cursor = res.Next
-		if cursor == "" || len(rows) >= l.Limit || scanned >= c.cfg.MaxScan {
-			break
-		}
+	page, err := ops.List(ctx, c.lister, l.q, now)
+	if err != nil {
+		c.storeFailure(w, r, s, err)
+		return
 	}
-	data := map[string]any{"Q": l, "Rows": rows, "Scanned": scanned, "Took": time.Since(start).Round(time.Millisecond),
-		"Filtered": l.Scope != "" || l.olderThan > 0, "Limit": l.Limit}
-	if cursor != "" {
+	rows := make([]row, 0, len(page.Records))
+	for _, rec := range page.Records {
+		rows = append(rows, c.rowOf(rec, now))
+	}
+	data := map[string]any{"Q": l, "Rows": rows, "Scanned": page.Scanned, "Took": time.Since(start).Round(time.Millisecond),
+		"Filtered": l.q.Filtered(), "Limit": l.Limit}
+	if page.Next != "" {
 		q := r.URL.Query()
-		q.Set("cursor", cursor)
+		q.Set("cursor", page.Next)
 		data["NextURL"] = c.listURL(q)
 	}
 	if l.Cursor != "" {
@@ -361,20 +335,26 @@ func (c *Console) refURL(ref string) string {
 // recordView is a record as the record page shows it.
 type recordView struct {
 	*idem.State
-	Status, Owner   string
+	// Status is the status's name. Every other field of the record is
+	// the State's own: a field declared here hides it (a declared Owner
+	// once showed "-" for every record).
+	Status          string
 	Stuck, Fresh    bool
 	Age             time.Duration
 	Result, ErrBody *body
 	RefURL          string
-	Token           string
-	CanRelease      bool
-	ExpiresIn       time.Duration
+	// Guard is the digest of the record as shown ([ops.Guard]): the
+	// action forms carry it, and a write is refused unless the record
+	// still has it.
+	Guard      string
+	CanRelease bool
+	ExpiresIn  time.Duration
 }
 
 func (c *Console) viewOf(st *idem.State, now time.Time) recordView {
 	v := recordView{State: st, Status: st.Status.String(), Stuck: st.Overdue(now),
 		Fresh: st.Status == idem.StatusInProgress && !st.Overdue(now), Age: now.Sub(st.CreatedAt),
-		Result: showBody(st.Result, c.cfg.MaxBody), RefURL: c.refURL(st.Ref), Token: st.Token().String(),
+		Result: showBody(st.Result, c.cfg.MaxBody), RefURL: c.refURL(st.Ref), Guard: ops.Guard(st),
 		CanRelease: st.Status != idem.StatusCompleted, ExpiresIn: st.ExpiresAt.Sub(now)}
 	if st.Err != nil {
 		v.ErrBody = showBody(st.Err.Body, c.cfg.MaxBody)
@@ -427,7 +407,7 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, s *session) {
 
 // form is an action's form, as posted to confirm and act.
 type form struct {
-	Key, Token, Action string
+	Key, Guard, Action string
 	Result, Code, Msg  string
 	Raw, Force         bool
 	Expiry             string
@@ -438,15 +418,15 @@ type form struct {
 // parseForm reads an action's form, naming the field that is wrong.
 func (c *Console) parseForm(r *http.Request) (*form, error) {
 	p := r.PostForm
-	f := &form{Key: p.Get("key"), Token: p.Get("token"), Action: p.Get("action"), Result: p.Get("result"),
+	f := &form{Key: p.Get("key"), Guard: p.Get("guard"), Action: p.Get("action"), Result: p.Get("result"),
 		Code: strings.TrimSpace(p.Get("code")), Msg: strings.TrimSpace(p.Get("message")), Expiry: strings.TrimSpace(p.Get("expiry")),
 		Raw: p.Get("raw") != "", Force: p.Get("force") != ""}
 	var err error
 	if f.key, err = c.parseKey(f.Key); err != nil {
 		return f, err
 	}
-	if f.Token == "" {
-		return f, errors.New("token: missing; open the record again and start over")
+	if f.Guard == "" {
+		return f, errors.New("guard: missing; open the record again and start over")
 	}
 	a, err := ops.ParseAction(f.Action)
 	if err != nil {
@@ -482,7 +462,7 @@ func (c *Console) parseForm(r *http.Request) (*form, error) {
 }
 
 // check reads the record the form is about and verifies it is still the
-// one the operator saw (its token) and that the write is allowed.
+// one the operator saw (its guard) and that the write is allowed.
 func (c *Console) check(w http.ResponseWriter, r *http.Request, s *session, f *form) (*idem.State, bool) {
 	ctx, cancel := storeCtx(r)
 	defer cancel()
@@ -495,7 +475,7 @@ func (c *Console) check(w http.ResponseWriter, r *http.Request, s *session, f *f
 		c.storeFailure(w, r, s, err)
 		return nil, false
 	}
-	if st.Token().String() != f.Token {
+	if ops.Guard(st) != f.Guard {
 		c.refuse(w, r, s, f, st, &ops.ChangedError{Key: f.Key, Now: &ops.Seen{Status: st.Status, Fence: st.Fence, Owner: st.Owner}})
 		return nil, false
 	}
@@ -530,7 +510,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 		after = a.String()
 	}
 	c.render(w, r, s, http.StatusOK, "confirm", "Confirm", map[string]any{"F": f, "R": c.viewOf(st, c.now()),
-		"Describe": f.write.Describe(st), "After": after, "Result": showBody(f.write.Result, c.cfg.MaxBody),
+		"Describe": f.write.Describe(st), "After": after, "Result": showBody(f.write.Result, c.cfg.MaxBody), "Expiry": f.write.ExpiryFor(st),
 		"Back": c.recordURL(f.Key)})
 }
 
@@ -546,7 +526,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	ctx, cancel := storeCtx(r)
 	defer cancel()
-	err = c.op.Apply(ctx, st, f.write)
+	err = c.op.ApplyGuarded(ctx, f.key, f.Guard, f.write)
 	var changed *ops.ChangedError
 	var fresh *ops.FreshError
 	switch {

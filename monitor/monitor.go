@@ -32,9 +32,11 @@ import (
 type Config struct {
 	// Interval is the time between sweeps. Default 1m.
 	Interval time.Duration
-	// MaxRecords bounds the records one sweep reads, IN_PROGRESS and
-	// FAILED together. A sweep that reaches it stops early and says so
-	// (Snapshot.Truncated): its counts are lower bounds. Default 10,000.
+	// MaxRecords bounds the records one sweep reads of each status it
+	// reads (IN_PROGRESS, then FAILED), so that many records of one never
+	// hide the other. A sweep that reaches it stops that status's listing
+	// early and says so (Snapshot.Truncated): its counts are lower
+	// bounds. Default 10,000.
 	MaxRecords int
 	// PageSize is the page size asked of the store. Default 500, at most
 	// MaxRecords.
@@ -284,7 +286,7 @@ func (m *Monitor) Last() Snapshot {
 }
 
 // Sweep reads the store once: IN_PROGRESS and FAILED records, at most
-// Config.MaxRecords of them. It raises an event for each newly stuck or
+// Config.MaxRecords of each. It raises an event for each newly stuck or
 // FAILED record, calls Config.OnSweep and returns the snapshot, with the
 // listing's error if it failed.
 func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
@@ -293,9 +295,11 @@ func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 	now := m.cfg.Clock.Now()
 	snap := Snapshot{At: now}
 	found := make(map[seenKey]bool)
-	budget := m.cfg.MaxRecords
 	var events []Event
 	for _, status := range []store.Status{store.StatusInProgress, store.StatusFailed} {
+		// Each status has a budget of its own: a backlog of IN_PROGRESS
+		// records never hides the FAILED ones (nor their gauge and alert).
+		budget := m.cfg.MaxRecords
 		err := m.list(ctx, status, now, &budget, &snap.Truncated, func(r *store.Record) {
 			snap.count(r, now)
 			switch {

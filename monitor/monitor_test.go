@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -200,6 +201,29 @@ func TestSweepWorkIsBounded(t *testing.T) {
 	}
 	if ev := f.takeEvents(); len(ev) != 3 {
 		t.Fatalf("%d events", len(ev))
+	}
+}
+
+// Many IN_PROGRESS records past MaxRecords do not hide the FAILED ones:
+// each status is read within a budget of its own, and FAILED is counted
+// exactly (issue 32: "Failed 0" with 1,000 FAILED records among 100,000).
+func TestFailedAreCountedPastAnInProgressBacklog(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for i := range 8 {
+		f.begin(t, fmt.Sprint("open-", i), time.Hour, "")
+	}
+	ctx := context.Background()
+	for i := range 2 {
+		tok := f.begin(t, fmt.Sprint("failed-", i), time.Hour, "")
+		if err := f.engine.Fail(ctx, tok, &idem.TerminalError{Code: "c", Message: "m"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := monitor.New(f.store, f.config(monitor.Config{MaxRecords: 3, PageSize: 2}))
+	snap, err := m.Sweep(ctx)
+	if err != nil || !snap.Truncated || snap.InProgress != 3 || snap.Failed != 2 {
+		t.Fatalf("%+v %v: want 3 IN_PROGRESS read (truncated) and both FAILED counted", snap, err)
 	}
 }
 

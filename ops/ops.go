@@ -1,18 +1,40 @@
 // Package ops holds an operator's manual writes on an idem store: release,
-// delete, resolve as COMPLETED with a result, or as FAILED with an error.
-// idemctl's commands and the operator console (package console) both
-// settle records through it, so the rules are written once:
+// delete, resolve as COMPLETED with a result, or as FAILED with an error;
+// and the listing rules operators read records by. idemctl's commands and
+// the operator console (package console) both settle and list records
+// through it, so the rules are written once:
 //
-//   - A write goes through the token of exactly the record the operator
-//     read ([idem.State.Token]): the store refuses it if the record
-//     changed in between (another claim, another status, deleted), and
-//     nothing is written.
+//   - A write is guarded by everything the operator was shown ([Guard]: a
+//     digest of every field of the record, the settled result or error
+//     and the expiry included): it is refused with a [*ChangedError] if
+//     the record is not, at the time of the write, exactly the record
+//     the operator read, and nothing is written. Two operators settling
+//     the same record from the same page get one write and one refusal.
+//   - The write itself is fenced by the record's claim and status, so the
+//     store refuses it if the holder settles the claim meanwhile.
 //   - An IN_PROGRESS record still within its expected completion may have
 //     a holder at work; it is settled only with Write.Force.
 //   - A COMPLETED record is not released (that would discard its result
 //     and run the operation again); Delete says so explicitly.
-//   - A resolved outcome that the holder beat by settling the same claim
-//     first is reported as a change underneath, not as success.
+//   - Operator writes go to the store directly, never through an engine:
+//     an engine disabled by IDEM_DISABLED ([idem.EnvDisabled]) does not
+//     turn them into no-ops.
+//   - A listing ([Query], [List]) reads at most Query.MaxScan
+//     records per request, whatever the filters.
+//
+// # What the guard covers
+//
+// The store's own condition on a write is the claim (fence and owner) and
+// the status, which an operator's settlement of an already settled record
+// does not change. The guard adds the rest: the write is made only while
+// the record's digest is the one shown, checked and written under a
+// per-key lock that every operator write of the process takes, so two
+// operators of one console (or two idemctl writes in one process) are
+// serialised exactly. Across processes (idemctl and a console at once) the
+// check and the write are two round trips: a second settlement landing
+// between them is caught by reading the record back after a write to a
+// settled record, which reports a [*ChangedError] when the outcome that
+// stands is not the operator's.
 //
 // The files beside this package (grafana/, prometheus/) are the
 // dashboards and alert rules operators run next to it.
@@ -21,10 +43,14 @@ package ops
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
@@ -126,6 +152,10 @@ type ChangedError struct {
 	// Settled is true when the holder settled the same claim while the
 	// operator's write was on its way (the write found it settled).
 	Settled bool
+	// Overwritten is true when the operator's write landed and another
+	// write replaced it at once (another process settling the same
+	// record): the outcome that stands is not the operator's.
+	Overwritten bool
 }
 
 // Seen is what a refused write found.
@@ -137,8 +167,12 @@ type Seen struct {
 
 func (e *ChangedError) Error() string {
 	switch {
+	case e.Now == nil && e.Overwritten:
+		return fmt.Sprintf("%s changed underneath: it was deleted right after the operator's write; the operator's outcome does not stand", e.Key)
 	case e.Now == nil:
 		return fmt.Sprintf("%s changed underneath: it was deleted or expired since it was read; nothing was written", e.Key)
+	case e.Overwritten:
+		return fmt.Sprintf("%s changed underneath: another write settled it as %s right after the operator's; the operator's outcome does not stand. Read it again and decide again", e.Key, e.Now.Status)
 	case e.Settled:
 		return fmt.Sprintf("%s changed underneath: its holder settled it as %s while the operator's write was on its way; the operator's outcome was not stored. Read it again and decide again", e.Key, e.Now.Status)
 	}
@@ -207,10 +241,12 @@ type Operator struct {
 	Store store.Store
 	// Clock is the time writes are made at. Default store.SystemClock.
 	Clock store.Clock
-	// Owner is the owner written on records resolved by hand. Default
-	// "idem-operator".
+	// Owner names the engine records are read through. A record settled
+	// by hand keeps its claim's fence and owner. Default "idem-operator".
 	Owner string
-	// Logger receives the engine's own warnings. Default slog.Default().
+	// Logger is not used: reads and writes log nothing (the console and
+	// idemctl report every action themselves), and the warning of an
+	// engine disabled by IDEM_DISABLED does not concern operator writes.
 	Logger *slog.Logger
 }
 
@@ -224,19 +260,15 @@ func (o *Operator) clock() store.Clock {
 // Now is the operator's time.
 func (o *Operator) Now() time.Time { return o.clock().Now() }
 
-// engine returns an engine whose settled records live for expiry (at
-// least a second) and that stores results as they are given.
+// engine returns the engine records are read through. Writes never go
+// through it (see [Operator.ApplyGuarded]).
 func (o *Operator) engine(expiry time.Duration) (*idem.Engine, error) {
-	expiry = max(expiry, time.Second)
-	owner, log := o.Owner, o.Logger
+	owner := o.Owner
 	if owner == "" {
 		owner = "idem-operator"
 	}
-	if log == nil {
-		log = slog.Default()
-	}
 	return idem.New(o.Store, &idem.Config{
-		Clock: o.clock(), Codec: RawCodec{}, Owner: owner, Logger: log,
+		Clock: o.clock(), Codec: RawCodec{}, Owner: owner, Logger: slog.New(slog.DiscardHandler),
 		Expiry: expiry, Lease: min(30*time.Second, expiry), RenewInterval: -1,
 	})
 }
@@ -256,66 +288,172 @@ func (o *Operator) Read(ctx context.Context, key idem.StoreKey) (*idem.State, er
 }
 
 // Apply applies w to the record st, which the operator read and decided
-// on: it checks [Write.Allowed], then writes through st's token, so the
-// store refuses the write with a [*ChangedError] if the record changed
-// since it was read.
+// on: see [Operator.ApplyGuarded], with st's [Guard].
 func (o *Operator) Apply(ctx context.Context, st *idem.State, w Write) error {
+	k, err := idem.ParseStoreKey(st.Key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", st.Key, err)
+	}
+	return o.ApplyGuarded(ctx, k, Guard(st), w)
+}
+
+// ApplyGuarded applies w to key's record if it is still the record the
+// operator was shown, whose [Guard] is guard. Under the key's lock it
+// reads the record again and refuses with a [*ChangedError] when its
+// guard differs (or it is gone), checks [Write.Allowed], then writes
+// through the store, fenced by the record's claim and status. A write to
+// an already settled record is read back: an outcome that does not stand
+// (another process settled it right after) is a [*ChangedError] too.
+func (o *Operator) ApplyGuarded(ctx context.Context, key idem.StoreKey, guard string, w Write) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
-	if err := w.Allowed(st, o.Now()); err != nil {
-		return err
+	k := key.String()
+	defer lockKey(k)()
+	st, err := o.Read(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return &ChangedError{Key: k}
 	}
-	e, err := o.engine(w.ExpiryFor(st))
 	if err != nil {
 		return err
 	}
-	t := st.Token()
+	if Guard(st) != guard {
+		return &ChangedError{Key: k, Now: seen(st)}
+	}
+	now := o.Now()
+	if err := w.Allowed(st, now); err != nil {
+		return err
+	}
+	ref := store.ClaimRef{Key: k, Fence: st.Fence, Owner: st.Owner, From: st.Status, Now: store.Millis(now)}
+	expires := ref.Now + max(w.ExpiryFor(st), time.Second).Milliseconds()
 	switch w.Action {
 	case Release, Delete:
-		err = e.Release(ctx, t)
+		err = o.Store.Release(ctx, store.ReleaseParams{ClaimRef: ref})
 	case Complete:
-		err = e.Complete(ctx, t, w.Result)
+		err = o.Store.Complete(ctx, store.CompleteParams{ClaimRef: ref, ExpiresAt: expires, Result: w.Result})
 	case Fail:
-		err = e.Fail(ctx, t, w.Error)
+		err = o.Store.Fail(ctx, store.FailParams{ClaimRef: ref, ExpiresAt: expires,
+			Err: store.ErrorRecord{Code: w.Error.Code, Message: w.Error.Message, Body: w.Error.Body}})
 	}
 	if err != nil {
-		return explain(st.Key, err)
+		return explain(k, st, err)
 	}
-	if w.Action != Complete && w.Action != Fail {
-		return nil
+	if st.Status == idem.StatusInProgress || w.After() == 0 {
+		return nil // the store's status condition guarded it whole
 	}
-	// The engine counts a write that finds the record already settled
-	// under the same claim as its own (an earlier attempt whose reply was
-	// lost); for an operator's write that means the holder settled it in
-	// between.
-	after, err := o.Read(ctx, t.Key)
+	after, err := o.Read(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return &ChangedError{Key: k, Overwritten: true}
+	}
 	if err != nil {
-		return fmt.Errorf("%s: the write was accepted but the record cannot be read back: %w", st.Key, err)
+		return fmt.Errorf("%s: the write was accepted but the record cannot be read back: %w", k, err)
 	}
-	if !landed(w, after) {
-		return &ChangedError{Key: st.Key, Now: &Seen{Status: after.Status, Fence: after.Fence, Owner: after.Owner}, Settled: true}
+	if !landed(w, after, ref.Now, expires) {
+		return &ChangedError{Key: k, Now: seen(after), Overwritten: true}
 	}
 	return nil
 }
 
-func landed(w Write, st *idem.State) bool {
-	if w.Action == Complete {
-		return st.Status == idem.StatusCompleted && bytes.Equal(st.Result, w.Result)
+// landed reports whether st is what w wrote at now (ms), expiring at
+// expires (ms).
+func landed(w Write, st *idem.State, now, expires int64) bool {
+	if st.Status != w.After() || store.Millis(st.CompletedAt) != now || store.Millis(st.ExpiresAt) != expires {
+		return false
 	}
-	return st.Status == idem.StatusFailed && st.Err != nil && st.Err.Code == w.Error.Code && st.Err.Message == w.Error.Message
+	if w.Action == Complete {
+		return bytes.Equal(st.Result, w.Result)
+	}
+	return st.Err != nil && st.Err.Code == w.Error.Code && st.Err.Message == w.Error.Message && bytes.Equal(st.Err.Body, w.Error.Body)
 }
 
-// explain turns a refused write into a [*ChangedError].
-func explain(key string, err error) error {
-	var stale *idem.StaleTokenError
-	if !errors.As(err, &stale) {
-		return err
-	}
-	if stale.Status == 0 {
+func seen(st *idem.State) *Seen {
+	return &Seen{Status: st.Status, Fence: st.Fence, Owner: st.Owner}
+}
+
+// explain turns a write the store refused into a [*ChangedError].
+func explain(key string, st *idem.State, err error) error {
+	var fenced *store.FencedError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return &ChangedError{Key: key}
+	case errors.As(err, &fenced):
+		return &ChangedError{Key: key, Now: &Seen{Status: fenced.Status, Fence: fenced.Current, Owner: fenced.CurrentOwner},
+			Settled: fenced.Own() && st.Status == idem.StatusInProgress}
 	}
-	return &ChangedError{Key: key, Now: &Seen{Status: stale.Status, Fence: stale.Fence, Owner: stale.Owner}}
+	return fmt.Errorf("%s: %w", key, err)
+}
+
+// Guard is the digest of everything an operator is shown of st: key,
+// status, claim (fence and owner), execution reference, fingerprint, every
+// time (created, expected completion, settled, expiry), and the stored
+// result or terminal error (code, message, body). Any write to the record
+// that an operator could see changes it. It is not a secret: it names a
+// version of a record, and is compared, never trusted.
+func Guard(st *idem.State) string {
+	h := sha256.New()
+	field := func(b []byte) {
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+		h.Write(b)
+	}
+	num := func(v int64) { field(binary.AppendVarint(nil, v)) }
+	field([]byte(st.Key))
+	num(int64(st.Status))
+	num(int64(st.Fence))
+	field([]byte(st.Owner))
+	field([]byte(st.Ref))
+	field([]byte(st.Fingerprint))
+	for _, t := range []time.Time{st.CreatedAt, st.LeaseUntil, st.CompletedAt, st.ExpiresAt} {
+		if t.IsZero() {
+			num(0)
+		} else {
+			num(store.Millis(t))
+		}
+	}
+	field(st.Result)
+	if e := st.Err; e != nil {
+		num(1)
+		field([]byte(e.Code))
+		field([]byte(e.Message))
+		field(e.Body)
+	} else {
+		num(0)
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// keyLocks serialises the operator writes of this process per key, so
+// that a guard's check and its write are one step for every operator of
+// a console.
+var keyLocks = struct {
+	sync.Mutex
+	m map[string]*keyLock
+}{m: make(map[string]*keyLock)}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+// lockKey locks key and returns its unlock.
+func lockKey(key string) (unlock func()) {
+	keyLocks.Lock()
+	l := keyLocks.m[key]
+	if l == nil {
+		l = &keyLock{}
+		keyLocks.m[key] = l
+	}
+	l.users++
+	keyLocks.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		keyLocks.Lock()
+		if l.users--; l.users == 0 {
+			delete(keyLocks.m, key)
+		}
+		keyLocks.Unlock()
+	}
 }
 
 // ParseError reads a terminal error given as CODE:MESSAGE.

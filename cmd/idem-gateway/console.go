@@ -29,6 +29,10 @@ type consoleOptions struct {
 	authFile  string
 	refLink   string
 	creds     []console.Credential
+	// signIn holds the sign-in and proxy flags (-console-secure-cookies,
+	// -console-trusted-proxies, …), set by applySignIn.
+	signIn      console.Config
+	applySignIn func() error
 }
 
 func (c *consoleOptions) define(fs *flag.FlagSet) {
@@ -36,6 +40,7 @@ func (c *consoleOptions) define(fs *flag.FlagSet) {
 	fs.BoolVar(&c.write, "console-write", false, "let the console release, delete and resolve records; needs credentials (-console-auth-file or $"+envConsoleAuth+")")
 	fs.StringVar(&c.authFile, "console-auth-file", "", "the console's sign-in credentials: USER:PASSWORD or a token, one a line (default $"+envConsoleAuth+")")
 	fs.StringVar(&c.refLink, "console-ref-link", "", "link execution references that are not Step Functions ARNs through this URL, {ref} standing for the reference")
+	c.applySignIn = c.signIn.DefineSignInFlags(fs, "console-")
 }
 
 // check validates the flags once parsed and reads the credentials.
@@ -48,6 +53,9 @@ func (c *consoleOptions) check(admin string, getenv func(string) string) error {
 	}
 	if admin == "" {
 		return errors.New("-console needs -admin: the console is served on the admin listener")
+	}
+	if err := c.applySignIn(); err != nil {
+		return err
 	}
 	src, name := getenv(envConsoleAuth), "$"+envConsoleAuth
 	if c.authFile != "" {
@@ -79,11 +87,11 @@ func (g *gateway) openConsole(s store.Store) (*console.Console, error) {
 	actions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_console_actions_total",
 		Help: "Actions taken through the operator console, by action and outcome (done, refused, error)."}, []string{"action", "outcome"})
 	g.metrics.reg.MustRegister(actions)
-	return console.New(s, &console.Config{
-		Name: storeurl.Redact(g.opts.store), Write: g.opts.console.write, Credentials: g.opts.console.creds,
-		BasePath: consolePath, RefLink: g.opts.console.refLink, Logger: g.log, Owner: "idem-gateway-console",
-		OnAction: func(ev console.ActionEvent) { actions.WithLabelValues(string(ev.Action), ev.Outcome).Inc() },
-	})
+	cfg := g.opts.console.signIn
+	cfg.Name, cfg.Write, cfg.Credentials = storeurl.Redact(g.opts.store), g.opts.console.write, g.opts.console.creds
+	cfg.BasePath, cfg.RefLink, cfg.Logger, cfg.Owner = consolePath, g.opts.console.refLink, g.log, "idem-gateway-console"
+	cfg.OnAction = func(ev console.ActionEvent) { actions.WithLabelValues(string(ev.Action), ev.Outcome).Inc() }
+	return console.New(s, &cfg)
 }
 
 func (g *gateway) closeConsole() {

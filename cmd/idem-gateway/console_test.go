@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -28,17 +29,58 @@ func TestConsoleFlagErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for args, want := range map[string]string{
-		"-upstream http://x -console":                                      "-console needs -admin",
-		"-upstream http://x -console-write":                                "need -console",
-		"-upstream http://x -admin :0 -console -console-write":             "-console-write needs credentials",
-		"-upstream http://x -admin :0 -console -console-auth-file " + auth: "at least 12",
-		"-upstream http://x -admin :0 -console -console-auth-file /nope":   "-console-auth-file",
+		"-upstream http://x -console":                                                "-console needs -admin",
+		"-upstream http://x -console-write":                                          "need -console",
+		"-upstream http://x -admin :0 -console -console-write":                       "-console-write needs credentials",
+		"-upstream http://x -admin :0 -console -console-auth-file " + auth:           "at least 12",
+		"-upstream http://x -admin :0 -console -console-auth-file /nope":             "-console-auth-file",
+		"-upstream http://x -admin :0 -console -console-trusted-proxies 10.0.0.0/33": "-console-trusted-proxies",
+		"-upstream http://x -admin :0 -console -console-sign-in-failures 0":          "-console-sign-in-failures",
 	} {
 		t.Setenv(envConsoleAuth, "")
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", args, err, want)
 		}
+	}
+}
+
+// Behind a TLS-terminating proxy the console's session cookie is Secure:
+// with -console-secure-cookies, and with -console-trusted-proxies when
+// the proxy says X-Forwarded-Proto: https; a cross-origin sign-in is
+// refused.
+func TestConsoleCookiesBehindAProxy(t *testing.T) {
+	const secret = "correct-horse-battery"
+	auth := filepath.Join(t.TempDir(), "console-auth")
+	if err := os.WriteFile(auth, []byte("ops:"+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := newUpstream(t)
+	signIn := func(gw *proc, h http.Header) (int, string) {
+		c := consoletest.NewClient(t, "http://"+gw.admin+consolePath)
+		code, _, hdr := c.PostWith("login", url.Values{"user": {"ops"}, "secret": {secret}}, h)
+		return code, hdr.Get("Set-Cookie")
+	}
+	for _, tc := range []struct {
+		flags  []string
+		header http.Header
+		secure bool
+	}{
+		{flags: nil, header: http.Header{"X-Forwarded-Proto": {"https"}}, secure: false},
+		{flags: []string{"-console-secure-cookies"}, secure: true},
+		{flags: []string{"-console-trusted-proxies", "127.0.0.1"}, header: http.Header{"X-Forwarded-Proto": {"https"}}, secure: true},
+	} {
+		args := append([]string{"-upstream", up.srv.URL, "-store", "bolt://" + filepath.Join(t.TempDir(), "gw.db"), "-admin", "127.0.0.1:0",
+			"-console", "-console-auth-file", auth}, tc.flags...)
+		gw := startGateway(t, args...)
+		code, cookie := signIn(gw, tc.header)
+		if code != http.StatusSeeOther || strings.Contains(cookie, "; Secure") != tc.secure {
+			t.Errorf("%v: %d %q, want Secure %v", tc.flags, code, cookie, tc.secure)
+		}
+		if code, _ := signIn(gw, http.Header{"Sec-Fetch-Site": {"cross-site"}}); code != http.StatusForbidden {
+			t.Errorf("%v: cross-site sign-in: %d, want 403", tc.flags, code)
+		}
+		gw.kill()
 	}
 }
 

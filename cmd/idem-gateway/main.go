@@ -10,7 +10,8 @@
 //	  [-expiry 24h] [-lease 30s] [-max-body 1MiB] [-methods POST,PATCH] \
 //	  [-read-header-timeout 10s] [-body-timeout 30s] [-read-timeout 1m] [-idle-timeout 2m] \
 //	  [-status-path /idempotency/status/ -expected-completion 10m] \
-//	  [-console [-console-write -console-auth-file FILE]]
+//	  [-console [-console-write -console-auth-file FILE] [-console-secure-cookies] \
+//	    [-console-trusted-proxies ADDRS] [-console-sign-in-failures 5 -console-sign-in-window 1m]]
 //
 // # Operator console
 //
@@ -19,7 +20,11 @@
 // way to look into the bolt file while the gateway holds it. It is
 // read-only unless -console-write, which needs sign-in credentials from
 // -console-auth-file or $IDEM_CONSOLE_AUTH (USER:PASSWORD or a token, one
-// a line). See docs/operations.md.
+// a line). Behind a TLS-terminating proxy, set -console-secure-cookies (or
+// name the proxy in -console-trusted-proxies, whose X-Forwarded-Proto and
+// X-Forwarded-For are then believed); failed sign-ins are throttled per
+// client and per user (-console-sign-in-failures, -console-sign-in-window,
+// -console-sign-in-max-delay). See docs/operations.md.
 //
 // Run idem-gateway -h for every flag.
 //

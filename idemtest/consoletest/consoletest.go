@@ -125,6 +125,27 @@ func (c *Client) Post(path string, form url.Values) (int, string, string) {
 	return resp.StatusCode, string(b), resp.Header.Get("Location")
 }
 
+// PostWith posts form to path with the headers h and returns its status,
+// body and response headers.
+func (c *Client) PostWith(path string, form url.Values, h http.Header) (int, string, http.Header) {
+	c.T.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.Base+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
 var hiddenInput = regexp.MustCompile(`<input type="hidden" name="([a-z]+)" value="([^"]*)">`)
 
 // Hidden returns the hidden fields of the first form in body with name

@@ -141,6 +141,7 @@ func TestUsageErrors(t *testing.T) {
 		"frobnicate":                        `unknown command "frobnicate"`,
 		"list -status done":                 `-status "done"`,
 		"list -limit 0":                     "-limit 0",
+		"list -max-scan 0":                  "-max-scan 0",
 		"list -o yaml":                      "want table or json",
 		"list -scope bad#scope":             "-scope",
 		"list extra":                        "no arguments",

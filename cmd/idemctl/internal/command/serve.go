@@ -31,9 +31,11 @@ var serveCommand = command{
 		write := fs.Bool("write", false, "enable release, delete and resolve; needs credentials from -auth-file or $"+EnvConsoleAuth)
 		authFile := fs.String("auth-file", "", "read sign-in credentials from `FILE`: USER:PASSWORD or a token, one a line (default $"+EnvConsoleAuth+")")
 		interval := fs.Duration("interval", time.Minute, "time between the monitor's sweeps (the overview's numbers)")
-		maxRecords := fs.Int("max-records", 10_000, "most records one sweep reads")
+		maxRecords := fs.Int("max-records", 10_000, "most records of each status (IN_PROGRESS, FAILED) one sweep reads")
 		storeWait := fs.Duration("store-wait", time.Minute, "keep trying to open the store this long before giving up (0: once)")
 		refLink := fs.String("ref-link", "", "link execution references that are not Step Functions ARNs through `URL`, where {ref} stands for the reference")
+		var cfg console.Config
+		applySignIn := cfg.DefineSignInFlags(fs, "")
 		return func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("serve takes no arguments")
@@ -48,7 +50,11 @@ var serveCommand = command{
 			if *write && len(creds) == 0 {
 				return usagef("-write needs credentials: -auth-file FILE or $%s (USER:PASSWORD or a token)", EnvConsoleAuth)
 			}
-			return c.serve(ctx, *addr, *storeWait, &console.Config{Write: *write, Credentials: creds, RefLink: *refLink},
+			cfg.Write, cfg.Credentials, cfg.RefLink = *write, creds, *refLink
+			if err := applySignIn(); err != nil {
+				return usagef("%v", err)
+			}
+			return c.serve(ctx, *addr, *storeWait, &cfg,
 				&monitor.Config{Interval: *interval, MaxRecords: *maxRecords})
 		}
 	},

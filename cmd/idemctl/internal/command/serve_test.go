@@ -164,7 +164,7 @@ func TestServeEveryPageOnEveryStore(t *testing.T) {
 		if code, loc := c.Act(keys.Stuck, "complete", url.Values{"result": {`{"charge":"ch_1003"}`}}); code != http.StatusSeeOther {
 			t.Fatalf("resolve: %d %s", code, loc)
 		}
-		if _, body, _ := c.Get(rec(keys.Stuck)); !strings.Contains(body, `<span class="status COMPLETED">`) || !strings.Contains(body, "ch_1003") {
+		if _, body, _ := c.Get(rec(keys.Stuck)); !strings.Contains(body, `<span class="status COMPLETED"`) || !strings.Contains(body, "ch_1003") {
 			t.Fatalf("after resolve:\n%s", body)
 		}
 		if _, body, _ := c.Get("metrics"); !strings.Contains(body, `idem_console_actions_total{action="complete",outcome="done"} 1`) ||
@@ -254,5 +254,33 @@ func TestServeWaitsForItsStore(t *testing.T) {
 	cancel()
 	if code := <-done; code != ExitOK {
 		t.Fatalf("serve exited %d: %s", code, retried.String())
+	}
+}
+
+// serve's sign-in flags reach the console: -secure-cookies marks the
+// session cookie Secure (a TLS proxy serves the console), and
+// -sign-in-failures closes sign-in after that many failures.
+func TestServeSignInFlags(t *testing.T) {
+	f := setup(t)
+	f.getenv[EnvConsoleAuth] = "ops:" + consoleSecret
+	c := consoletest.NewClient(t, f.serving("-secure-cookies", "-sign-in-failures", "2"))
+	post := func(secret string) (int, http.Header) {
+		code, _, h := c.PostWith("login", url.Values{"user": {"ops"}, "secret": {secret}}, nil)
+		return code, h
+	}
+	for range 3 {
+		if code, _ := post("wrong-password"); code != http.StatusUnauthorized {
+			t.Fatalf("wrong password: %d", code)
+		}
+	}
+	if code, h := post(consoleSecret); code != http.StatusTooManyRequests || h.Get("Retry-After") != "30" {
+		t.Fatalf("after 3 failures: %d %q, want 429 and Retry-After 30 (1m / 2)", code, h.Get("Retry-After"))
+	}
+	f.clock.Advance(30 * time.Second)
+	if code, h := post(consoleSecret); code != http.StatusSeeOther || !strings.Contains(h.Get("Set-Cookie"), "; Secure") {
+		t.Fatalf("sign-in: %d %q, want a Secure session cookie", code, h.Get("Set-Cookie"))
+	}
+	if code, _, errOut := f.run("serve", "-trusted-proxies", "nope"); code != ExitUsage || !strings.Contains(errOut, "-trusted-proxies") {
+		t.Fatalf("bad -trusted-proxies: exit %d %q", code, errOut)
 	}
 }

@@ -25,8 +25,9 @@ func (f *settleFlags) define(fs *flag.FlagSet) {
 
 // settle is one manual write through package ops (the console's code
 // path too): read the record, check it may be settled, confirm, then
-// write through the token of exactly the record read, so that the store
-// refuses the write if anything changed in between.
+// write only while the record is still exactly the one read (ops.Guard),
+// through its claim and status, so that nothing is written if anything
+// changed in between.
 type settle struct {
 	c     *ctl
 	flags *settleFlags

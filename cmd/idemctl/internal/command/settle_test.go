@@ -160,3 +160,27 @@ func TestWritesAreRefusedWhenTheRecordChangedUnderneath(t *testing.T) {
 		})
 	}
 }
+
+// IDEM_DISABLED, left in an operator's environment, does not turn
+// idemctl's writes into no-ops: release, resolve and resolve --fail
+// really change the records.
+func TestWritesIgnoreIdemDisabled(t *testing.T) {
+	f := setup(t) // the application's engine, made before the variable is set
+	_, released := f.begin("charge", "r", time.Minute, "")
+	_, completed := f.begin("charge", "c", time.Minute, "")
+	_, failed := f.begin("charge", "f", time.Minute, "")
+	f.clock.Advance(2 * time.Minute)
+	t.Setenv(idem.EnvDisabled, "true")
+	f.must("release", "--yes", released.String())
+	f.must("resolve", "--yes", completed.String(), "--result", `"ok"`)
+	f.must("resolve", "--yes", failed.String(), "--fail", "c:m")
+	if st := f.status(released); st != nil {
+		t.Fatalf("released record: %+v", st)
+	}
+	if st := f.status(completed); st == nil || st.Status != idem.StatusCompleted || string(st.Result) != `"ok"` {
+		t.Fatalf("resolved record: %+v", st)
+	}
+	if st := f.status(failed); st == nil || st.Status != idem.StatusFailed || st.Err.Code != "c" {
+		t.Fatalf("failed record: %+v", st)
+	}
+}

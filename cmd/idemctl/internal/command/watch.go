@@ -20,7 +20,7 @@ var watchCommand = command{
 	flags: func(fs *flag.FlagSet, c *ctl) func(context.Context, []string) error {
 		addr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (such as :9464)")
 		interval := fs.Duration("interval", time.Minute, "time between sweeps")
-		maxRecords := fs.Int("max-records", 10_000, "most records one sweep reads")
+		maxRecords := fs.Int("max-records", 10_000, "most records of each status (IN_PROGRESS, FAILED) one sweep reads")
 		return func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("watch takes no arguments")
