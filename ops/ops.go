@@ -268,7 +268,7 @@ func (o *Operator) engine(expiry time.Duration) (*idem.Engine, error) {
 		owner = "idem-operator"
 	}
 	return idem.New(o.Store, &idem.Config{
-		Clock: o.clock(), Codec: RawCodec{}, Owner: owner, Logger: slog.New(slog.DiscardHandler),
+		Clock: o.clock(), Codec: idem.RawCodec{}, Owner: owner, Logger: slog.New(slog.DiscardHandler),
 		Expiry: expiry, Lease: min(30*time.Second, expiry), RenewInterval: -1,
 	})
 }
@@ -463,29 +463,6 @@ func ParseError(s string) (*idem.TerminalError, error) {
 		return nil, fmt.Errorf("%q: want CODE:MESSAGE, such as declined:card declined", s)
 	}
 	return &idem.TerminalError{Code: code, Message: msg}, nil
-}
-
-// RawCodec stores the bytes it is given as they are: a result an operator
-// supplies is already in whatever encoding the application uses.
-type RawCodec struct{}
-
-// Marshal returns v, which must be a []byte.
-func (RawCodec) Marshal(v any) ([]byte, error) {
-	b, ok := v.([]byte)
-	if !ok {
-		return nil, fmt.Errorf("ops: raw codec given %T", v)
-	}
-	return b, nil
-}
-
-// Unmarshal copies data into v, which must be a *[]byte.
-func (RawCodec) Unmarshal(data []byte, v any) error {
-	p, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("ops: raw codec given %T", v)
-	}
-	*p = append([]byte(nil), data...)
-	return nil
 }
 
 func orDash(s string) string {

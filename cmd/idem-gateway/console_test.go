@@ -19,7 +19,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
-	"github.com/seed-a1b882c0/idem/ops"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -114,7 +113,7 @@ func TestConsoleOnBoltInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := idem.New(s.Store, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: ops.RawCodec{}})
+	raw, err := idem.New(s.Store, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: idem.RawCodec{}})
 	if err != nil {
 		t.Fatal(err)
 	}

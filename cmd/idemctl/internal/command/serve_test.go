@@ -17,7 +17,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
-	"github.com/seed-a1b882c0/idem/ops"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
@@ -74,7 +73,7 @@ func (f *fixture) seed() consoletest.Keys {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: ops.RawCodec{}})
+	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: idem.RawCodec{}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
