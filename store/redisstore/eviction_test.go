@@ -531,20 +531,22 @@ func TestCompleteOnAFullRedis(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		var refused atomic.Int32
 		c.AddHook(oomHook(func() { refused.Add(1) }))
-		e, s, obs := fullRedisEngine(t, c, 500*time.Millisecond)
+		e, s, obs := fullRedisEngine(t, c, time.Second)
 		var runs atomic.Int32
 		op := func(context.Context) (string, error) { runs.Add(1); fill(t, admin); return "done", nil }
 		req := idem.Request{Operation: "full", Key: "k"}
 		res, err := idem.Do(context.Background(), e, req, op)
+		// Unrecorded is the last attempt's error: OOM, or on a busy
+		// machine the attempt's own deadline.
 		if err != nil || res.Value != "done" || res.Recorded != 0 || !errors.Is(res.Unrecorded, store.ErrUnavailable) ||
-			errors.Is(res.Unrecorded, store.ErrCorrupt) || !strings.Contains(res.Unrecorded.Error(), "OOM") {
-			t.Fatalf("%+v, %v; want the value, nothing recorded, unavailable (OOM)", res, err)
+			errors.Is(res.Unrecorded, store.ErrCorrupt) {
+			t.Fatalf("%+v, %v; want the value, nothing recorded, unavailable", res, err)
 		}
 		if n := refused.Load(); n < 2 {
-			t.Errorf("%d Completes refused, want the Complete retried", n)
+			t.Errorf("%d Completes refused as out of memory, want the Complete retried", n)
 		}
-		if n := obs.count("complete_failed"); n != 1 {
-			t.Errorf("complete_failed counted %d times, want 1", n)
+		if n, m := obs.count("complete_failed"), obs.count("store_error"); n != 1 || m != 1 {
+			t.Errorf("complete_failed counted %d times, store_error %d, want 1 each", n, m)
 		}
 		r, err := s.Get(context.Background(), res.StoreKey)
 		if err != nil || r.Status != store.StatusInProgress || r.Fence != res.Fence {
