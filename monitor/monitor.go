@@ -15,7 +15,7 @@
 // redisstore's maxmemory-policy) is asked on every sweep too, since an
 // operator can change them under a running program: a check that starts
 // failing with store.ErrMisconfigured is logged (Error) once, and once
-// more (Info) when it passes again; every sweep's answers are in
+// more (Info) when it passes again (one that cannot be read, once, Warn); every sweep's answers are in
 // [Snapshot.Settings] (idemctl exports them as
 // idem_store_misconfigured{check="eviction"}).
 //
@@ -55,7 +55,8 @@ type Config struct {
 	Clock store.Clock
 	// Logger receives one line per newly stuck or failed record (Warn),
 	// per failed sweep (Error), and per store setting that became wrong
-	// (Error) or right again (Info). Default slog.Default().
+	// (Error), right again (Info) or unreadable (Warn). Default
+	// slog.Default().
 	Logger *slog.Logger
 	// OnSweep, when set, is called after every sweep with its snapshot,
 	// on the monitor's goroutine.
@@ -244,8 +245,9 @@ type Monitor struct {
 	// what the last complete sweep found.
 	seen map[seenKey]bool
 	// wrong holds the names of the setting checks that failed with
-	// store.ErrMisconfigured at the last sweep that could read them.
-	wrong map[string]bool
+	// store.ErrMisconfigured at the last sweep that could read them;
+	// unreadable those that could not be read at the last sweep.
+	wrong, unreadable map[string]bool
 
 	mu   sync.Mutex
 	last Snapshot
@@ -272,7 +274,7 @@ func New(l store.Lister, cfg *Config) (*Monitor, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Monitor{l: l, cfg: c, seen: make(map[seenKey]bool), wrong: make(map[string]bool)}, nil
+	return &Monitor{l: l, cfg: c, seen: make(map[seenKey]bool), wrong: make(map[string]bool), unreadable: make(map[string]bool)}, nil
 }
 
 // Start returns a monitor of l that sweeps at once and then every
@@ -394,10 +396,19 @@ func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 }
 
 // noteSettings logs the setting checks whose answer changed since the
-// last sweep that could read them.
+// last sweep that could read them, and those that newly cannot be read.
 func (m *Monitor) noteSettings(checks []store.SettingCheck) {
 	for _, c := range checks {
-		switch wrong := errors.Is(c.Err, store.ErrMisconfigured); {
+		wrong := errors.Is(c.Err, store.ErrMisconfigured)
+		if c.Err != nil && !wrong {
+			if !m.unreadable[c.Name] {
+				m.unreadable[c.Name] = true
+				m.cfg.Logger.Warn("idem monitor: cannot read a store setting; it is not checked until it can be", "check", c.Name, "err", c.Err)
+			}
+			continue
+		}
+		delete(m.unreadable, c.Name)
+		switch {
 		case wrong && !m.wrong[c.Name]:
 			m.wrong[c.Name] = true
 			m.cfg.Logger.Error("idem monitor: a store setting lets records be forgotten before their expiry; operations may run again",

@@ -336,8 +336,9 @@ func (s *settingsStore) CheckSettings(context.Context) []store.SettingCheck {
 // TestSweepReportsASettingThatTurnsWrong: every sweep asks a
 // store.SettingsChecker; a check that starts failing with
 // ErrMisconfigured is logged once (Error), a check that cannot be read
-// (ErrUnavailable) changes nothing, and the check passing again is logged
-// once (Info). Every snapshot carries the answers.
+// (ErrUnavailable) is logged once (Warn) and leaves it wrong, and the
+// check passing again is logged once (Info). Every snapshot carries the
+// answers.
 func TestSweepReportsASettingThatTurnsWrong(t *testing.T) {
 	f := setup(t)
 	s := &settingsStore{Store: f.store}
@@ -370,6 +371,10 @@ func TestSweepReportsASettingThatTurnsWrong(t *testing.T) {
 	sweep(true)
 	s.set(fmt.Errorf("cannot read: %w", store.ErrUnavailable))
 	sweep(false)
+	sweep(false)
+	if n := strings.Count(f.logs.String(), "cannot read a store setting"); n != 1 {
+		t.Fatalf("%d lines saying the setting cannot be read, want 1:\n%s", n, f.logs)
+	}
 	s.set(fmt.Errorf("Redis at 127.0.0.1:1 evicts: %w", store.ErrMisconfigured))
 	sweep(true)
 	logs := f.logs.String()

@@ -20,7 +20,9 @@ type SettingsChecker interface {
 	//   - Err nil: the setting keeps records until their expiry;
 	//   - Err matching [ErrMisconfigured]: it does not; the error names
 	//     the node and the setting, and says what to set;
-	//   - Err matching [ErrUnavailable]: the setting could not be read.
+	//   - Err matching [ErrUnavailable]: the setting could not be read
+	//     (the server did not answer, or refused the store's user the
+	//     read: the error says so).
 	CheckSettings(ctx context.Context) []SettingCheck
 }
 

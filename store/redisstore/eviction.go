@@ -61,13 +61,21 @@ func (e *EvictionError) Is(target error) bool {
 // which reads INFO memory on the server (every master of a cluster, every
 // shard of a ring, the primary behind Sentinel) and answers an
 // [*EvictionError] for a server that may evict keys (several joined, one
-// per server), an [*ACLError] when the ACL refuses INFO, or
-// store.ErrUnavailable. With Config.AllowEviction it checks nothing.
+// per server), or store.ErrUnavailable when it cannot tell: the server
+// did not answer, or the ACL refuses INFO (the error says so, with the
+// ACL SETUSER that allows it). With Config.AllowEviction it checks
+// nothing.
 func (s *Store) CheckSettings(ctx context.Context) []store.SettingCheck {
 	if s.cfg.AllowEviction {
 		return nil
 	}
-	return []store.SettingCheck{{Name: "eviction", Err: s.checkEviction(ctx)}}
+	err := s.checkEviction(ctx)
+	var ae *ACLError
+	if errors.As(err, &ae) {
+		// Not a setting found wrong: a setting that could not be read.
+		err = fmt.Errorf("redisstore: eviction not checked: %w: %v", store.ErrUnavailable, ae)
+	}
+	return []store.SettingCheck{{Name: "eviction", Err: err}}
 }
 
 // checkEviction reads maxmemory and maxmemory_policy (INFO memory, which

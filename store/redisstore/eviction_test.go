@@ -148,8 +148,9 @@ func TestAllowEvictionOpensWithAWarning(t *testing.T) {
 }
 
 // TestCheckNeedsINFO: a user the ACL refuses INFO cannot tell whether
-// Redis may evict: an *ACLError naming INFO, with the ACL SETUSER that
-// allows it.
+// Redis may evict: an *ACLError naming INFO at Check, with the ACL SETUSER
+// that allows it; to the monitor (CheckSettings), a setting it cannot
+// read.
 func TestCheckNeedsINFO(t *testing.T) {
 	t.Parallel()
 	a, admin := ownRedis(t)
@@ -166,6 +167,12 @@ func TestCheckNeedsINFO(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Command != "INFO" || ae.User != "app" || !errors.Is(err, store.ErrMisconfigured) ||
 		!strings.Contains(err.Error(), "ACL SETUSER app +evalsha +eval +get +set +del +scan +info ~p:*") {
 		t.Fatalf("%v, want an *ACLError refusing INFO to app", err)
+	}
+	// To the monitor, a setting it cannot read: unavailable, not wrong.
+	cs := s.CheckSettings(context.Background())
+	if len(cs) != 1 || !errors.Is(cs[0].Err, store.ErrUnavailable) || errors.Is(cs[0].Err, store.ErrMisconfigured) ||
+		!strings.Contains(cs[0].Err.Error(), "ACL SETUSER app") {
+		t.Fatalf("CheckSettings: %+v, want the eviction check unavailable, saying how to allow INFO", cs)
 	}
 }
 
@@ -284,6 +291,21 @@ func TestCheckReadsThePrimaryBehindSentinel(t *testing.T) {
 	if err := s.Check(ctx); err != nil {
 		t.Fatalf("noeviction: %v", err)
 	}
+}
+
+// TestCheckReadsEveryShardOfARing: a store on a go-redis Ring of two
+// servers of the test's own reads each: the one that may evict is named.
+func TestCheckReadsEveryShardOfARing(t *testing.T) {
+	t.Parallel()
+	a, _ := ownRedis(t)
+	b, _ := ownRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru")
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a, "b": b}})
+	t.Cleanup(func() { r.Close() })
+	s, err := redisstore.New(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEviction(t, s.CheckSettings(context.Background())[0].Err, b, "allkeys-lru", 8<<20)
 }
 
 // fullRedisEngine returns an engine over a store on the Redis at a (of the
