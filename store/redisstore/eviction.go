@@ -123,7 +123,7 @@ func (s *Store) checkEviction(ctx context.Context) error {
 	if err != nil {
 		errs = append(errs, s.translate("check eviction", "", err))
 	}
-	// In the servers' order, so that the message is the same each time.
+	// Sorted, so that the message is the same at every check.
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	if len(errs) == 1 {
 		return errs[0]
