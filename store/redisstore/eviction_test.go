@@ -335,7 +335,8 @@ func fullRedisEngine(t *testing.T, c redis.UniversalClient, writeTimeout time.Du
 // IN_PROGRESS, so its retry is an *idem.InProgressError; every COMPLETED
 // key replays. No operation runs twice.
 func TestFullRedisRunsNothingTwice(t *testing.T) {
-	t.Parallel()
+	// Not parallel: 16 busy workers would slow the timing-sensitive tests
+	// (the fault suite's short timeouts) running beside it.
 	_, c := ownRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
 	e, s, _ := fullRedisEngine(t, c, 300*time.Millisecond)
 	const keys, workers = 3000, 16
