@@ -11,6 +11,14 @@
 // (idemctl watch serves them to Prometheus). The work of one sweep is
 // bounded by Config.MaxRecords.
 //
+// A store that can read its backend's settings ([store.SettingsChecker]:
+// redisstore's maxmemory-policy) is asked on every sweep too, since an
+// operator can change them under a running program: a check that starts
+// failing with store.ErrMisconfigured is logged (Error) once, and once
+// more (Info) when it passes again (one that cannot be read, once, Warn); every sweep's answers are in
+// [Snapshot.Settings] (idemctl exports them as
+// idem_store_misconfigured{check="eviction"}).
+//
 // A stuck record is settled by hand with idemctl (resolve, release) or by
 // the code that owns the work; see docs/idemctl.md.
 package monitor
@@ -21,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,8 +55,10 @@ type Config struct {
 	// Clock times the sweeps and decides which records are stuck.
 	// Default store.SystemClock.
 	Clock store.Clock
-	// Logger receives one line per newly stuck or failed record (Warn)
-	// and per failed sweep (Error). Default slog.Default().
+	// Logger receives one line per newly stuck or failed record (Warn),
+	// per failed sweep (Error), and per store setting that became wrong
+	// (Error), right again (Info) or unreadable (Warn). Default
+	// slog.Default().
 	Logger *slog.Logger
 	// OnSweep, when set, is called after every sweep with its snapshot,
 	// on the monitor's goroutine.
@@ -117,6 +128,35 @@ type Snapshot struct {
 	// byOp breaks the counts down by operation (see ByOperation); a
 	// pointer, so that a Snapshot stays comparable.
 	byOp *map[string]Counts
+	// settings are the store's setting checks (see Settings); a pointer,
+	// likewise.
+	settings *[]store.SettingCheck
+}
+
+// Settings returns the answers of the store's setting checks at this
+// sweep ([store.SettingsChecker]), nil when the store has none. A check
+// whose Err matches store.ErrMisconfigured found a setting that lets the
+// store forget records before their expiry (Redis eviction): operations
+// may run again. The slice is a copy.
+func (s Snapshot) Settings() []store.SettingCheck {
+	if s.settings == nil {
+		return nil
+	}
+	return slices.Clone(*s.settings)
+}
+
+// Misconfigured reports whether one of the store's setting checks at this
+// sweep found a setting wrong (its Err matches store.ErrMisconfigured).
+func (s Snapshot) Misconfigured() bool {
+	if s.settings == nil {
+		return false
+	}
+	for _, c := range *s.settings {
+		if errors.Is(c.Err, store.ErrMisconfigured) {
+			return true
+		}
+	}
+	return false
 }
 
 // ByOperation returns the snapshot's counts by operation (the store key's
@@ -206,6 +246,10 @@ type Monitor struct {
 	// seen holds the events raised already (key, fence, kind), pruned to
 	// what the last complete sweep found.
 	seen map[seenKey]bool
+	// wrong holds the names of the setting checks that failed with
+	// store.ErrMisconfigured at the last sweep that could read them;
+	// unreadable those that could not be read at the last sweep.
+	wrong, unreadable map[string]bool
 
 	mu   sync.Mutex
 	last Snapshot
@@ -232,7 +276,7 @@ func New(l store.Lister, cfg *Config) (*Monitor, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Monitor{l: l, cfg: c, seen: make(map[seenKey]bool)}, nil
+	return &Monitor{l: l, cfg: c, seen: make(map[seenKey]bool), wrong: make(map[string]bool), unreadable: make(map[string]bool)}, nil
 }
 
 // Start returns a monitor of l that sweeps at once and then every
@@ -285,15 +329,22 @@ func (m *Monitor) Last() Snapshot {
 	return m.last
 }
 
-// Sweep reads the store once: IN_PROGRESS and FAILED records, at most
-// Config.MaxRecords of each. It raises an event for each newly stuck or
-// FAILED record, calls Config.OnSweep and returns the snapshot, with the
-// listing's error if it failed.
+// Sweep reads the store once: its settings, when it is a
+// [store.SettingsChecker], and IN_PROGRESS and FAILED records, at most
+// Config.MaxRecords of each status. It raises an event for each newly stuck or
+// FAILED record, logs a setting check that changed its answer, calls
+// Config.OnSweep and returns the snapshot, with the listing's error if it
+// failed.
 func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 	m.sweepMu.Lock()
 	defer m.sweepMu.Unlock()
 	now := m.cfg.Clock.Now()
 	snap := Snapshot{At: now}
+	if sc, ok := m.l.(store.SettingsChecker); ok {
+		checks := sc.CheckSettings(ctx)
+		snap.settings = &checks
+		m.noteSettings(checks)
+	}
 	found := make(map[seenKey]bool)
 	var events []Event
 	for _, status := range []store.Status{store.StatusInProgress, store.StatusFailed} {
@@ -346,6 +397,31 @@ func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 		m.cfg.OnSweep(snap)
 	}
 	return snap, snap.Err
+}
+
+// noteSettings logs the setting checks whose answer changed since the
+// last sweep that could read them, and those that newly cannot be read.
+func (m *Monitor) noteSettings(checks []store.SettingCheck) {
+	for _, c := range checks {
+		wrong := errors.Is(c.Err, store.ErrMisconfigured)
+		if c.Err != nil && !wrong {
+			if !m.unreadable[c.Name] {
+				m.unreadable[c.Name] = true
+				m.cfg.Logger.Warn("idem monitor: cannot read a store setting; it is not checked until it can be", "check", c.Name, "err", c.Err)
+			}
+			continue
+		}
+		delete(m.unreadable, c.Name)
+		switch {
+		case wrong && !m.wrong[c.Name]:
+			m.wrong[c.Name] = true
+			m.cfg.Logger.Error("idem monitor: a store setting lets records be forgotten before their expiry; operations may run again",
+				"check", c.Name, "err", c.Err)
+		case c.Err == nil && m.wrong[c.Name]:
+			delete(m.wrong, c.Name)
+			m.cfg.Logger.Info("idem monitor: the store setting is right again", "check", c.Name)
+		}
+	}
 }
 
 // list pages through the records of status, at most *budget of them.

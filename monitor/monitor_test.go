@@ -333,3 +333,89 @@ func TestSweepCountsByOperation(t *testing.T) {
 		t.Fatalf("totals: %+v", snap)
 	}
 }
+
+// settingsStore is a memstore whose CheckSettings answers what the test
+// sets: the monitor's side of store.SettingsChecker, with no backend
+// behind it (redisstore's TestMonitorSeesEvictionTurnedOn runs it on a
+// real Redis).
+type settingsStore struct {
+	*memstore.Store
+	mu  sync.Mutex
+	err error
+}
+
+func (s *settingsStore) set(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+func (s *settingsStore) CheckSettings(context.Context) []store.SettingCheck {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return []store.SettingCheck{{Name: "eviction", Err: s.err}}
+}
+
+// TestSweepReportsASettingThatTurnsWrong: every sweep asks a
+// store.SettingsChecker; a check that starts failing with
+// ErrMisconfigured is logged once (Error), a check that cannot be read
+// (ErrUnavailable) is logged once (Warn) and leaves it wrong, and the
+// check passing again is logged once (Info). Every snapshot carries the
+// answers.
+func TestSweepReportsASettingThatTurnsWrong(t *testing.T) {
+	f := setup(t)
+	s := &settingsStore{Store: f.store}
+	m, err := monitor.New(s, f.config(monitor.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sweep := func(want bool) monitor.Snapshot {
+		t.Helper()
+		snap, err := m.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := snap.Settings(); len(got) != 1 || got[0].Name != "eviction" || snap.Misconfigured() != want {
+			t.Fatalf("snapshot settings %+v, misconfigured %v; want one eviction check, misconfigured %v", got, snap.Misconfigured(), want)
+		}
+		return snap
+	}
+	const wrongLine = "a store setting lets records be forgotten before their expiry; operations may run again"
+	sweep(false)
+	if strings.Contains(f.logs.String(), "store setting") {
+		t.Fatalf("logged with every setting right: %s", f.logs)
+	}
+	s.set(fmt.Errorf("Redis at 127.0.0.1:1 evicts: %w", store.ErrMisconfigured))
+	snap := sweep(true)
+	if err := snap.Settings()[0].Err; !errors.Is(err, store.ErrMisconfigured) {
+		t.Fatalf("snapshot check error %v", err)
+	}
+	sweep(true)
+	s.set(fmt.Errorf("cannot read: %w", store.ErrUnavailable))
+	sweep(false)
+	sweep(false)
+	if n := strings.Count(f.logs.String(), "cannot read a store setting"); n != 1 {
+		t.Fatalf("%d lines saying the setting cannot be read, want 1:\n%s", n, f.logs)
+	}
+	s.set(fmt.Errorf("Redis at 127.0.0.1:1 evicts: %w", store.ErrMisconfigured))
+	sweep(true)
+	logs := f.logs.String()
+	if n := strings.Count(logs, wrongLine); n != 1 || !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "check=eviction") {
+		t.Fatalf("%d lines saying the setting is wrong, want 1 at ERROR naming the check:\n%s", n, logs)
+	}
+	s.set(nil)
+	sweep(false)
+	sweep(false)
+	if n := strings.Count(f.logs.String(), "the store setting is right again"); n != 1 {
+		t.Fatalf("%d lines saying the setting is right again, want 1:\n%s", n, f.logs)
+	}
+	// A store without the power: no checks, nothing misconfigured.
+	plain, err := monitor.New(f.store, f.config(monitor.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := plain.Sweep(ctx); err != nil || snap.Settings() != nil || snap.Misconfigured() {
+		t.Fatalf("a store with no setting checks: %+v, %v", snap.Settings(), err)
+	}
+}

@@ -41,7 +41,7 @@ func openStore(ctx context.Context, raw string) (store.Store, func() error, erro
 // openStore does, retrying while it fails for a reason that may heal (the
 // server down or starting) for at most wait; each retry is logged.
 func openStoreWait(ctx context.Context, raw string, wait time.Duration, log *slog.Logger) *storeurl.Opening {
-	return storeurl.StartOpen(ctx, raw, &storeurl.Options{DefaultBoltPath: defaultStorePath()}, storeurl.WaitOptions{
+	return storeurl.StartOpen(ctx, raw, &storeurl.Options{DefaultBoltPath: defaultStorePath(), Logger: log}, storeurl.WaitOptions{
 		Wait: wait,
 		OnRetry: func(r storeurl.Retry) {
 			log.Warn("store not open yet; covered requests get 503 until it is", "store", storeurl.Redact(raw),

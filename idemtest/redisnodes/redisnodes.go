@@ -1,12 +1,14 @@
 // Package redisnodes drives the Redis servers the project's scripts start
 // for failover tests (scripts/redis-cluster, scripts/redis-replicas): it
 // asks them with redis-cli, kills one by the PID in its pid file and starts
-// it again with its config file. It needs redis-cli and redis-server on
+// it again with its config file. It also starts servers (and small
+// clusters) of a test's own, for tests that change a server's config. It needs redis-cli and redis-server on
 // PATH, as the scripts do. Test-only.
 package redisnodes
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 // Cli runs redis-cli against the server at addr (host:port) and returns
@@ -193,4 +197,128 @@ func wait(t testing.TB, max time.Duration, what string, ok func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("waited %s for %s", max, what)
+}
+
+// Start starts a redis-server of the test's own on a free loopback port,
+// with no persistence, in a temporary folder, and the extra config
+// directives args ("--maxmemory", "8mb", …); it returns its address once
+// it answers, and stops it (by its PID) when the test ends. A test that
+// must change a server's config (CONFIG SET maxmemory-policy) uses one,
+// never a shared server. Without redis-server the test skips, or fails
+// in CI (testenv.Missing).
+func Start(t testing.TB, args ...string) string {
+	t.Helper()
+	return start(t, t.TempDir(), freePort(t, false), args...)
+}
+
+// StartCluster starts a Redis Cluster of the test's own with masters
+// masters and no replicas (each a server as Start starts them, with
+// cluster-enabled), creates it with redis-cli --cluster create, waits until
+// every node says cluster_state:ok, and returns the masters' addresses.
+// The servers stop when the test ends.
+func StartCluster(t testing.TB, masters int, args ...string) []string {
+	t.Helper()
+	var addrs []string
+	for range masters {
+		a := start(t, t.TempDir(), freePort(t, true), append([]string{"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}, args...)...)
+		addrs = append(addrs, a)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create %v: %v: %s", addrs, err, out)
+	}
+	wait(t, 30*time.Second, "the cluster to form", func() bool {
+		for _, a := range addrs {
+			if info, err := Cli(a, "cluster", "info"); err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	})
+	return addrs
+}
+
+// StartSentinel starts a Redis Sentinel of the test's own that watches
+// the primary at primary under the name master, waits until it knows the
+// primary, and returns its address; it stops when the test ends.
+func StartSentinel(t testing.TB, primary, master string) string {
+	t.Helper()
+	dir := t.TempDir()
+	host, port, _ := strings.Cut(primary, ":")
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("sentinel monitor %s %s %s 1\n", master, host, port)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startWith(t, dir, freePort(t, false), []string{conf, "--sentinel"})
+	wait(t, 10*time.Second, "the Sentinel to know "+master, func() bool {
+		out, err := Cli(a, "sentinel", "get-master-addr-by-name", master)
+		return err == nil && strings.Fields(out) != nil && strings.Join(strings.Fields(out), ":") == primary
+	})
+	return a
+}
+
+// freePort returns a loopback port nothing listens on (and, for a cluster
+// node, nothing on its bus port, port+10000, either).
+func freePort(t testing.TB, bus bool) int {
+	t.Helper()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !bus {
+			return port
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		if bl, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
+			bl.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port with a free bus port")
+	return 0
+}
+
+func start(t testing.TB, dir string, port int, args ...string) string {
+	t.Helper()
+	return startWith(t, dir, port, nil, append([]string{"--save", "", "--appendonly", "no"}, args...)...)
+}
+
+// startWith starts redis-server with the arguments first (a config file),
+// then its port, folder and log, then args.
+func startWith(t testing.TB, dir string, port int, first []string, args ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		testenv.Missing(t, "redis-server is not on PATH")
+		return ""
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	argv := append(first, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", "--logfile", filepath.Join(dir, "log"))
+	cmd := exec.Command(bin, append(argv, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server on %s: %v", addr, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	wait(t, 10*time.Second, "redis-server on "+addr+" to answer", func() bool {
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "log"))
+			t.Fatalf("redis-server on %s exited: %v: %s", addr, err, log)
+		default:
+		}
+		out, err := Cli(addr, "ping")
+		return err == nil && out == "PONG"
+	})
+	return addr
 }

@@ -22,8 +22,8 @@ import (
 type ACLError struct {
 	// User is the Redis user (ACL WHOAMI), when Redis said.
 	User string
-	// Command is what was refused: "EVALSHA", "EVAL", or "GET" of a key
-	// under the prefix.
+	// Command is what was refused: "EVALSHA", "EVAL", "INFO", or "GET"
+	// of a key under the prefix.
 	Command string
 	Prefix  string
 	// Err is Redis's refusal.
@@ -36,7 +36,7 @@ func (e *ACLError) Error() string {
 		user = "USER"
 	}
 	return fmt.Sprintf("redisstore: Redis refuses %s to user %s (%v): the store runs its claims and fenced writes as Lua scripts "+
-		"on keys under prefix %q; allow them, e.g. ACL SETUSER %s +evalsha +eval +get +set +del +scan ~%s*",
+		"on keys under prefix %q, and reads INFO at open; allow them, e.g. ACL SETUSER %s +evalsha +eval +get +set +del +scan +info ~%s*",
 		e.Command, user, e.Err, e.Prefix, user, e.Prefix)
 }
 
@@ -48,13 +48,35 @@ func (e *ACLError) Is(target error) bool {
 
 func (e *ACLError) Unwrap() error { return e.Err }
 
-// Check checks that Redis answers and that its ACL lets the store's user
+// Check checks that Redis answers, that its ACL lets the store's user
 // run what the store needs: EVAL and EVALSHA of a script that only
-// returns, and a GET of a key under the prefix, none of which writes. A
-// refusal is an [*ACLError] with the ACL SETUSER to run; an unreachable
-// server is store.ErrUnavailable. [Open] connects lazily and does not
-// call it; storeurl.Open does.
+// returns, a GET of a key under the prefix and INFO, none of which
+// writes; and that Redis keeps records until their expiry: a server
+// (every master of a cluster) with maxmemory set and a maxmemory-policy
+// other than noeviction is an [*EvictionError], unless
+// Config.AllowEviction accepts it, and then a warning goes to
+// Config.Logger. A refusal is an [*ACLError] with the ACL SETUSER to run;
+// an unreachable server is store.ErrUnavailable. [Open] connects lazily
+// and does not call it; storeurl.Open does.
 func (s *Store) Check(ctx context.Context) error {
+	if err := s.checkACL(ctx); err != nil {
+		return err
+	}
+	err := s.checkEviction(ctx)
+	if !s.cfg.AllowEviction || err != nil && !errors.Is(err, store.ErrMisconfigured) {
+		return err
+	}
+	found := "none of the servers evicts now"
+	if err != nil {
+		found = err.Error()
+	}
+	s.cfg.Logger.Warn("redisstore: AllowEviction is set: records may be forgotten; operations may run again "+
+		"(Redis may drop idem records before their expiry when its memory runs short)", "found", found)
+	return nil
+}
+
+// checkACL runs Check's probes of the ACL.
+func (s *Store) checkACL(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
 		return err
 	}

@@ -76,6 +76,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	neturl "net/url"
 	"strconv"
@@ -122,6 +123,18 @@ type Config struct {
 	// [New], when that client is not the *redis.ClusterClient itself (an
 	// AutoPipeliner of one). Nil otherwise.
 	Cluster *redis.ClusterClient
+	// AllowEviction accepts a Redis that may evict keys when its memory
+	// runs short (maxmemory set and a maxmemory-policy other than
+	// noeviction): records may then be forgotten before their expiry,
+	// IN_PROGRESS claims and stored outcomes alike, and operations may run
+	// again. Without it [Store.Check] refuses such a server with an
+	// [*EvictionError]; with it, Check logs a warning to Logger instead,
+	// and [Store.CheckSettings] (the monitor's check) reports nothing.
+	// Default false: records stay until their expiry. See docs/redis.md.
+	AllowEviction bool
+	// Logger receives the warning of AllowEviction. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is an [store.Store] on Redis. It also implements [store.Lister],
@@ -166,6 +179,9 @@ func New(c redis.UniversalClient, cfg *Config) (*Store, error) {
 	}
 	if conf.WaitTimeout == 0 {
 		conf.WaitTimeout = 1000
+	}
+	if conf.Logger == nil {
+		conf.Logger = slog.Default()
 	}
 	cluster, _ := c.(*redis.ClusterClient)
 	if conf.Cluster != nil {

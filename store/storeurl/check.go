@@ -7,8 +7,10 @@ import (
 // Open opens the store raw names and checks it against its server, so that
 // a fault in its configuration is found now rather than at the first
 // request: each store's Check, where it has one (PostgreSQL: the role's
-// privileges on the table; Redis: that the server answers and its ACL
-// lets the user run the store's scripts; DynamoDB: the table's key schema
+// privileges on the table; Redis: that the server answers, its ACL
+// lets the user run the store's scripts, and no server may evict keys
+// (maxmemory with a policy other than noeviction; alloweviction=true
+// accepts it, with a warning to Options.Logger); DynamoDB: the table's key schema
 // and TTL attribute, and with spill= the bucket), else its Ping. With
 // Options.Passive only the Ping is made: a read-only tool needs fewer
 // rights. Such faults are typed errors of the store's package that match

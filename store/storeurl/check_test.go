@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
@@ -158,4 +160,43 @@ func TestOpenFindsConfigurationFaults(t *testing.T) {
 			t.Errorf("%v, want ErrNoBucket", e)
 		}
 	})
+}
+
+// TestOpenRefusesARedisThatMayEvict: storeurl.Open of a Redis of the
+// test's own with maxmemory 8mb and volatile-lru (the managed services'
+// default), then allkeys-lru, fails with an *redisstore.EvictionError,
+// which OpenWait does not retry; with alloweviction=true it opens, and
+// the warning that records may be forgotten and operations may run again
+// goes to Options.Logger. A passive open (idemctl) only pings.
+func TestOpenRefusesARedisThatMayEvict(t *testing.T) {
+	t.Parallel()
+	a := redisnodes.Start(t, "--maxmemory", "8mb", "--maxmemory-policy", "volatile-lru")
+	raw := "redis://" + a + "/0?prefix=storeurl:"
+	e := misconfigured[*redisstore.EvictionError](t, raw, nil)
+	if e.Addr != a || e.Policy != "volatile-lru" || e.MaxMemory != 8<<20 {
+		t.Errorf("%+v, want %s volatile-lru 8mb", e, a)
+	}
+	if out, err := redisnodes.Cli(a, "config", "set", "maxmemory-policy", "allkeys-lru"); err != nil || out != "OK" {
+		t.Fatalf("CONFIG SET: %s, %v", out, err)
+	}
+	if e := misconfigured[*redisstore.EvictionError](t, raw, nil); e.Policy != "allkeys-lru" {
+		t.Errorf("%+v, want allkeys-lru", e)
+	}
+	ctx := context.Background()
+	var logs strings.Builder
+	s, err := storeurl.Open(ctx, raw+"&alloweviction=true", &storeurl.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("alloweviction=true: %v", err)
+	}
+	s.Close()
+	for _, want := range []string{"level=WARN", "AllowEviction is set: records may be forgotten; operations may run again", "allkeys-lru"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the warning lacks %q:\n%s", want, logs.String())
+		}
+	}
+	s, err = storeurl.Open(ctx, raw, &storeurl.Options{Passive: true})
+	if err != nil {
+		t.Fatalf("passive: %v", err)
+	}
+	s.Close()
 }

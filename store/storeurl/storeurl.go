@@ -7,6 +7,8 @@
 //	redis+cluster://host:port?addr=host:port&prefix=…    Redis Cluster, from seed nodes
 //	redis+sentinel://host:port?master_name=NAME&addr=…   the primary Sentinel names
 //	redis…?waitreplicas=1&waittimeout=1000    every write waits for a replica (Config.WaitReplicas)
+//	redis…?alloweviction=true                 accept a Redis that may evict keys (Config.AllowEviction):
+//	                                          records may be forgotten; operations may run again
 //	postgres://user@host/db?table=idem_records
 //	dynamodb://TABLE?region=…&endpoint=…&index=…&openindex=…&create=true
 //	dynamodb://TABLE?spill=s3://BUCKET/PREFIX&spillendpoint=…&spillsse=aws:kms&spillkmskey=…&spillover=BYTES
@@ -33,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -93,6 +96,10 @@ type URL struct {
 	// WaitReplicas and WaitTimeout are redisstore's Config.WaitReplicas and
 	// WaitTimeout (waitreplicas=, waittimeout= in ms).
 	WaitReplicas, WaitTimeout int
+	// AllowEviction is redisstore's Config.AllowEviction
+	// (alloweviction=true): Open accepts a Redis that may evict keys, and
+	// warns that records may be forgotten and operations may run again.
+	AllowEviction bool
 	// Table is the PostgreSQL table (table=, default idem_records) or
 	// the DynamoDB table (the URL's host).
 	Table string
@@ -174,6 +181,11 @@ func Parse(raw string) (*URL, error) {
 				if *n.dst, err = strconv.Atoi(v); err != nil || *n.dst < 0 {
 					return bad("%s=%q: a whole number, 0 or more", n.name, v)
 				}
+			}
+		}
+		if v := take("alloweviction"); v != "" {
+			if out.AllowEviction, err = strconv.ParseBool(v); err != nil {
+				return bad("alloweviction=%q: true or false", v)
 			}
 		}
 		out.Conn = u.String()
@@ -263,6 +275,9 @@ type Options struct {
 	// Clock drives the stores' reapers and sweepers. Default
 	// store.SystemClock.
 	Clock store.Clock
+	// Logger receives the stores' warnings at open (alloweviction=true on
+	// a Redis that may evict keys). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Opened is an open store.
@@ -330,7 +345,8 @@ func open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, URL: u, closer: s.Close}, nil
 	case Redis:
-		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix, WaitReplicas: u.WaitReplicas, WaitTimeout: u.WaitTimeout})
+		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix, WaitReplicas: u.WaitReplicas, WaitTimeout: u.WaitTimeout,
+			AllowEviction: u.AllowEviction, Logger: opt.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,7 @@ func TestParseErrors(t *testing.T) {
 		"dynamodb://t?spill=s3://b&spillpathstyle=x": "spillpathstyle:",
 		"redis+cluster://h:1?waitreplicas=-1":        `waitreplicas="-1"`,
 		"redis://h:1?waittimeout=soon":               `waittimeout="soon"`,
+		"redis://h:1?alloweviction=maybe":            `alloweviction="maybe"`,
 	} {
 		_, err := storeurl.Parse(raw)
 		var ue *storeurl.Error
@@ -63,6 +64,7 @@ func TestParseTakesItsOwnParameters(t *testing.T) {
 		"dynamodb://T?spill=s3://b/p/q&spillsse=aws:kms&spillkmskey=k&spillover=1000": {Kind: storeurl.DynamoDB, Table: "T",
 			SpillBucket: "b", SpillPrefix: "p/q", SpillSSE: "aws:kms", SpillKMSKey: "k", SpillOver: 1000},
 		"dynamodb://T?spill=s3://b&spillendpoint=http://127.0.0.1:9": {Kind: storeurl.DynamoDB, Table: "T", SpillBucket: "b", SpillEndpoint: "http://127.0.0.1:9", SpillPathStyle: true},
+		"redis://h:1/2?alloweviction=true&prefix=p:":                 {Kind: storeurl.Redis, Prefix: "p:", AllowEviction: true, Conn: "redis://h:1/2"},
 	} {
 		u, err := storeurl.Parse(raw)
 		if err != nil {

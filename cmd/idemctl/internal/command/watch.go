@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -12,11 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/seed-a1b882c0/idem/monitor"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 var watchCommand = command{
 	name: "watch", args: "",
-	summary: "Sweep the store on an interval, log each newly stuck or failed record once, and serve Prometheus gauges with -metrics. Read-only; runs until interrupted.",
+	summary: "Sweep the store on an interval, log each newly stuck or failed record once and a store setting that turns wrong (Redis eviction), and serve Prometheus gauges with -metrics. Read-only; runs until interrupted.",
 	flags: func(fs *flag.FlagSet, c *ctl) func(context.Context, []string) error {
 		addr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (such as :9464)")
 		interval := fs.Duration("interval", time.Minute, "time between sweeps")
@@ -39,6 +41,7 @@ type gauges struct {
 	stuck, inProgress, failed, oldest, last prometheus.Gauge
 	truncated                               prometheus.Gauge
 	sweepErrors, events                     *prometheus.CounterVec
+	misconfigured                           *prometheus.GaugeVec
 }
 
 func newGauges() *gauges {
@@ -56,11 +59,21 @@ func newGauges() *gauges {
 	g.truncated = gauge("idem_monitor_sweep_truncated", "1 when the last sweep stopped at -max-records (the counts are lower bounds).")
 	g.sweepErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_monitor_sweep_errors_total", Help: "Sweeps that failed to list the store."}, nil)
 	g.events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_monitor_events_total", Help: "Records that newly became stuck or failed, by kind."}, []string{"kind"})
-	g.reg.MustRegister(g.sweepErrors, g.events)
+	g.misconfigured = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "idem_store_misconfigured",
+		Help: "1 when the store's check of a backend setting found it wrong at the last sweep that could read it (check=\"eviction\": Redis may evict records, so operations may run again), else 0."}, []string{"check"})
+	g.reg.MustRegister(g.sweepErrors, g.events, g.misconfigured)
 	return g
 }
 
 func (g *gauges) sweep(s monitor.Snapshot) {
+	for _, c := range s.Settings() {
+		switch {
+		case c.Err == nil:
+			g.misconfigured.WithLabelValues(c.Name).Set(0)
+		case errors.Is(c.Err, store.ErrMisconfigured):
+			g.misconfigured.WithLabelValues(c.Name).Set(1)
+		} // unreadable (unavailable): as it was
+	}
 	if s.Err != nil {
 		g.sweepErrors.WithLabelValues().Inc()
 		return

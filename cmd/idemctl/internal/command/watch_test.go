@@ -5,10 +5,13 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -99,4 +102,79 @@ func TestReadOnlyCommandsDoNotWrite(t *testing.T) {
 		f.must("show", "-o", "json", k.String())
 	}
 	watchOnce(t, f)
+}
+
+// TestWatchReportsEvictionTurnedOn: idemctl watch on a Redis of the
+// test's own (noeviction, maxmemory 8mb) serves
+// idem_store_misconfigured{check="eviction"} 0; once the policy is
+// changed to allkeys-lru under it (CONFIG SET), the next sweep logs that
+// records may be forgotten and the gauge is 1; set back, it logs that the
+// setting is right again and the gauge is 0.
+func TestWatchReportsEvictionTurnedOn(t *testing.T) {
+	t.Parallel()
+	a := redisnodes.Start(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
+	policy := func(p string) {
+		t.Helper()
+		if out, err := redisnodes.Cli(a, "config", "set", "maxmemory-policy", p); err != nil || out != "OK" {
+			t.Fatalf("CONFIG SET maxmemory-policy %s: %s, %v", p, out, err)
+		}
+	}
+	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+	f := &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: "redis://" + a + "/0"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- Run(ctx, []string{"watch", "-metrics", "127.0.0.1:0", "-interval", "1m"}, f.env(&out, &errb))
+	}()
+	defer func() {
+		cancel()
+		if c := <-code; c != ExitOK {
+			t.Errorf("watch: exit %d\n%s", c, errb.String())
+		}
+	}()
+	addr := regexp.MustCompile(`serving metrics on (http://\S+)`)
+	// await waits (for the watch's goroutines) until /metrics serves want.
+	await := func(want string) {
+		t.Helper()
+		var body string
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			m := addr.FindStringSubmatch(errb.String())
+			if m == nil {
+				continue
+			}
+			resp, err := http.Get(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if body = string(b); strings.Contains(body, want) {
+				return
+			}
+		}
+		t.Fatalf("/metrics never served %q:\n%s\n%s", want, body, errb.String())
+	}
+	sweep := func() { // the next sweep, on the watch's clock
+		for clock.Waiters() == 0 {
+			runtime.Gosched()
+		}
+		clock.Advance(time.Minute)
+	}
+	await(`idem_store_misconfigured{check="eviction"} 0` + "\n")
+	policy("allkeys-lru")
+	sweep()
+	await(`idem_store_misconfigured{check="eviction"} 1` + "\n")
+	for _, want := range []string{"level=ERROR", "lets records be forgotten before their expiry; operations may run again",
+		"check=eviction", "maxmemory-policy allkeys-lru", a} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, errb.String())
+		}
+	}
+	policy("noeviction")
+	sweep()
+	await(`idem_store_misconfigured{check="eviction"} 0` + "\n")
+	if !strings.Contains(errb.String(), "the store setting is right again") {
+		t.Errorf("the log does not say the setting is right again:\n%s", errb.String())
+	}
 }
