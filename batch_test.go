@@ -456,3 +456,43 @@ func TestDoBatchAnsweredPerItem(t *testing.T) {
 		})
 	}
 }
+
+// Batches that follow each other, none running in between, run on the
+// same workers: the first batch's goroutines wait for the next a while
+// (workerLinger) instead of ending at once.
+func TestDoBatchWorkersOutliveABatch(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	const conc = 4
+	run := func(round int) map[string]bool {
+		keys := make([]string, conc)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("follow-%d-%d", round, i)
+		}
+		var mu sync.Mutex
+		mine := map[string]bool{}
+		var arrived atomic.Int32
+		all := make(chan struct{})
+		idem.DoBatch(ctx, en.eng, ids(t, keys...), conc, func(context.Context, int) (int, error) {
+			if arrived.Add(1) == conc {
+				close(all)
+			}
+			<-all // each goroutine of the batch runs one item
+			mu.Lock()
+			mine[goid()] = true
+			mu.Unlock()
+			return 0, nil
+		})
+		return mine
+	}
+	first, second := run(0), run(1)
+	if len(first) != conc || len(second) != conc {
+		t.Fatalf("goroutines per batch: %d and %d, want %d", len(first), len(second), conc)
+	}
+	for g := range second {
+		if !first[g] {
+			t.Errorf("the second batch ran on goroutine %s, not one of the first's %v", g, first)
+		}
+	}
+}
