@@ -49,8 +49,8 @@ type BatchOptions[T any] struct {
 // No goroutine is started per item. The operations run on at most
 // Concurrency goroutines, the caller's among them, taking the claimed
 // items in order; the goroutines besides the caller's are the engine's
-// batch workers, reused from batch to batch while batches follow each
-// other, and ended 100 ms after the last one. An item that did not claim its key answers on the
+// batch workers, reused from batch to batch while batches run and ended
+// when none does. An item that did not claim its key answers on the
 // caller's goroutine, at once — except one that may have to wait for
 // another holder of its key (Config.Wait above zero: a duplicate of a key
 // in flight, or a key held elsewhere), which waits on a goroutine of its

@@ -4,32 +4,24 @@
 
 package idem
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // workers is the engine's set of goroutines for batches. A task goes to a
 // worker that is idle, or to a new one; a worker that finished its task
-// waits for the next while a batch of the engine runs, and for
-// workerLinger after the last one ended, so that batches that follow each
-// other (a consumer's) run on the same goroutines, whose stacks have grown
-// once; then it ends, so an engine at rest keeps no goroutine (there is
-// no Close).
+// waits for the next as long as a batch of the engine runs, and ends when
+// none does, so an engine at rest keeps no goroutine (there is no Close).
+// While batches follow each other (a consumer's), their workers are the
+// same goroutines, whose stacks have grown once.
 //
-// The workers of one period of activity share one generation: its quit
-// channel and idle list, made by the batch that starts it, so that a batch
-// run inside a testing/synctest bubble uses channels of that bubble.
+// The workers of one period of activity (from the first batch to start to
+// the last to end) share one generation: its tasks channel and its quit
+// channel, made by the batch that starts it, so that a batch run inside a
+// testing/synctest bubble uses channels of that bubble.
 type workers struct {
 	mu     sync.Mutex
-	active int         // batches running
-	gen    *gen        // the current generation: while active > 0, and for workerLinger after
-	linger *time.Timer // ends gen workerLinger after the last batch, unless another starts
+	active int  // batches running
+	gen    *gen // the current generation, while active > 0
 }
-
-// workerLinger is how long idle workers wait for the next batch once none
-// runs.
-const workerLinger = 100 * time.Millisecond
 
 // gen is one generation of workers.
 type gen struct {
@@ -48,35 +40,23 @@ type task struct {
 func (w *workers) enter() *gen {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.linger != nil {
-		w.linger.Stop() // should it have fired, it finds a batch running
-		w.linger = nil
-	}
-	if w.gen == nil {
+	if w.active == 0 {
 		w.gen = &gen{quit: make(chan struct{})}
 	}
 	w.active++
 	return w.gen
 }
 
-// leave marks a batch ended; workerLinger after the last one, unless
-// another started meanwhile, the generation's idle workers end.
+// leave marks a batch ended; the last one ends its generation's idle
+// workers.
 func (w *workers) leave() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.active--
-	if w.active > 0 {
-		return
+	if w.active == 0 {
+		close(w.gen.quit)
+		w.gen = nil
 	}
-	g := w.gen
-	w.linger = time.AfterFunc(workerLinger, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.active == 0 && w.gen == g {
-			close(g.quit)
-			w.gen, w.linger = nil, nil
-		}
-	})
 }
 
 // run runs f on an idle worker of g, or on a new one. wg (Added to by
