@@ -7,7 +7,7 @@ PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: screenshots failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
+.PHONY: screenshots failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-consumers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,6 +47,23 @@ bench-modules: ## the benchmarks of every module (-benchmem), against services a
 
 bench-peers: ## idem and AWS Powertools (TypeScript) side by side (bench/peers; needs node, npm, java, redis-server) → bench/results/peers.{json,csv}; PEERS_ARGS=-quick for a short run
 	@scripts/dynamodb-local run sh -c 'cd bench && $(GO) run ./peers $(PEERS_ARGS)'
+
+CONSUMERS_N ?= 5000x
+CONSUMERS_COUNT ?= 3
+CONSUMERS_REDIS_PORT ?= 6398
+
+bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run → bench/results/consumers.{txt,md} and docs/benchmarks.md; needs NATS on :4222 and RabbitMQ on :5672
+	@mkdir -p bench/results .cache/bench-consumers
+	@set -e; d=$(CURDIR)/.cache/bench-consumers; \
+		redis-server --port $(CONSUMERS_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $$d --pidfile $$d/redis.pid --logfile $$d/redis.log; \
+		trap 'kill $$(cat $$d/redis.pid)' EXIT; \
+		until redis-cli -p $(CONSUMERS_REDIS_PORT) ping >/dev/null 2>&1; do sleep 0.1; done; \
+		export IDEM_REDIS_ADDR=127.0.0.1:$(CONSUMERS_REDIS_PORT); \
+		{ uptime; \
+		  (cd idemnats && $(LOCKED) $(GO) test -run '^$$' -bench 'RedisBaseline|Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemamqp && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  uptime; } >bench/results/consumers.txt
+	cd bench && $(GO) run ./consumers
 
 bench-engine: ## the core engine benchmarks on this tree → bench/results/engine-after.txt
 	$(LOCKED) $(GO) test -run '^$$' -bench . -benchmem -count 5 . >bench/results/engine-after.txt.tmp

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,5 +242,217 @@ func TestDoBatchLandsFlightsItDidNotAcquire(t *testing.T) {
 	<-done
 	if err != nil || !res.Replayed || res.Value != "elsewhere" {
 		t.Fatalf("Do of a key completed elsewhere while the batch runs: %+v, %v; want the replay of %q", res, err, "elsewhere")
+	}
+}
+
+// goid is the id of the calling goroutine, from its stack's header.
+func goid() string {
+	var b [64]byte
+	n := runtime.Stack(b[:], false)
+	return strings.Fields(string(b[:n]))[1]
+}
+
+// With concurrency 1 a batch starts no goroutine: every operation runs on
+// the caller's goroutine, in order.
+func TestDoBatchInOrderOnTheCallersGoroutine(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"batch claims", "claims one by one"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			en := setup(t, idem.Config{})
+			var eng *idem.Engine = en.eng
+			if name == "claims one by one" {
+				var err error
+				if eng, err = idem.New(store.Store(plainStore{en.mem}), &idem.Config{Clock: en.clk}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			caller := goid()
+			var order []int
+			res, errs := idem.DoBatch(context.Background(), eng, ids(t, "a", "b", "c", "d"), 1, func(_ context.Context, i int) (int, error) {
+				if g := goid(); g != caller {
+					t.Errorf("item %d ran on goroutine %s, not the caller's %s", i, g, caller)
+				}
+				order = append(order, i)
+				return i, nil
+			})
+			if fmt.Sprint(order) != "[0 1 2 3]" {
+				t.Errorf("order %v", order)
+			}
+			for i := range res {
+				if errs[i] != nil || res[i].Value != i {
+					t.Errorf("item %d: %+v %v", i, res[i], errs[i])
+				}
+			}
+		})
+	}
+}
+
+// plainStore hides the store's batch powers: the engine claims each key
+// of a batch alone.
+type plainStore struct{ store.Store }
+
+// A batch runs its operations on at most Concurrency goroutines, the
+// caller's among them, and batches that follow each other while another
+// runs reuse the same workers; once no batch runs, the workers end
+// (goleak in TestMain).
+func TestDoBatchBoundedReusedWorkers(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	const conc, n = 4, 64
+	// A batch held open keeps the workers' generation alive.
+	hold, holding := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		idem.DoBatch(ctx, en.eng, ids(t, "hold-0", "hold-1"), 2, func(_ context.Context, i int) (int, error) {
+			if i == 0 {
+				close(holding)
+				<-hold
+			}
+			return i, nil
+		})
+	}()
+	<-holding
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var running, most atomic.Int32
+	batch := func(round int) map[string]bool {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("r%d-%d", round, i)
+		}
+		mine := map[string]bool{}
+		// The first conc items wait for each other: each goroutine of the
+		// batch runs one of them.
+		var arrived atomic.Int32
+		all := make(chan struct{})
+		_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), conc, func(_ context.Context, i int) (int, error) {
+			if i < conc {
+				if arrived.Add(1) == conc {
+					close(all)
+				}
+				<-all
+			}
+			r := running.Add(1)
+			for m := most.Load(); r > m && !most.CompareAndSwap(m, r); m = most.Load() {
+			}
+			runtime.Gosched()
+			mu.Lock()
+			mine[goid()] = true
+			mu.Unlock()
+			running.Add(-1)
+			return i, nil
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d item %d: %v", round, i, err)
+			}
+		}
+		return mine
+	}
+	caller := goid()
+	first := batch(0)
+	for g := range first {
+		seen[g] = true
+	}
+	second := batch(1)
+	close(hold)
+	<-done
+	if m := most.Load(); m > conc {
+		t.Errorf("%d operations at once, want at most %d", m, conc)
+	}
+	if len(first) != conc || len(second) != conc {
+		t.Errorf("goroutines per batch: %d and %d, want %d", len(first), len(second), conc)
+	}
+	for g := range second {
+		if g != caller && !seen[g] {
+			t.Errorf("second batch ran on a new goroutine %s (first: %v)", g, first)
+		}
+	}
+}
+
+// A panic of an operation releases its key, lets the batch's other items
+// answer, and reaches the caller, as Do's does.
+func TestDoBatchPanicReachesTheCaller(t *testing.T) {
+	t.Parallel()
+	for _, conc := range []int{1, 3} {
+		t.Run(fmt.Sprint("concurrency ", conc), func(t *testing.T) {
+			t.Parallel()
+			en := setup(t, idem.Config{})
+			ctx := context.Background()
+			var answered atomic.Int32
+			got := func() (v any) {
+				defer func() { v = recover() }()
+				idem.DoBatchWith(ctx, en.eng, ids(t, "a", "boom", "c"), idem.BatchOptions[int]{Concurrency: conc,
+					Answered: func(i int, _ idem.Result[int], err error) {
+						if i == 1 {
+							t.Error("the item that panicked was answered")
+						}
+						answered.Add(1)
+					}}, func(_ context.Context, i int) (int, error) {
+					if i == 1 {
+						panic("boom")
+					}
+					return i, nil
+				})
+				return nil
+			}()
+			if got != "boom" || answered.Load() != 2 {
+				t.Fatalf("panic %v, %d answered; want boom and 2", got, answered.Load())
+			}
+			res, err := idem.Do(ctx, en.eng, req("boom"), func(context.Context) (int, error) { return 9, nil })
+			if err != nil || res.Replayed || res.Value != 9 {
+				t.Errorf("the key of the panic is not released: %+v %v", res, err)
+			}
+		})
+	}
+}
+
+// Answered hears each item as soon as its outcome is recorded, not when
+// the batch is done: item 1 runs only once item 0's answer was heard,
+// with its outcome in the store.
+func TestDoBatchAnsweredPerItem(t *testing.T) {
+	t.Parallel()
+	for _, conc := range []int{0, 2} {
+		t.Run(fmt.Sprint("concurrency ", conc), func(t *testing.T) {
+			t.Parallel()
+			en := setup(t, idem.Config{})
+			ctx := context.Background()
+			heard := make(chan idem.Result[string], 1)
+			var calls [4]atomic.Int32
+			batch := ids(t, "first", "second", "done", "first")
+			if _, err := idem.Do(ctx, en.eng, req("done"), func(context.Context) (string, error) { return "earlier", nil }); err != nil {
+				t.Fatal(err)
+			}
+			res, errs := idem.DoBatchWith(ctx, en.eng, batch, idem.BatchOptions[string]{Concurrency: conc,
+				Answered: func(i int, r idem.Result[string], err error) {
+					calls[i].Add(1)
+					if i == 0 {
+						if err != nil {
+							t.Errorf("first: %v", err)
+						}
+						heard <- r
+					}
+				}}, func(_ context.Context, i int) (string, error) {
+				if i == 1 {
+					r := <-heard
+					rec, err := en.mem.Get(ctx, batch[0].StoreKey.String())
+					if r.Value != "v0" || r.Recorded != store.StatusCompleted || err != nil || rec.Status != store.StatusCompleted {
+						t.Errorf("first answered %+v with record %+v, %v; want its completed outcome", r, rec, err)
+					}
+				}
+				return fmt.Sprintf("v%d", i), nil
+			})
+			for i := range calls {
+				if n := calls[i].Load(); n != 1 {
+					t.Errorf("item %d answered %d times", i, n)
+				}
+			}
+			if errs[0] != nil || errs[1] != nil || res[1].Value != "v1" || !res[2].Replayed || res[2].Value != "earlier" || !errors.Is(errs[3], idem.ErrInProgress) {
+				t.Errorf("results %+v %v", res, errs)
+			}
+		})
 	}
 }

@@ -37,6 +37,8 @@ type Engine struct {
 	// completer batches the Completes of calls that finish together, when
 	// the store can (store.BatchCompleter); nil otherwise.
 	completer *completer
+	// workers run the items of batches (DoBatch).
+	workers workers
 
 	mu       sync.Mutex
 	flights  map[string]*flight

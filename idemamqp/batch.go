@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -16,9 +17,10 @@ import (
 // keys are claimed together by [idem.DoBatch] (in one round trip on a
 // store that claims in batches, as redisstore does), fn runs for each
 // claimed delivery, concurrency at once (0: all; 1: in order), each under
-// its own lease and with its own outcome write, and every delivery is then
-// settled by its own verdict exactly as Handle settles it, each with its
-// own Ack, Reject or Nack: never an acknowledgement with multiple=true,
+// its own lease and with its own outcome write, and every delivery is
+// settled by its own verdict exactly as Handle settles it as soon as its
+// own outcome is recorded ([idem.BatchOptions] Answered), not when the
+// batch is done, each with its own Ack, Reject or Nack: never an acknowledgement with multiple=true,
 // which would settle deliveries whose outcome did not land. A delivery
 // without a key is rejected alone; a key named twice runs fn once, and the
 // later copy answers as a concurrent call in one process does (DoBatch):
@@ -26,8 +28,9 @@ import (
 // tried later as in progress. ss[i] is how ds[i] was settled, after
 // Config.Settled was called for it.
 //
-// The deliveries to be tried later are settled concurrently, so that
-// their Backoff holds overlap. HandleBatch returns when every delivery is
+// The deliveries to be tried later are settled concurrently, each on a
+// goroutine of its own, so that their Backoff holds overlap and hold up
+// no other delivery. HandleBatch returns when every delivery is
 // settled.
 func (c *Consumer) HandleBatch(ctx context.Context, ds []amqp.Delivery, concurrency int) (ss []Settlement) {
 	ss = make([]Settlement, len(ds))
@@ -45,14 +48,26 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []amqp.Delivery, concurre
 	if len(ids) == 0 {
 		return ss
 	}
-	res, errs := idem.DoBatch(ctx, c.eng, ids, concurrency, func(ctx context.Context, j int) (struct{}, error) {
+	var later sync.WaitGroup
+	idem.DoBatchWith(ctx, c.eng, ids, idem.BatchOptions[struct{}]{
+		Concurrency: concurrency,
+		// Each delivery is settled as soon as its own outcome is recorded;
+		// one to be tried later is settled on a goroutine of its own, so
+		// that its Backoff holds up neither the batch nor the others'.
+		Answered: func(j int, res idem.Result[struct{}], err error) {
+			i := at[j]
+			switch consume.Decide(res, err, time.Time{}).Action { // the action does not depend on the time
+
+			case consume.Done, consume.DeadLetter:
+				ss[i] = c.report(ds[i], c.decided(ctx, ds[i], res, err))
+			default:
+				later.Go(func() { ss[i] = c.report(ds[i], c.decided(ctx, ds[i], res, err)) })
+			}
+		},
+	}, func(ctx context.Context, j int) (struct{}, error) {
 		return struct{}{}, c.fn(ctx, ds[at[j]])
 	})
-	var wg sync.WaitGroup
-	for j, i := range at {
-		wg.Go(func() { ss[i] = c.report(ds[i], c.decided(ctx, ds[i], res[j], errs[j])) })
-	}
-	wg.Wait()
+	later.Wait()
 	return ss
 }
 

@@ -294,3 +294,58 @@ func TestRunBatchRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSettlesEachOnItsOwnOutcome: a delivery is acked as soon as its
+// own outcome is recorded, not at the pace of its batch's slowest: the
+// second delivery's handler runs until the first has been acked, its
+// outcome recorded in the store.
+func TestBatchSettlesEachOnItsOwnOutcome(t *testing.T) {
+	t.Parallel()
+	for _, sk := range stores() {
+		t.Run(sk.name, func(t *testing.T) {
+			t.Parallel()
+			conn := dial(t)
+			work, _ := queues(t, conn)
+			ch := channel(t, conn)
+			for _, id := range []string{"fast", "slow"} {
+				publish(t, ch, work, id, []byte(`{"id":"`+id+`"}`))
+			}
+			ds := []amqp.Delivery{get(t, ch, work), get(t, ch, work)}
+			fastAcked := make(chan struct{})
+			e := engine(t, sk.new(t), idem.Config{Lease: 10 * time.Second})
+			c, err := idemamqp.New(e, &idemamqp.Config{Operation: "each",
+				Settled: func(d amqp.Delivery, s idemamqp.Settlement) {
+					if d.MessageId == "fast" && s.Action == idemamqp.Acked && s.Err == nil {
+						close(fastAcked)
+					}
+				}},
+				func(ctx context.Context, d amqp.Delivery) error {
+					if d.MessageId != "slow" {
+						return nil
+					}
+					select {
+					case <-fastAcked:
+					case <-time.After(30 * time.Second):
+						return errors.New("the first delivery was not acked while the second ran")
+					}
+					id, err := (&idem.Request{Operation: "each", Key: "fast"}).Identity()
+					if err != nil {
+						return err
+					}
+					if st, err := e.Status(ctx, id.StoreKey); err != nil || st.Status != idem.StatusCompleted {
+						return errors.New("acked before its outcome was recorded")
+					}
+					return nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss := c.HandleBatch(context.Background(), ds, 0)
+			for i, s := range ss {
+				if s.Action != idemamqp.Acked || s.Err != nil {
+					t.Errorf("delivery %d (%q): %v (%v), want acked", i, ds[i].MessageId, s.Action, s.Err)
+				}
+			}
+		})
+	}
+}

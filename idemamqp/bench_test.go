@@ -2,6 +2,7 @@ package idemamqp_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,17 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemamqp"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 )
+
+// benchRedis is the Redis the benchmarks' redis rows use, whose CPU they
+// read (make bench-consumers starts one of its own).
+func benchRedis() string {
+	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
 
 // BenchmarkConsume: b.N messages (distinct MessageIds, published before
 // the timer starts) consumed through the wrapper or by a bare manual-ack
@@ -96,6 +107,7 @@ func consumeBench(b *testing.B, conc int, start func(b *testing.B, conn *amqp.Co
 	var n atomic.Int64
 	all := make(chan struct{})
 	b.ResetTimer()
+	cpu := benchkit.StartCPU(b, benchRedis(), "beam.smp")
 	t0 := time.Now()
 	start(b, conn, work, func() {
 		if n.Add(1) == int64(b.N) {
@@ -105,4 +117,5 @@ func consumeBench(b *testing.B, conc int, start func(b *testing.B, conn *amqp.Co
 	<-all
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
 }

@@ -43,7 +43,8 @@
 // the keys are claimed by idem.DoBatch in one store round trip where the
 // store claims in batches (redisstore's pipeline, memstore), each handler
 // runs under its own lease and writes its own outcome, and each delivery is
-// settled by its own verdict with the same code as [Consumer.Handle]: its
+// settled by its own verdict with the same code as [Consumer.Handle], as
+// soon as its own outcome is recorded (not at its batch's pace): its
 // own Ack, Reject or Nack, never an acknowledgement with multiple=true,
 // which would settle deliveries whose outcome did not land. A delivery
 // without a key is rejected alone; a key named twice in one batch runs the

@@ -33,11 +33,12 @@ const PushbackMetadata = "grpc-retry-pushback-ms"
 // that should run once per execution, not once per retry.
 func UnaryServerInterceptor(g *idemrpc.Guard) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
 		var raw any
 		out, err := g.Do(ctx, idemrpc.Call{
-			Method:   info.FullMethod,
-			Metadata: md.Get,
+			Method: info.FullMethod,
+			// The entries the Guard reads, not a copy of all of them
+			// (metadata.FromIncomingContext copies every entry).
+			Metadata: func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) },
 			Request:  req,
 			StatusOf: StatusOf,
 		}, func(ctx context.Context) (proto.Message, error) {

@@ -50,15 +50,18 @@
 // Lambda keeps one position per shard: it resumes at the lowest sequence
 // number a response reports and delivers everything after it again. So
 // the stream handlers do not follow the SQS rule (report every failed
-// record, settle the rest). They run the records one at a time, in order,
-// each settled by consume.Decide's verdict:
+// record, settle the rest). They claim the keys of a batch together (one
+// store call), then run the handlers one at a time, in order, a record's
+// outcome write overlapping the next one's handler, each record settled by
+// consume.Decide's verdict:
 //
 //   - Done (run and recorded, or replayed: a record processed before is
 //     skipped with its stored outcome): the next record;
 //   - RetryAfter, Retry, Leave (held by another invocation, a retryable
 //     error, an uncertain outcome, the invocation ending): the record's
 //     sequence number is the response's one batch item failure, and the
-//     records after it do not run, so the shard resumes there;
+//     records after it do not run (their claims, made with the batch's,
+//     are released), so the shard resumes there;
 //   - DeadLetter (a terminal error, stored and replayed; a key reused with
 //     another payload; no usable key): logged and passed, since a retry
 //     cannot succeed and Lambda's only way to give up on a stream record

@@ -2,7 +2,9 @@ package idemlambda
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -58,14 +60,17 @@ type DynamoDBStreamConfig = StreamConfig[events.DynamoDBEventRecord]
 // answers the partial batch response of a stream (enable
 // ReportBatchItemFailures on the event source mapping). A batch holds
 // records of one shard, in order, and they run in that order, one at a
-// time, each under its own key:
+// time, each under its own key; the batch's keys are claimed together (one
+// store call), and a record's outcome write overlaps the next record's
+// handler:
 //
 //   - a record already processed is skipped with its stored outcome: fn
 //     does not run again, and a replayed success counts as done;
 //   - the first record whose verdict (consume.Decide) is not consume.Done
 //     stops the batch: its sequence number is the one batch item failure
 //     of the response, so Lambda resumes the shard at it, and the records
-//     after it do not run (the next invocation brings them). A record
+//     after it do not run (their claims are released; the next invocation
+//     brings them). A record
 //     whose key another invocation holds, whose fn failed with an error
 //     that is not terminal, or whose outcome is uncertain stops the batch
 //     so;
@@ -172,8 +177,38 @@ func newStream[R any](eng *idem.Engine, name string, fn func(context.Context, R)
 // run runs records in order and returns the sequence number of the first
 // record to report, with failed true, or failed false when the shard may
 // move past the whole batch.
+//
+// The records run in segments: a segment is the records, from where the
+// last one ended, that each have a key of their own in the batch (by far
+// the common case: the whole batch). A segment's keys are claimed together
+// (idem.DoBatch: one round trip over a store with batch claims), its
+// handlers then run one at a time in the shard's order, and each record's
+// outcome write overlaps the next record's handler. A record without a
+// key, one whose key cannot be derived, and one whose key an earlier
+// record of the batch has run alone, as a single record does, between the
+// segments.
 func (s *stream[R]) run(ctx context.Context, records []R) (seq string, failed bool) {
-	for _, r := range records {
+	seen := make(map[string]bool, len(records))
+	for i := 0; i < len(records); {
+		j, ids := i, make([]idem.Identity, 0, len(records)-i)
+		for ; j < len(records); j++ {
+			id, ok, err := recordIdentity(s.k, records[j])
+			if err != nil || !ok || seen[id.StoreKey.String()] {
+				break
+			}
+			seen[id.StoreKey.String()] = true
+			ids = append(ids, id)
+		}
+		if j > i+1 {
+			for k, v := range s.segment(ctx, records[i:j], ids) {
+				if seq, stop := s.settle(records[i+k], v); stop {
+					return seq, true
+				}
+			}
+			i = j
+			continue
+		}
+		r := records[i]
 		var v consume.Verdict
 		if err := ctx.Err(); err != nil {
 			// The invocation is ending: the record is not begun, and the
@@ -182,17 +217,103 @@ func (s *stream[R]) run(ctx context.Context, records []R) (seq string, failed bo
 		} else {
 			v = record(ctx, s.eng, s.k, r, func(ctx context.Context) error { return s.fn(ctx, r) })
 		}
-		if s.c.Settled != nil {
-			s.c.Settled(r, v)
+		if seq, stop := s.settle(r, v); stop {
+			return seq, true
 		}
-		switch {
-		case v.Action == consume.Done:
-		case v.Action == consume.DeadLetter && !s.c.StopOnDeadLetter:
-			s.k.log.Error("idemlambda: stream record failed for good; the shard moves past it", "operation", s.k.operation, "sequence_number", s.seq(r), "err", v.Err)
-		default:
-			s.k.log.Info("idemlambda: stream record reported as the batch item failure; the shard resumes there", "operation", s.k.operation, "sequence_number", s.seq(r), "verdict", v.Action.String(), "err", v.Err)
-			return s.seq(r), true
-		}
+		i++
 	}
 	return "", false
+}
+
+// settle hands r's verdict to Settled and says whether the batch stops at
+// r (its sequence number is then the batch item failure).
+func (s *stream[R]) settle(r R, v consume.Verdict) (string, bool) {
+	if s.c.Settled != nil {
+		s.c.Settled(r, v)
+	}
+	switch {
+	case v.Action == consume.Done:
+	case v.Action == consume.DeadLetter && !s.c.StopOnDeadLetter:
+		s.k.log.Error("idemlambda: stream record failed for good; the shard moves past it", "operation", s.k.operation, "sequence_number", s.seq(r), "err", v.Err)
+	default:
+		s.k.log.Info("idemlambda: stream record reported as the batch item failure; the shard resumes there", "operation", s.k.operation, "sequence_number", s.seq(r), "verdict", v.Action.String(), "err", v.Err)
+		return s.seq(r), true
+	}
+	return "", false
+}
+
+// stops says whether a verdict stops the batch.
+func (s *stream[R]) stops(v consume.Verdict) bool {
+	return v.Action != consume.Done && (v.Action != consume.DeadLetter || s.c.StopOnDeadLetter)
+}
+
+// streamWindow is how many records of a segment are in flight at once:
+// one runs its handler while the outcome writes of those before it land.
+const streamWindow = 32
+
+// errNotRun ends the operation of a record after one that stopped the
+// batch: the engine releases its claim, as if it had not been claimed,
+// and the record is left for the next invocation.
+var errNotRun = errors.New("idemlambda: not run: an earlier record of the shard stopped the batch")
+
+// segment runs records (each with its own key, ids[k]) in order, as run
+// does one by one: their keys claimed together, then each handler in turn
+// once the one before it has returned (or its record answered without
+// running, a replay), so that the handlers keep the shard's order while
+// the outcome writes overlap. Once a record stops the batch — its handler
+// failed (not terminal, or StopOnDeadLetter), or its answer is a verdict
+// that stops — the handlers after it do not run: their claims are
+// released (errNotRun). It returns each record's verdict.
+func (s *stream[R]) segment(ctx context.Context, records []R, ids []idem.Identity) []consume.Verdict {
+	n := len(records)
+	turn := make([]chan struct{}, n) // closed once record k's handler returned, or it answered without one
+	for k := range turn {
+		turn[k] = make(chan struct{})
+	}
+	ran := make([]bool, n) // the handler of record k was entered: its turn closes there
+	var first atomic.Int64 // the first record that stops the batch; n while none does
+	first.Store(int64(n))
+	stop := func(k int) {
+		for f := first.Load(); int64(k) < f && !first.CompareAndSwap(f, int64(k)); f = first.Load() {
+		}
+	}
+	clock := s.eng.Config().Clock
+	res, errs := idem.DoBatchWith(ctx, s.eng, ids, idem.BatchOptions[struct{}]{
+		Concurrency: streamWindow,
+		Answered: func(k int, res idem.Result[struct{}], err error) {
+			if s.stops(consume.Decide(res, err, clock.Now())) {
+				stop(k)
+			}
+			if !ran[k] {
+				close(turn[k])
+			}
+		},
+	}, func(ctx context.Context, k int) (struct{}, error) {
+		ran[k] = true
+		defer close(turn[k])
+		if k > 0 {
+			select {
+			case <-turn[k-1]:
+			case <-ctx.Done():
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return struct{}{}, err // the invocation is ending: not begun
+		}
+		if first.Load() < int64(k) {
+			return struct{}{}, errNotRun
+		}
+		err := s.fn(ctx, records[k])
+		var te *idem.TerminalError
+		if err != nil && (s.c.StopOnDeadLetter || !errors.As(err, &te)) {
+			stop(k)
+		}
+		return struct{}{}, err
+	})
+	vs := make([]consume.Verdict, n)
+	now := clock.Now()
+	for k := range vs {
+		vs[k] = consume.Decide(res[k], errs[k], now)
+	}
+	return vs
 }

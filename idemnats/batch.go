@@ -28,12 +28,12 @@ type ProcessBatch func(ctx context.Context, msgs []jetstream.Msg) (ds []Disposit
 // or, with a Wait, the earlier copy's outcome replayed. One message's
 // failed write or settlement never settles another.
 //
-// Messages are settled when the whole batch has answered; until then each
-// is kept from redelivery by msg.InProgress every Heartbeat (those
-// waiting for their turn or for the rest of the batch too), except one
-// whose claim was lost while its fn ran. A deadline on ctx sets the
-// claims' first lease; the engine renews the leases while fn runs, deadline
-// or not.
+// Each message is settled as soon as its own outcome is recorded
+// ([idem.BatchOptions] Answered), not when the whole batch has answered;
+// until then it is kept from redelivery by msg.InProgress every Heartbeat
+// (while it waits for its turn too), except one whose claim was lost
+// while its fn ran. A deadline on ctx sets the claims' first lease; the
+// engine renews the leases while fn runs, deadline or not.
 func WrapBatch[T any](e *idem.Engine, cfg *Config, fn Func[T]) (ProcessBatch, error) {
 	if e == nil || fn == nil {
 		return nil, fmt.Errorf("%w: engine and handler are required", ErrInvalidConfig)
@@ -63,29 +63,33 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 		return ds, errs
 	}
 	hb := w.heartbeats(ctx, msgs, at)
-	stop := sync.OnceFunc(hb.stop) // also when DoBatch panics: no heartbeat forever
-	defer stop()
-	res, rerrs := idem.DoBatch(ctx, w.e, ids, w.cfg.Concurrency, func(ctx context.Context, j int) (T, error) {
+	defer hb.stop() // also when an fn panics: no heartbeat forever
+	clock := w.e.Config().Clock
+	idem.DoBatchWith(ctx, w.e, ids, idem.BatchOptions[T]{
+		Concurrency: w.cfg.Concurrency,
+		// Each message is settled as soon as its own outcome is recorded,
+		// and gets no heartbeat after.
+		Answered: func(j int, res idem.Result[T], err error) {
+			i := at[j]
+			hb.settled(j)
+			ds[i], errs[i] = w.settleVerdict(msgs[i], consume.Decide(res, err, clock.Now()))
+		},
+	}, func(ctx context.Context, j int) (T, error) {
 		hb.running(j, ctx)
 		defer hb.ran(j, ctx)
 		return w.fn(ctx, msgs[at[j]])
 	})
-	stop()
-	now := w.e.Config().Clock.Now()
-	for j, i := range at {
-		ds[i], errs[i] = w.settleVerdict(msgs[i], consume.Decide(res[j], rerrs[j], now))
-	}
 	return ds, errs
 }
 
 // batchBeat sends msg.InProgress every Heartbeat for each message of a
-// batch until the batch is settled, but not for one whose fn's context
-// ended (its claim was lost, or the caller gave up): that one is left to
+// batch until it is settled, but not for one whose fn's context ended
+// (its claim was lost, or the caller gave up): that one is left to
 // AckWait, as Wrap leaves it.
 type batchBeat struct {
 	mu   sync.Mutex
 	ctxs []context.Context // the context fn(j) runs with, while it runs
-	lost []bool
+	lost []bool            // no more heartbeats: the claim was lost, or the message settled
 	done chan struct{}
 	exit chan struct{}
 }
@@ -104,10 +108,7 @@ func (w *wrapper[T]) heartbeats(ctx context.Context, msgs []jetstream.Msg, at []
 				return // the caller gave up: let AckWait run out
 			case <-t.C:
 				for j, i := range at {
-					if !b.alive(j) {
-						continue
-					}
-					if err := msgs[i].InProgress(); err != nil {
+					if err := b.beat(j, msgs[i]); err != nil {
 						w.cfg.Logger.Warn("idemnats: InProgress failed", "op", w.cfg.Operation, "err", err)
 					}
 				}
@@ -117,13 +118,27 @@ func (w *wrapper[T]) heartbeats(ctx context.Context, msgs []jetstream.Msg, at []
 	return b
 }
 
-func (b *batchBeat) alive(j int) bool {
+// beat sends m.InProgress for the message of fn(j), unless it is settled
+// or its claim was lost: under b.mu, so that no InProgress follows its
+// settlement (settled).
+func (b *batchBeat) beat(j int, m jetstream.Msg) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c := b.ctxs[j]; c != nil && c.Err() != nil {
 		b.lost[j] = true
 	}
-	return !b.lost[j]
+	if b.lost[j] {
+		return nil
+	}
+	return m.InProgress()
+}
+
+// settled ends the heartbeats of fn(j)'s message, which is about to be
+// settled.
+func (b *batchBeat) settled(j int) {
+	b.mu.Lock()
+	b.lost[j] = true
+	b.mu.Unlock()
 }
 
 func (b *batchBeat) running(j int, ctx context.Context) {

@@ -296,7 +296,8 @@ func TestBatchOneWriteFailsAlone(t *testing.T) {
 // other finishes; the message is redelivered to a healthy worker (also
 // batched), which takes the key over and completes. The stalled handler's
 // Complete is refused and its message is left, not acked, while the other
-// message of its batch is acked by its own verdict.
+// message of its batch is acked by its own verdict, as soon as its own
+// outcome is recorded: while the zombie still stalls.
 func TestBatchZombieDoesNotAck(t *testing.T) {
 	t.Parallel()
 	js, s, subj := stream(t)
@@ -361,14 +362,15 @@ func TestBatchZombieDoesNotAck(t *testing.T) {
 	}()
 	<-started
 	// JetStream redelivers order-z after AckWait; the healthy worker takes
-	// the lapsed claim over and completes it. order-ok may come back too
-	// (the zombie's batch is not settled yet): it is replayed.
+	// the lapsed claim over and completes it. order-ok was acked by its
+	// own verdict meanwhile, while the zombie stalls: it does not come
+	// back.
 	deadline := time.Now().Add(10 * time.Second)
 	for acked := false; !acked; {
 		if time.Now().After(deadline) {
 			t.Fatal("order-z never acked by the healthy worker")
 		}
-		msgs := fetchN(t, cons, 2, 5*time.Second)
+		msgs := fetchN(t, cons, 1, 5*time.Second)
 		ds, errs := healthy(ctx, msgs)
 		for i, m := range msgs {
 			if m.Headers().Get("Order-Id") != "order-z" {
@@ -381,6 +383,11 @@ func TestBatchZombieDoesNotAck(t *testing.T) {
 				t.Fatalf("healthy worker: %v, %v; want acked", ds[i], errs[i])
 			}
 			acked = true
+		}
+	}
+	for _, r := range first {
+		if r.Headers().Get("Order-Id") == "order-ok" && r.acks.Load() != 1 {
+			t.Fatalf("order-ok acked %d times while the zombie stalls, want once", r.acks.Load())
 		}
 	}
 	close(release)
@@ -537,5 +544,73 @@ func TestConsumeBatchStops(t *testing.T) {
 	}
 	if l := largest.Load(); l > 8 || l < 2 {
 		t.Errorf("largest batch %d, want 2..8", l)
+	}
+}
+
+// ackSignal closes acked when the message is acknowledged.
+type ackSignal struct {
+	jetstream.Msg
+	acked chan struct{}
+}
+
+func (a *ackSignal) Ack() error {
+	err := a.Msg.Ack()
+	close(a.acked)
+	return err
+}
+
+// TestBatchSettlesEachOnItsOwnOutcome: a message is acknowledged as soon
+// as its own outcome is recorded, not at the pace of its batch's slowest:
+// the second message's handler runs until the first message has been
+// acked, its outcome recorded in the store.
+func TestBatchSettlesEachOnItsOwnOutcome(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			js, s, subj := stream(t)
+			st := b.store(t)
+			ctx := context.Background()
+			publish(t, js, subj, "order-fast", 0)
+			publish(t, js, subj, "order-slow", 0)
+			cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "each", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []jetstream.Msg
+			for len(msgs) < 2 {
+				msgs = append(msgs, fetchN(t, cons, 2-len(msgs), time.Second)...)
+			}
+			fast := &ackSignal{Msg: msgs[0], acked: make(chan struct{})}
+			msgs[0] = fast
+			e := newEngine(t, st, idem.Config{})
+			var key string
+			p, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 30 * time.Second},
+				func(ctx context.Context, m jetstream.Msg) (string, error) {
+					if m.Headers().Get("Order-Id") == "order-slow" {
+						select {
+						case <-fast.acked:
+						case <-time.After(30 * time.Second):
+							return "", errors.New("the first message was not acked while the second ran")
+						}
+						rec, err := st.Get(ctx, key)
+						if err != nil || rec.Status != store.StatusCompleted {
+							return "", fmt.Errorf("acked before its outcome was recorded: %+v, %v", rec, err)
+						}
+					} else if c, ok := idem.FromContext(ctx); ok {
+						key = c.Key
+					}
+					return "shipped", nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds, errs := p(ctx, msgs)
+			for i := range msgs {
+				if ds[i] != idemnats.Acked || errs[i] != nil {
+					t.Errorf("message %d: %v, %v; want acked", i, ds[i], errs[i])
+				}
+			}
+		})
 	}
 }

@@ -3,7 +3,10 @@ package idemnats_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,9 +14,66 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemnats"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 )
+
+// benchRedis is the Redis the benchmarks' redis rows use, whose CPU they
+// read (make bench-consumers starts one of its own).
+func benchRedis() string {
+	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// BenchmarkRedisBaseline: what the store does per message, written by
+// hand — a SET NX of the claim and a SET of the outcome, pipelined, 16
+// messages in flight — for the Redis CPU per message the consumer rows are
+// compared with (redis-cpu-µs/msg, in the same run).
+func BenchmarkRedisBaseline(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: benchRedis()})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		b.Skip("no Redis:", err)
+	}
+	prefix := fmt.Sprintf("idemnats-baseline-%d:", time.Now().UnixNano())
+	value := strings.Repeat("v", 64)
+	var next atomic.Int64
+	b.ResetTimer()
+	cpu := benchkit.StartCPU(b, benchRedis(), "")
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				k := prefix + strconv.FormatInt(i, 10)
+				p := c.Pipeline()
+				p.SetNX(ctx, k, value, time.Hour)
+				p.Set(ctx, k, value+"done", time.Hour)
+				if _, err := p.Exec(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
+	for i := range b.N {
+		c.Del(ctx, prefix+strconv.Itoa(i))
+	}
+}
 
 // BenchmarkConsume: messages/s through the wrapper against the bare
 // handler (which only acks), each message a distinct key, with 1 and 16
@@ -62,6 +122,7 @@ func BenchmarkConsumeBatch(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				exited := make(chan error, 1)
 				b.ResetTimer()
+				cpu := benchkit.StartCPU(b, benchRedis(), "nats-server")
 				start := time.Now()
 				go func() {
 					exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: v.batches}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
@@ -79,6 +140,7 @@ func BenchmarkConsumeBatch(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+				cpu.Report(b, n)
 				cancel()
 				if err := <-exited; err != nil {
 					b.Fatal(err)
@@ -118,6 +180,7 @@ func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg)
 	ctx := context.Background()
 	var done atomic.Int64
 	b.ResetTimer()
+	cpu := benchkit.StartCPU(b, benchRedis(), "nats-server")
 	start := time.Now()
 	for range conc {
 		cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -135,4 +198,5 @@ func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
 }

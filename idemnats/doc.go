@@ -34,12 +34,13 @@
 // trip where the store claims in batches (redisstore's pipeline,
 // memstore); each handler then runs under its own lease, Config.Concurrency
 // at once, and writes its own outcome; and each message is settled by its
-// own verdict, with the same code and the same table as above. A message
+// own verdict, with the same code and the same table as above, as soon as
+// its own outcome is recorded (not at its batch's pace). A message
 // without a key is terminated alone; a key named twice in one batch runs
 // the handler once (the later copy answers as a concurrent call in one
 // process: in progress, so NakWithDelay, unless the engine waits, and
 // then a replay, so Ack); one message's failed outcome write or refused
 // write settles only that message. Every message of a batch gets
-// InProgress every Heartbeat until the batch is settled, unless its claim
-// was lost while its handler ran. See docs/consumers-batch.md.
+// InProgress every Heartbeat until it is settled, unless its claim was
+// lost while its handler ran. See docs/consumers-batch.md.
 package idemnats

@@ -116,7 +116,7 @@ type ClaimParams struct {
 }
 
 // BatchClaimer is an optional power of a store: claiming many keys in one
-// round trip (a pipeline, one transaction), for consumers that receive
+// round trip (one script, a pipeline, one statement), for consumers that receive
 // messages in batches. Find it by type assertion.
 type BatchClaimer interface {
 	// ClaimBatch claims each of ps exactly as Claim would, in order, and
@@ -128,7 +128,7 @@ type BatchClaimer interface {
 }
 
 // BatchCompleter is an optional power of a store: making many Completes in
-// one round trip (a pipeline, one statement). The engine finds it by type
+// one round trip (one script, a pipeline, one statement). The engine finds it by type
 // assertion and sends the Completes of calls that finish together through
 // it, so that a consumer's concurrent messages share their outcome writes.
 // A wrapper that embeds such a store and changes its Complete (faults,

@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/seed-a1b882c0/idem"
 )
@@ -150,7 +150,7 @@ func (g *Guard) outcomeError(err error, statusOf func(error) *spb.Status) (*spb.
 	if !isMarked && !g.cfg.Terminal(code.Code(st.GetCode())) {
 		return nil, err
 	}
-	body, merr := proto.MarshalOptions{Deterministic: true}.Marshal(st)
+	body, merr := deterministic.Marshal(st)
 	if merr != nil {
 		body = nil // replayed as its code name and message only
 	}
@@ -183,27 +183,51 @@ func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.M
 	if err != nil {
 		return idem.Identity{}, err
 	}
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	// One buffer, reused from call to call, takes the fields in order, the
+	// request's deterministic encoding marshalled into it in place after a
+	// length patched in afterwards: no copy of the request's bytes.
+	bp := fpBuffers.Get().(*[]byte)
+	defer fpBuffers.Put(bp)
+	b := field((*bp)[:0], m.name)
+	at := len(b)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b, err = deterministic.MarshalAppend(b, req)
 	if err != nil {
 		return idem.Identity{}, &MessageError{Method: m.name, Type: string(req.ProtoReflect().Descriptor().FullName()), Err: err}
 	}
-	size := 2*8 + len(m.name) + len(body)
-	for _, name := range m.fpNames {
-		size += 2*8 + len(name)
-		for _, v := range md(name) {
-			size += len(v) + 1
-		}
-	}
-	b := make([]byte, 0, size)
-	b = field(b, m.name)
-	b = field(b, string(body))
+	binary.BigEndian.PutUint64(b[at:], uint64(len(b)-at-8))
 	for _, name := range m.fpNames {
 		b = field(b, name)
-		b = field(b, strings.Join(md(name), "\x00"))
+		// The values joined by NUL, after their joined length.
+		vs := md(name)
+		n := max(len(vs)-1, 0)
+		for _, v := range vs {
+			n += len(v)
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+		for i, v := range vs {
+			if i > 0 {
+				b = append(b, 0)
+			}
+			b = append(b, v...)
+		}
+	}
+	if cap(b) <= maxPooledFingerprint {
+		*bp = b
 	}
 	sum := sha256.Sum256(b)
 	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(sum[:])}, nil
 }
+
+// deterministic is the encoding of everything the Guard hashes or stores:
+// stable for one message definition and one protobuf-go version.
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// fpBuffers are the buffers fingerprints are built in; one that grew past
+// maxPooledFingerprint (a large request) is not kept.
+var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledFingerprint = 64 << 10
 
 // field appends s, after its length, so that no two field lists hash alike.
 func field(b []byte, s string) []byte {
@@ -229,32 +253,85 @@ func (g *Guard) tenant(ctx context.Context) (string, error) {
 }
 
 // encodeResponse encodes a response for the store: a google.protobuf.Any
-// of its deterministic encoding, so a replay finds its type again.
+// of its deterministic encoding, so a replay finds its type again. The Any
+// (type_url = 1, value = 2, in field order, as deterministic marshalling
+// writes it) is written by hand around the response's encoding, which is
+// marshalled once, into the one buffer returned.
 func encodeResponse(m proto.Message) ([]byte, error) {
-	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	name := m.ProtoReflect().Descriptor().FullName()
+	size := deterministic.Size(m)
+	urlLen := len(typeURLPrefix) + len(name)
+	b := make([]byte, 0, 2+protowire.SizeVarint(uint64(urlLen))+urlLen+protowire.SizeVarint(uint64(size))+size)
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(urlLen))
+	b = append(b, typeURLPrefix...)
+	b = append(b, name...)
+	if size == 0 {
+		return b, nil // an empty value is not written, as for any proto3 field
+	}
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(size))
+	start := len(b)
+	b, err := deterministic.MarshalAppend(b, m)
 	if err != nil {
 		return nil, err
 	}
-	a := &anypb.Any{TypeUrl: typeURLPrefix + string(m.ProtoReflect().Descriptor().FullName()), Value: v}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(a)
+	if len(b)-start != size {
+		return nil, fmt.Errorf("idemrpc: %s encoded to %d bytes, sized %d", name, len(b)-start, size)
+	}
+	return b, nil
 }
 
 const typeURLPrefix = "type.googleapis.com/"
 
-// decodeResponse decodes a stored response into a new message of its type
-// (Config.Types).
+// decodeResponse decodes a stored response (an Any, see encodeResponse)
+// into a new message of its type (Config.Types). The Any is read in place:
+// the value is decoded from the stored bytes, not from a copy.
 func (g *Guard) decodeResponse(key string, b []byte) (proto.Message, error) {
-	var a anypb.Any
-	if err := proto.Unmarshal(b, &a); err != nil {
+	url, value, err := readAny(b)
+	if err != nil {
 		return nil, &ResponseError{Key: key, Err: err}
 	}
-	mt, err := g.cfg.Types.FindMessageByURL(a.GetTypeUrl())
+	mt, err := g.cfg.Types.FindMessageByURL(url)
 	if err != nil {
-		return nil, &ResponseError{Key: key, Type: a.GetTypeUrl(), Err: err}
+		return nil, &ResponseError{Key: key, Type: url, Err: err}
 	}
 	m := mt.New().Interface()
-	if err := proto.Unmarshal(a.GetValue(), m); err != nil {
-		return nil, &ResponseError{Key: key, Type: a.GetTypeUrl(), Err: err}
+	if err := proto.Unmarshal(value, m); err != nil {
+		return nil, &ResponseError{Key: key, Type: url, Err: err}
 	}
 	return m, nil
+}
+
+// readAny reads the type URL and value of an encoded google.protobuf.Any,
+// as proto.Unmarshal would (the last of a repeated field wins; unknown
+// fields are skipped), without allocating the Any or copying its value.
+func readAny(b []byte) (url string, value []byte, err error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case (num == 1 || num == 2) && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", nil, protowire.ParseError(n)
+			}
+			if num == 1 {
+				url = string(v)
+			} else {
+				value = v
+			}
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return "", nil, protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+	}
+	return url, value, nil
 }

@@ -15,6 +15,11 @@
 // a second statement, a read of the row that explains the refusal (not
 // found / fenced).
 //
+// A batch is one statement too: [Store.ClaimBatch] claims every key of a
+// batch with one multi-row INSERT … ON CONFLICT DO UPDATE, and
+// [Store.CompleteBatch] makes a batch's Completes with one fenced UPDATE …
+// FROM the batch's rows that answers each row's outcome.
+//
 // # Completing inside your transaction
 //
 // [Store.CompleteInTx] runs a function inside a transaction and completes
@@ -88,6 +93,7 @@ type Store struct {
 	table string // quoted
 	owned *pgxpool.Pool
 	sql   statements
+	bsql  batchStatements
 
 	stop chan struct{}
 	done chan struct{}
@@ -145,7 +151,7 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, cfg: c, table: table, sql: newStatements(table), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{db: db, cfg: c, table: table, sql: newStatements(table), bsql: newBatchStatements(table), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.ReapInterval > 0 {
 		go store.Every(s.stop, s.done, s.cfg.Clock.After, s.cfg.ReapInterval, func() {
 			n, err := s.Reap(context.Background(), store.Millis(s.cfg.Clock.Now()))

@@ -94,14 +94,32 @@ var claimSrc string
 //go:embed fenced.lua
 var fencedSrc string
 
+//go:embed batch.lua
+var batchSrc string
+
 var (
 	claimScript  = redis.NewScript(claimSrc)
 	fencedScript = redis.NewScript(fencedSrc)
 
+	// claimBatchSrc and fencedBatchSrc run claim.lua and fenced.lua for
+	// every record of a batch on one node, in one invocation (batch.lua).
+	claimBatchSrc     = batchSource(claimSrc)
+	fencedBatchSrc    = batchSource(fencedSrc)
+	claimBatchScript  = redis.NewScript(claimBatchSrc)
+	fencedBatchScript = redis.NewScript(fencedBatchSrc)
+
 	// scriptSources are the sources [Store.evalsha] and [Store.script]
 	// send on NOSCRIPT.
-	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc}
+	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc,
+		claimBatchScript: claimBatchSrc, fencedBatchScript: fencedBatchSrc}
 )
+
+// batchSource is batch.lua around the body of the single-key script src
+// (its lines after the shebang): the same code decides each record.
+func batchSource(src string) string {
+	_, body, _ := strings.Cut(src, "\n")
+	return strings.Replace(batchSrc, "--BODY--\n", body, 1)
+}
 
 // Config configures a [Store]. A nil *Config means all defaults.
 type Config struct {
@@ -402,12 +420,13 @@ func scriptCorrupt(key string, v []any) error {
 	return &store.CorruptError{Key: key, Reason: reason}
 }
 
-// ClaimBatch implements [store.BatchClaimer]: every claim is the claim
-// script, all of them in one pipeline, so the batch is one round trip
-// (plus one more if the script must be loaded first). Redis runs a
-// pipeline's commands in order, so a key named twice sees its first claim.
-// Results and errors are per key, in the order of ps; a failed claim has a
-// nil-Record result and an error.
+// ClaimBatch implements [store.BatchClaimer]: the claim script decides
+// every key, all of a batch's keys in one invocation of its batch form
+// (batch.lua; on Redis Cluster one per master, and one per 128 keys), so
+// the batch is one round trip and one script call (plus one more if the
+// script must be loaded first). The keys are decided in order, so a key
+// named twice sees its first claim. Results and errors are per key, in the
+// order of ps; a failed claim has a nil-Record result and an error.
 func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
 	res := make([]store.ClaimResult, len(ps))
 	errs := make([]error, len(ps))
@@ -415,14 +434,22 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	for i, p := range ps {
 		keys[i] = p.Key
 	}
-	s.batch(ctx, "claim", claimScript, keys, errs, func(i int) []any { return s.claimArgs(ps[i]) },
-		func(i int, cmd *redis.Cmd, w *redis.IntCmd) {
-			v, err := cmd.Slice()
+	s.scripted(ctx, "claim", claimScript, claimBatchScript, keys, errs, 3, func(i int) []any { return s.claimArgs(ps[i]) },
+		func(i int, v any, err error, w *redis.IntCmd) {
 			if err != nil {
 				errs[i] = s.translate("claim", ps[i].Key, err)
 				return
 			}
-			res[i], errs[i] = s.claimResult(ps[i], v)
+			vs, ok := v.([]any)
+			if msg, raised := raised(vs); raised {
+				errs[i] = s.errorReply("claim", ps[i].Key, reply{kind: '-', str: msg})
+				return
+			}
+			if !ok || len(vs) == 0 {
+				errs[i] = scriptCorrupt(ps[i].Key, vs)
+				return
+			}
+			res[i], errs[i] = s.claimResult(ps[i], vs)
 			if errs[i] == nil && res[i].Acquired {
 				errs[i] = s.waited("claim", ps[i].Key, w)
 			}
@@ -437,13 +464,14 @@ type group struct {
 }
 
 // groups splits a batch of writes to keys into the pipelines that send
-// it: one, through the client; but with Config.WaitReplicas on Redis
-// Cluster, one per master, on that master's own client, so that each
-// master's WAIT follows the writes on the connection that sent them (see
-// send). A key whose master cannot be found has its error (for op) set in
+// it: one, through the client; but on Redis Cluster with byMaster (a
+// batch script, which must run on the node of its keys) or with
+// Config.WaitReplicas, one per master, on that master's own client, so
+// that each master's WAIT follows the writes on the connection that sent
+// them (see send). A key whose master cannot be found has its error (for op) set in
 // errs and is in no group.
-func (s *Store) groups(ctx context.Context, op string, keys []string, errs []error) []group {
-	if s.cluster == nil || s.cfg.WaitReplicas <= 0 {
+func (s *Store) groups(ctx context.Context, op string, keys []string, errs []error, byMaster bool) []group {
+	if s.cluster == nil || !byMaster && s.cfg.WaitReplicas <= 0 {
 		all := make([]int, len(keys))
 		for i := range all {
 			all[i] = i
@@ -500,7 +528,7 @@ func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []s
 		}
 		return noscript
 	}
-	for _, g := range s.groups(ctx, op, keys, errs) {
+	for _, g := range s.groups(ctx, op, keys, errs, false) {
 		// Those not executed (NOSCRIPT: Redis ran none of them, so the
 		// order of the keys still holds) go again with the source, which
 		// also caches the script for the next batch.
@@ -511,8 +539,9 @@ func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []s
 }
 
 // CompleteBatch implements [store.BatchCompleter]: the Completes in one
-// pipeline (one per master with WaitReplicas on a cluster), each the same
-// fenced script as Complete's, so each keeps its own condition and answer.
+// invocation of the fenced script's batch form (batch.lua; on Redis
+// Cluster one per master, and one per 128 writes), the same fenced code as
+// Complete's deciding each, so each keeps its own condition and answer.
 func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
 	errs := make([]error, len(ps))
 	keys := make([]string, 0, len(ps))
@@ -528,11 +557,11 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 		return errs
 	}
 	sent := make([]error, len(keys))
-	s.batch(ctx, "complete", fencedScript, keys, sent, func(j int) []any {
+	s.scripted(ctx, "complete", fencedScript, fencedBatchScript, keys, sent, 7, func(j int) []any {
 		p := ps[idx[j]]
 		return append(s.fencedArgs("settle", p.ClaimRef), "2", p.ExpiresAt, completeTail(p.Now, p.Result))
-	}, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
-		sent[j] = s.fencedAnswer("complete", ps[idx[j]].ClaimRef, cmd, w)
+	}, func(j int, v any, err error, w *redis.IntCmd) {
+		sent[j] = s.fencedAnswer("complete", ps[idx[j]].ClaimRef, v, err, w)
 	})
 	for j, i := range idx {
 		errs[i] = sent[j]
@@ -564,10 +593,11 @@ func (s *Store) fencedArgs(op string, c store.ClaimRef) []any {
 	return []any{op, tag, c.Now, int(c.From.OrInProgress())}
 }
 
-// fencedAnswer reads the fenced script's reply to a write of a pipeline
-// (cmd), as fenced reads its own.
-func (s *Store) fencedAnswer(name string, c store.ClaimRef, cmd *redis.Cmd, w *redis.IntCmd) error {
-	v, err := cmd.Result()
+// fencedAnswer reads the fenced script's reply to one write of a batch
+// (v, or the error of its command or invocation), as fenced reads its
+// own; {-2, message} is the error the script raised for this write alone
+// (batch.lua).
+func (s *Store) fencedAnswer(name string, c store.ClaimRef, v any, err error, w *redis.IntCmd) error {
 	if err != nil {
 		return s.translate(name, c.Key, err)
 	}
@@ -581,6 +611,10 @@ func (s *Store) fencedAnswer(name string, c store.ClaimRef, cmd *redis.Cmd, w *r
 		}
 	case string:
 		return s.refusal(c, v)
+	case []any:
+		if msg, ok := raised(v); ok {
+			return s.errorReply(name, c.Key, reply{kind: '-', str: msg})
+		}
 	}
 	return fmt.Errorf("redisstore: %s %s: %w: unexpected reply %v", name, c.Key, store.ErrUnavailable, v)
 }

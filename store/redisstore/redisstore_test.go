@@ -116,7 +116,7 @@ func TestFaults(t *testing.T) {
 
 // counter counts commands and pipelines sent by a client (not what sets
 // up a new connection: HELLO, CLIENT SETINFO).
-type counter struct{ cmds, pipes atomic.Int64 }
+type counter struct{ cmds, pipes, piped atomic.Int64 } // piped: the commands in pipelines
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -131,6 +131,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if n := cmds[0].Name(); n != "hello" && n != "client" {
 			c.pipes.Add(1)
+			c.piped.Add(int64(len(cmds)))
 		}
 		return next(ctx, cmds)
 	}
@@ -215,9 +216,13 @@ func TestClaimBatch(t *testing.T) {
 	for i := range ps {
 		ps[i].Owner = "batch-2"
 	}
+	piped := cnt.piped.Load()
 	res, errs = s.ClaimBatch(context.Background(), ps)
 	if n := cnt.pipes.Load() - pipes; n != 1 || errors.Join(errs...) != nil || res[7].Acquired {
 		t.Errorf("second batch: %d pipelines, errs %v; want 1 pipeline and all conflicts", n, errs)
+	}
+	if n := cnt.piped.Load() - piped; n != 1 {
+		t.Errorf("second batch: %d commands, want 1 (the batch script, once for the ten keys)", n)
 	}
 }
 

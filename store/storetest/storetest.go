@@ -110,6 +110,8 @@ var Cases = []struct {
 	{"ClaimBatch", TestClaimBatch},
 	{"ClaimBatchMatchesClaim", TestClaimBatchMatchesClaim},
 	{"CompleteBatch", TestCompleteBatch},
+	{"BatchOwnParams", TestBatchOwnParams},
+	{"BatchStorm", TestBatchStorm},
 	{"Fencing", TestFencing},
 	{"ReclaimAfterDeletion", TestReclaimAfterDeletion},
 	{"Extend", TestExtend},
@@ -607,6 +609,155 @@ func TestClaimBatchMatchesClaim(t *testing.T, _ Features, newStore NewStore) {
 			t.Fatal(err)
 		}
 		sameRecord(t, "record "+name+" after the batch", mustGet(t, s, key[name]), want)
+	}
+}
+
+// TestBatchOwnParams: every claim and every Complete of a batch is made
+// with its own parameters — its own now, lease, expiry, owner and
+// fingerprint; its own result and expiry — and writes what the same call
+// made alone writes (in memstore, the reference), however they differ from
+// the batch's other items. Skipped for a store without batch claims or
+// completes.
+func TestBatchOwnParams(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	bc, claims := s.(store.BatchClaimer)
+	bp, completes := s.(store.BatchCompleter)
+	if !claims && !completes {
+		t.Skip("store neither claims nor completes in batches")
+	}
+	ref := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = ref.Close() })
+	ctx := context.Background()
+	now := base()
+	keys := make([]string, 4)
+	ps := make([]store.ClaimParams, len(keys))
+	for i := range keys {
+		keys[i] = newKey(t)
+		at := now + int64(i)*1000 // each its own now, lease and expiry
+		ps[i] = store.ClaimParams{Key: keys[i], Owner: fmt.Sprintf("owner-%d", i), Fingerprint: fp(fmt.Sprint("payload ", i)),
+			Now: at, LeaseUntil: at + lease + int64(i)*777, ExpiresAt: at + expiry - int64(i)*999}
+	}
+	for i, p := range ps {
+		if _, err := ref.Claim(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if claims {
+			continue
+		}
+		if res, err := s.Claim(ctx, p); err != nil || !res.Acquired {
+			t.Fatalf("claim %d: %+v, %v", i, res, err)
+		}
+	}
+	if claims {
+		res, errs := bc.ClaimBatch(ctx, ps)
+		for i := range ps {
+			if errs[i] != nil || !res[i].Acquired {
+				t.Fatalf("claim %d of the batch: %+v, %v", i, res[i], errs[i])
+			}
+			want := mustGet(t, ref, keys[i])
+			sameRecord(t, fmt.Sprintf("claim %d's answer", i), res[i].Record, want)
+			sameRecord(t, fmt.Sprintf("record %d after the batch claim", i), mustGet(t, s, keys[i]), want)
+		}
+	}
+	if !completes {
+		return
+	}
+	cs := make([]store.CompleteParams, len(ps))
+	for i, p := range ps {
+		cs[i] = store.CompleteParams{ClaimRef: store.ClaimRef{Key: p.Key, Fence: 1, Owner: p.Owner, Now: p.Now + 5 + int64(i)},
+			ExpiresAt: p.Now + 2*expiry + int64(i)*333, Result: []byte(fmt.Sprintf("result %d", i))}
+		if err := ref.Complete(ctx, cs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range bp.CompleteBatch(ctx, cs) {
+		if err != nil {
+			t.Fatalf("complete %d of the batch: %v", i, err)
+		}
+		sameRecord(t, fmt.Sprintf("record %d after the batch complete", i), mustGet(t, s, keys[i]), mustGet(t, ref, keys[i]))
+	}
+}
+
+// TestBatchStorm: batch claims racing each other and single claims over
+// the same fresh keys, each batch naming them in its own order (so a store
+// that locks the rows of a batch must not deadlock): every key is acquired
+// by exactly one claim, and every other claim of it answers a conflict
+// with the winner's record. Skipped for stores without batch claims.
+func TestBatchStorm(t *testing.T, f Features, newStore NewStore) {
+	f = f.withDefaults()
+	s := newStore(t)
+	bc, ok := s.(store.BatchClaimer)
+	if !ok {
+		t.Skip("store does not claim in batches")
+	}
+	ctx := context.Background()
+	now := base()
+	const nkeys = 8
+	for round := range 5 {
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = newKey(t)
+		}
+		p := func(key, owner string) store.ClaimParams {
+			return store.ClaimParams{Key: key, Owner: owner, Fingerprint: fp("a"), Now: now, LeaseUntil: now + lease, ExpiresAt: now + expiry}
+		}
+		var mu sync.Mutex
+		winners := map[string][]string{}
+		seen := map[string][]string{} // the holders the losers were told of
+		answer := func(key, owner string, res store.ClaimResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("round %d: claim of %s by %s: %v", round, key, owner, err)
+			case res.Record == nil:
+				t.Errorf("round %d: claim of %s by %s: no record", round, key, owner)
+			case res.Acquired:
+				winners[key] = append(winners[key], owner)
+			default:
+				seen[key] = append(seen[key], res.Record.Owner)
+			}
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range max(f.StormGoroutines/8, 4) {
+			owner := fmt.Sprintf("batch-%d", g)
+			wg.Go(func() {
+				ps := make([]store.ClaimParams, nkeys)
+				for i := range ps {
+					ps[i] = p(keys[(i*(2*g+1)+g)%nkeys], owner) // a permutation of its own (2g+1 is prime to nkeys)
+				}
+				<-start
+				res, errs := bc.ClaimBatch(ctx, ps)
+				if len(res) != len(ps) || len(errs) != len(ps) {
+					t.Errorf("ClaimBatch of %d answered %d results and %d errors", len(ps), len(res), len(errs))
+					return
+				}
+				for i, q := range ps {
+					answer(q.Key, owner, res[i], errs[i])
+				}
+			})
+			single := fmt.Sprintf("single-%d", g)
+			wg.Go(func() {
+				<-start
+				key := keys[g%nkeys]
+				res, err := s.Claim(ctx, p(key, single))
+				answer(key, single, res, err)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, key := range keys {
+			w := winners[key]
+			if len(w) != 1 {
+				t.Fatalf("round %d: key acquired by %v, want exactly one claim", round, w)
+			}
+			for _, o := range seen[key] {
+				if o != w[0] {
+					t.Fatalf("round %d: a conflict answered holder %s, but %s acquired the key", round, o, w[0])
+				}
+			}
+		}
 	}
 }
 

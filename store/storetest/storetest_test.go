@@ -36,6 +36,8 @@ var broken = map[string]struct {
 	"extend-ignores-from":        {func(m *memstore.Store) store.Store { return &extendIgnoresFrom{Store: m} }, "ExtendFrom"},
 	"lists-one-shard":            {func(m *memstore.Store) store.Store { return &oneShard{Store: m} }, "Admin"},
 	"batch-complete-unfenced":    {func(m *memstore.Store) store.Store { return &batchUnfenced{Store: m} }, "CompleteBatch"},
+	"batch-shares-first-params":  {func(m *memstore.Store) store.Store { return &batchFirstParams{Store: m} }, "BatchOwnParams"},
+	"racy-batch-claim":           {func(m *memstore.Store) store.Store { return &racyBatch{Store: m} }, "BatchStorm"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -236,6 +238,37 @@ func (s *batchUnfenced) CompleteBatch(ctx context.Context, ps []store.CompletePa
 		errs[i] = s.Store.Complete(ctx, p)
 	}
 	return errs
+}
+
+// batchFirstParams claims every key of a batch with the first claim's
+// lease and expiry, as a batch statement that bound them once would.
+type batchFirstParams struct{ *memstore.Store }
+
+func (s *batchFirstParams) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
+	ps = append([]store.ClaimParams(nil), ps...)
+	for i := range ps {
+		ps[i].LeaseUntil, ps[i].ExpiresAt = ps[0].LeaseUntil, ps[0].ExpiresAt
+	}
+	return s.Store.ClaimBatch(ctx, ps)
+}
+
+// racyBatch claims the keys of a batch by reading each and then writing
+// it blindly, as a batch that checked before it locked would.
+type racyBatch struct{ *memstore.Store }
+
+func (s *racyBatch) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
+	res, errs := make([]store.ClaimResult, len(ps)), make([]error, len(ps))
+	for i, p := range ps {
+		r, err := s.Store.Get(ctx, p.Key)
+		if err == nil && !r.Claimable(p.Now) {
+			res[i], _ = store.ApplyClaim(r, p)
+			continue
+		}
+		runtime.Gosched()
+		_ = s.Store.Delete(ctx, p.Key)
+		res[i], errs[i] = s.Store.Claim(ctx, p)
+	}
+	return res, errs
 }
 
 // oneShard lists only the records of one shard in three, by the key's hash,

@@ -1,0 +1,147 @@
+// Command consumers turns the output of make bench-consumers
+// (bench/results/consumers.txt: go test -bench of idemnats and idemamqp,
+// between two uptime lines) into the table of docs/benchmarks.md,
+// "Consumers: CPU per message", between its markers, and into
+// bench/results/consumers.md.
+//
+//	cd bench && go run ./consumers
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	in     = "results/consumers.txt"
+	out    = "results/consumers.md"
+	doc    = "../docs/benchmarks.md"
+	begin  = "<!-- bench-consumers: make bench-consumers writes this table -->"
+	end    = "<!-- /bench-consumers -->"
+	metric = `([0-9.]+) (msgs/s|client-cpu-µs/msg|redis-cpu-µs/msg|broker-cpu-µs/msg)`
+)
+
+// row is one benchmark's runs: each metric's values, by name.
+type row struct {
+	pkg, name string
+	runs      map[string][]float64
+}
+
+func main() {
+	log.SetFlags(0)
+	f, err := os.Open(in)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		rows  []*row
+		by    = map[string]*row{}
+		pkg   string
+		loads []string
+		cpu   string
+	)
+	name := regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s`)
+	metrics := regexp.MustCompile(metric)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, "load average"):
+			loads = append(loads, strings.TrimSpace(line[strings.Index(line, "load average"):]))
+		case strings.HasPrefix(line, "pkg: "):
+			pkg = filepath.Base(strings.TrimPrefix(line, "pkg: "))
+		case strings.HasPrefix(line, "cpu: "):
+			cpu = strings.TrimPrefix(line, "cpu: ")
+		}
+		m := name.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		key := pkg + " " + m[1]
+		r := by[key]
+		if r == nil {
+			r = &row{pkg: pkg, name: m[1], runs: map[string][]float64{}}
+			by[key] = r
+			rows = append(rows, r)
+		}
+		for _, mm := range metrics.FindAllStringSubmatch(line, -1) {
+			v, _ := strconv.ParseFloat(mm[1], 64)
+			r.runs[mm[2]] = append(r.runs[mm[2]], v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		log.Fatal(err)
+	}
+	if len(rows) == 0 {
+		log.Fatalf("no benchmark lines in %s", in)
+	}
+	baseline := 0.0
+	for _, r := range rows {
+		if r.name == "RedisBaseline" {
+			baseline = median(r.runs["redis-cpu-µs/msg"])
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s (%s); load average before and after: %s. Provisional: the machine is shared, so the figures move with what else runs; medians of %d runs.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpu, strings.Join(loads, " / "), runsOf(rows))
+	b.WriteString("| benchmark | msgs/s | client CPU µs/msg | Redis CPU µs/msg | Redis CPU ÷ SET NX + SET | broker CPU µs/msg |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		red := median(r.runs["redis-cpu-µs/msg"])
+		ratio := "—"
+		if baseline > 0 && red > 0 && r.name != "RedisBaseline" && strings.Contains(r.name, "redis") {
+			ratio = fmt.Sprintf("%.2f×", red/baseline)
+		}
+		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %s |\n", r.pkg, r.name, num(r.runs["msgs/s"], 0), num(r.runs["client-cpu-µs/msg"], 1),
+			num(r.runs["redis-cpu-µs/msg"], 1), ratio, num(r.runs["broker-cpu-µs/msg"], 1))
+	}
+	table := b.String()
+	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	d, err := os.ReadFile(doc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	i, j := strings.Index(string(d), begin), strings.Index(string(d), end)
+	if i < 0 || j < i {
+		log.Fatalf("%s has no %q … %q block", doc, begin, end)
+	}
+	nd := string(d[:i+len(begin)]) + "\n" + table + string(d[j:])
+	if err := os.WriteFile(doc, []byte(nd), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(table)
+}
+
+func runsOf(rows []*row) int {
+	n := 0
+	for _, r := range rows {
+		n = max(n, len(r.runs["msgs/s"]))
+	}
+	return n
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func num(v []float64, prec int) string {
+	if len(v) == 0 {
+		return "—"
+	}
+	return strconv.FormatFloat(median(v), 'f', prec, 64)
+}
