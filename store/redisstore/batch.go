@@ -57,7 +57,7 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 		for c, chunk := range chunks {
 			vs, err := cmds[c].Slice()
 			switch {
-			case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT"):
+			case err != nil && noScript(err.Error()):
 				noscript = append(noscript, chunk...)
 				continue
 			case err != nil && s.cluster != nil && slotMoved(err.Error()):

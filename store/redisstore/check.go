@@ -92,7 +92,7 @@ func (s *Store) checkACL(ctx context.Context) error {
 	}
 	for _, p := range probes {
 		err := s.c.Do(ctx, p.args...).Err()
-		if err == nil || errors.Is(err, redis.Nil) || strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err == nil || errors.Is(err, redis.Nil) || noScript(err.Error()) {
 			continue
 		}
 		if strings.HasPrefix(err.Error(), "NOPERM") {

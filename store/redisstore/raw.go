@@ -141,17 +141,33 @@ func (s *Store) waitCmd(ctx context.Context) *redis.IntCmd {
 	return redis.NewIntCmd(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout)
 }
 
+// evalArgs is the command that runs sc on key with args by its SHA-1
+// (EVALSHA). A server that has not cached the script answers NOSCRIPT
+// (noScript); the caller then sends it again with its source
+// (toSource), which also caches it: the documented ACL has no SCRIPT LOAD.
+func evalArgs(sc *redis.Script, key string, args []any) []any {
+	a := make([]any, 0, 4+len(args))
+	a = append(a, "evalsha", sc.Hash(), 1, key)
+	return append(a, args...)
+}
+
+// toSource turns evalArgs' EVALSHA into an EVAL of sc's source, in place.
+func toSource(a []any, sc *redis.Script) { a[0], a[1] = "eval", scriptSources[sc] }
+
+// noScript reports whether an error reply says the server does not have
+// the script (NOSCRIPT): the one test of the three paths that send
+// scripts (typed commands, raw replies, batches).
+func noScript(reply string) bool { return strings.HasPrefix(reply, "NOSCRIPT") }
+
 // script sends sc by its SHA-1 as a typed command (for replies go-redis
 // decodes: arrays), and its source once more on NOSCRIPT; with
 // Config.WaitReplicas, followed by a WAIT (see [Store.send]).
 func (s *Store) script(ctx context.Context, sc *redis.Script, key string, args ...any) (*redis.Cmd, *redis.IntCmd) {
-	a := make([]any, 0, 4+len(args))
-	a = append(a, "evalsha", sc.Hash(), 1, key)
-	a = append(a, args...)
+	a := evalArgs(sc, key, args)
 	cmd := redis.NewCmd(ctx, a...)
 	w := s.send(ctx, key, cmd)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		a[0], a[1] = "eval", scriptSources[sc]
+	if err := cmd.Err(); err != nil && noScript(err.Error()) {
+		toSource(a, sc)
 		cmd = redis.NewCmd(ctx, a...)
 		w = s.send(ctx, key, cmd)
 	}
@@ -193,12 +209,10 @@ func parseReply(b []byte) (reply, error) {
 // evalsha runs sc by its SHA-1, and sends its source once more if Redis
 // does not have it (NOSCRIPT).
 func (s *Store) evalsha(ctx context.Context, sc *redis.Script, key string, args ...any) (reply, *redis.IntCmd, error) {
-	a := make([]any, 0, 4+len(args))
-	a = append(a, "evalsha", sc.Hash(), 1, key)
-	a = append(a, args...)
+	a := evalArgs(sc, key, args)
 	r, w, err := s.do(ctx, key, a...)
-	if err == nil && r.kind == '-' && strings.HasPrefix(r.str, "NOSCRIPT") {
-		a[0], a[1] = "eval", scriptSources[sc]
+	if err == nil && r.kind == '-' && noScript(r.str) {
+		toSource(a, sc)
 		r, w, err = s.do(ctx, key, a...)
 	}
 	return r, w, err

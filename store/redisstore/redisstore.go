@@ -520,7 +520,7 @@ func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []s
 		}
 		_, _ = pipe.Exec(ctx) // errors are per command
 		for j, i := range idx {
-			if err := cmds[j].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if err := cmds[j].Err(); err != nil && noScript(err.Error()) {
 				noscript = append(noscript, i)
 				continue
 			}
