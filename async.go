@@ -289,24 +289,32 @@ func tokenWrite(op observe.StoreOp, t Token, err error) error {
 // replaced by the [CodeResultTooLarge] marker, as for [Do], and Complete
 // returns nil: the key is settled. Writes through a token of a disabled
 // engine do nothing.
-func (e *Engine) Complete(ctx context.Context, t Token, v any) (err error) {
+func (e *Engine) Complete(ctx context.Context, t Token, v any) error {
+	return e.throughToken(ctx, observe.CallComplete, t, func(ctx context.Context, h *holder) error {
+		b, err := e.cfg.Codec.Marshal(v)
+		if err != nil {
+			return &encodeError{err}
+		}
+		return tokenWrite(observe.StoreComplete, t, h.complete(ctx, b, nil))
+	})
+}
+
+// throughToken is the frame of every write through t: nothing for a
+// disabled engine, the write's span when the observer traces, t checked
+// (its signature), then write with t's holder.
+func (e *Engine) throughToken(ctx context.Context, kind observe.CallKind, t Token, write func(context.Context, *holder) error) (err error) {
 	if e.cfg.Disabled {
 		return nil
 	}
 	var sp observe.Span
 	if e.tracer != nil {
-		ctx, sp = e.tokenSpan(ctx, observe.CallComplete, t)
+		ctx, sp = e.tokenSpan(ctx, kind, t)
 		defer func() { endToken(sp, t, err) }()
 	}
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	b, err := e.cfg.Codec.Marshal(v)
-	if err != nil {
-		return &encodeError{err}
-	}
-	err = e.tokenHolder(t, sp).complete(ctx, b, nil)
-	return tokenWrite(observe.StoreComplete, t, err)
+	return write(ctx, e.tokenHolder(t, sp))
 }
 
 // Fail records err as the terminal outcome of t's claim: the record
@@ -314,45 +322,26 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) (err error) {
 // [*TerminalError] keeps its code, message and body; any other error is
 // stored with its message and no code. Fenced and retried as
 // [Engine.Complete] is.
-func (e *Engine) Fail(ctx context.Context, t Token, err error) (ferr error) {
-	if e.cfg.Disabled {
-		return nil
-	}
-	var sp observe.Span
-	if e.tracer != nil {
-		ctx, sp = e.tokenSpan(ctx, observe.CallFail, t)
-		defer func() { endToken(sp, t, ferr) }()
-	}
-	if err == nil {
+func (e *Engine) Fail(ctx context.Context, t Token, err error) error {
+	if err == nil && !e.cfg.Disabled {
 		return errors.New("idem: Fail needs an error to store")
 	}
-	if verr := e.verify(t); verr != nil {
-		return verr
-	}
-	var term *TerminalError
-	if !errors.As(err, &term) {
-		term = &TerminalError{Message: err.Error()}
-	}
-	werr := e.tokenHolder(t, sp).fail(ctx, term.record())
-	return tokenWrite(observe.StoreFail, t, werr)
+	return e.throughToken(ctx, observe.CallFail, t, func(ctx context.Context, h *holder) error {
+		var term *TerminalError
+		if !errors.As(err, &term) {
+			term = &TerminalError{Message: err.Error()}
+		}
+		return tokenWrite(observe.StoreFail, t, h.fail(ctx, term.record()))
+	})
 }
 
 // Release deletes t's claim so that the key can run again: for work that
 // could not start or failed in a way worth retrying. A claim that is gone
 // already counts as released. Fenced and retried as [Engine.Complete] is.
-func (e *Engine) Release(ctx context.Context, t Token) (err error) {
-	if e.cfg.Disabled {
-		return nil
-	}
-	var sp observe.Span
-	if e.tracer != nil {
-		ctx, sp = e.tokenSpan(ctx, observe.CallRelease, t)
-		defer func() { endToken(sp, t, err) }()
-	}
-	if err := e.verify(t); err != nil {
-		return err
-	}
-	return tokenWrite(observe.StoreRelease, t, e.tokenHolder(t, sp).release(ctx))
+func (e *Engine) Release(ctx context.Context, t Token) error {
+	return e.throughToken(ctx, observe.CallRelease, t, func(ctx context.Context, h *holder) error {
+		return tokenWrite(observe.StoreRelease, t, h.release(ctx))
+	})
 }
 
 // Extend moves t's expected completion to now + d, in one fenced store
@@ -380,28 +369,18 @@ func (e *Engine) Attach(ctx context.Context, t Token, ref string) error {
 
 // touch makes one fenced Extend through t, retried on transient faults
 // while Config.WriteTimeout lasts.
-func (e *Engine) touch(ctx context.Context, t Token, kind observe.CallKind, set func(*store.ExtendParams)) (err error) {
-	if e.cfg.Disabled {
-		return nil
-	}
+func (e *Engine) touch(ctx context.Context, t Token, kind observe.CallKind, set func(*store.ExtendParams)) error {
 	op := observe.StoreExtend
 	if kind == observe.CallAttach {
 		op = observe.StoreAttach
 	}
-	var sp observe.Span
-	if e.tracer != nil {
-		ctx, sp = e.tokenSpan(ctx, kind, t)
-		defer func() { endToken(sp, t, err) }()
-	}
-	if err := e.verify(t); err != nil {
-		return err
-	}
-	h := e.tokenHolder(t, sp)
-	err = h.write(ctx, writeReq{kind: writeExtend, extend: set})
-	if store.TakenOver(err) {
-		h.observe(observe.OutcomeFenced)
-	}
-	return tokenWrite(op, t, err)
+	return e.throughToken(ctx, kind, t, func(ctx context.Context, h *holder) error {
+		err := h.write(ctx, writeReq{kind: writeExtend, extend: set})
+		if store.TakenOver(err) {
+			h.observe(observe.OutcomeFenced)
+		}
+		return tokenWrite(op, t, err)
+	})
 }
 
 // ownerLabelKey carries the label of WithOwnerLabel.
