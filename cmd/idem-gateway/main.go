@@ -107,6 +107,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/observe"
@@ -114,8 +115,10 @@ import (
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
-// scope is the operation name under which the gateway stores its keys.
-const scope = "gateway"
+// scope is the operation name under which the gateway stores its keys:
+// idemhttp's store key under it is clientkey.HTTP's, which idemctl find
+// and the console derive from what a client sent.
+const scope = clientkey.GatewayOperation
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
