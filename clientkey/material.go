@@ -39,7 +39,9 @@ type Material struct {
 	// RPC method name ("/shop.v1.Orders/Create").
 	Method string
 	// Route is the HTTP route: the URL path unless the service sets
-	// idemhttp's Config.Route.
+	// idemhttp's Config.Route; under idemlambda the event's route (REST
+	// API: the resource, "/orders/{id}"; HTTP API: the route key,
+	// "POST /orders/{id}"; Function URL: the path).
 	Route string
 	// Principal is who called (HTTP, gateway, RPC): what the service's
 	// Config.Principal returns, the gateway's -principal-header value.
@@ -98,9 +100,6 @@ func (m Material) StoreKey() (idem.StoreKey, error) {
 		}
 		if m.Method != strings.ToUpper(m.Method) {
 			return bad("method", fmt.Sprintf("%q: HTTP methods are upper case (%s)", m.Method, strings.ToUpper(m.Method)))
-		}
-		if !strings.HasPrefix(m.Route, "/") {
-			return bad("route", fmt.Sprintf("%q: a route is a URL path and starts with /", m.Route))
 		}
 		key, err := ParseHeader(m.Key)
 		if err != nil {
