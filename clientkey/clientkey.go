@@ -38,6 +38,10 @@ import (
 // (cmd/idem-gateway), which runs idemhttp with it.
 const GatewayOperation = "gateway"
 
+// DefaultHTTPOperation is idemhttp's operation when its Config.Operation
+// is empty.
+const DefaultHTTPOperation = "http"
+
 // HTTPTenant returns the tenant of idemhttp's store keys for principal
 // (Config.Principal's answer): "" for none, otherwise the principal
 // hashed, so that no principal is stored in the clear.

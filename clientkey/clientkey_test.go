@@ -30,6 +30,8 @@ func TestStoreKeysStayAsReleased(t *testing.T) {
 	}{
 		"http": {clientkey.Material{Kind: clientkey.KindHTTP, Operation: "orders", Method: "POST", Route: "/orders", Key: `"order-42"`},
 			"orders#" + sum("POST\x00/orders\x00order-42")},
+		"http, idemhttp's default operation": {clientkey.Material{Kind: clientkey.KindHTTP, Method: "POST", Route: "/orders", Key: `order-42`},
+			"http#" + sum("POST\x00/orders\x00order-42")},
 		"http, the header unquoted": {clientkey.Material{Kind: clientkey.KindHTTP, Operation: "orders", Method: "POST", Route: "/orders", Key: `order-42`},
 			"orders#" + sum("POST\x00/orders\x00order-42")},
 		"http, an escape": {clientkey.Material{Kind: clientkey.KindHTTP, Operation: "orders", Method: "POST", Route: "/orders", Key: ` "a\"b" `},
@@ -98,7 +100,6 @@ func TestMaterialErrorsNameThePart(t *testing.T) {
 	}{
 		{clientkey.Material{}, "kind"},
 		{clientkey.Material{Kind: "smtp", Key: "k"}, "kind"},
-		{clientkey.Material{Kind: clientkey.KindHTTP, Method: "POST", Route: "/o", Key: "k"}, "operation"},
 		{clientkey.Material{Kind: clientkey.KindHTTP, Operation: "o", Route: "/o", Key: "k"}, "method"},
 		{clientkey.Material{Kind: clientkey.KindHTTP, Operation: "o", Method: "post", Route: "/o", Key: "k"}, "method"},
 		{clientkey.Material{Kind: clientkey.KindGateway, Method: "POST", Key: "k"}, "route"},

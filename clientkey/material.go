@@ -31,9 +31,10 @@ var Kinds = []Kind{KindHTTP, KindGateway, KindRPC, KindKey, KindJSON}
 // log or a support ticket.
 type Material struct {
 	Kind Kind
-	// Operation is the adapter's operation name: required but for the
-	// gateway (always [GatewayOperation]) and for RPC, where it defaults
-	// to [RPCOperation] of Method.
+	// Operation is the adapter's operation name: required for Key and
+	// JSON; for HTTP it defaults to [DefaultHTTPOperation] (idemhttp's
+	// default), for RPC to [RPCOperation] of Method; the gateway's is
+	// always [GatewayOperation].
 	Operation string
 	// Method is the HTTP method (HTTP, gateway; upper case) or the full
 	// RPC method name ("/shop.v1.Orders/Create").
@@ -89,6 +90,9 @@ func (m Material) StoreKey() (idem.StoreKey, error) {
 	switch m.Kind {
 	case KindHTTP, KindGateway:
 		op := m.Operation
+		if op == "" && m.Kind == KindHTTP {
+			op = DefaultHTTPOperation
+		}
 		if m.Kind == KindGateway {
 			if op != "" && op != GatewayOperation {
 				return bad("operation", "the gateway's operation is always "+GatewayOperation)

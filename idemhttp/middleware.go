@@ -148,7 +148,7 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 		c = *cfg
 	}
 	if c.Operation == "" {
-		c.Operation = "http"
+		c.Operation = clientkey.DefaultHTTPOperation
 	}
 	if _, err := idem.NewStoreKey(c.Operation, "", nil); err != nil {
 		return nil, fmt.Errorf("%w: idemhttp: Operation: %v", idem.ErrInvalidConfig, err)
