@@ -137,10 +137,13 @@ func Key(operation, tenant, key string) (idem.StoreKey, error) {
 // JSON string "\"…\""), or an [idem.Request]'s Payload when it has no Key
 // (idemsfn's input then). The value is canonicalised first ([idem.Canonicalize]),
 // so key order and white space do not matter.
+//
+// It is the store key [idem.Request.Identity] derives from a Payload
+// without a Key (a test holds the two together), without the fingerprint.
 func JSON(operation, tenant string, value []byte) (idem.StoreKey, error) {
-	if value == nil {
-		value = []byte{}
+	c, err := idem.Canonicalize(value)
+	if err != nil {
+		return idem.StoreKey{}, err
 	}
-	id, err := (&idem.Request{Operation: operation, Tenant: tenant, Payload: value}).Identity()
-	return id.StoreKey, err
+	return idem.NewStoreKey(operation, tenant, c)
 }

@@ -63,9 +63,11 @@ func ParseHeader(values []string) (string, error) {
 		return "", &KeyHeaderError{Value: strings.Join(values, ", "), Reason: fmt.Sprintf("sent %d times; send exactly one", len(values))}
 	}
 	key, err := clientkey.ParseHeader(values[0])
-	var he *clientkey.HeaderError
-	if errors.As(err, &he) {
-		return "", &KeyHeaderError{Value: he.Value, Reason: he.Reason}
+	if err != nil {
+		if he, ok := err.(*clientkey.HeaderError); ok {
+			return "", &KeyHeaderError{Value: he.Value, Reason: he.Reason}
+		}
+		return "", err
 	}
-	return key, err
+	return key, nil
 }
