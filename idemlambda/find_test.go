@@ -3,7 +3,9 @@ package idemlambda_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -95,6 +97,11 @@ func TestRecordIsFoundFromWhatTheEventCarried(t *testing.T) {
 			t.Fatal(err)
 		}
 		consoletest.FindIn(t, s, clientkey.Material{Kind: clientkey.KindKey, Operation: "charge", Key: "order-42"})
+		// Like every explicit key, one over idem.MaxKeyLen is refused.
+		long := strings.Repeat("k", idem.MaxKeyLen+1)
+		if _, err := h(ctx, json.RawMessage(`{"ID":"`+long+`"}`)); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Fatalf("a key of %d bytes: %v, want idem.ErrInvalidKey", len(long), err)
+		}
 	})
 	t.Run("api gateway Idempotency-Key", func(t *testing.T) {
 		t.Parallel()
