@@ -101,11 +101,23 @@ func statusOf(t *testing.T, a answer, code int) idemhttp.StatusResource {
 // A covered request whose upstream answers 202 is handed off: the client
 // gets 202 and the gateway's status resource, retries get 202 and the
 // status until the worker settles the key through the admin listener, then
-// the worker's answer, replayed.
+// the worker's answer, replayed. All of it once more with signed tokens
+// (-token-key-file): the workers settle as before.
 func TestAsyncHandOffThroughTheAdminListener(t *testing.T) {
+	t.Run("unsigned", func(t *testing.T) { asyncHandOff(t) })
+	t.Run("signed", func(t *testing.T) {
+		keyFile := filepath.Join(t.TempDir(), "token.key")
+		if err := os.WriteFile(keyFile, []byte("a-secret-of-more-than-16-bytes\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		asyncHandOff(t, "-token-key-file", keyFile)
+	})
+}
+
+func asyncHandOff(t *testing.T, extra ...string) {
 	up := newAsyncUpstream(t)
-	gw := startGateway(t, "-upstream", up.srv.URL, "-store", "bolt://"+t.TempDir()+"/gw.db", "-admin", "127.0.0.1:0",
-		"-status-path", statusPath, "-expected-completion", "5m")
+	gw := startGateway(t, append([]string{"-upstream", up.srv.URL, "-store", "bolt://" + t.TempDir() + "/gw.db", "-admin", "127.0.0.1:0",
+		"-status-path", statusPath, "-expected-completion", "5m"}, extra...)...)
 	up.settleVia = func(tok string) {
 		if a := settle(gw.admin, tok, "complete?status=201", "application/json", `{"fast":true}`); a.status != http.StatusNoContent {
 			t.Errorf("complete from inside the upstream: %+v", a)
