@@ -78,6 +78,13 @@ func (e *Engine) state(r *store.Record) *State {
 	return s
 }
 
+// StateOf returns the State of r, a record read from the engine's store
+// other than through [Engine.Status] (by a [store.Lister], say): its
+// [State.Token] is signed with the engine's Config.TokenKey, as the
+// tokens of every State the engine returns are. Hand its token only to
+// code entitled to settle the key.
+func (e *Engine) StateOf(r *store.Record) *State { return e.state(r) }
+
 // Decode decodes a COMPLETED record's result into v with the engine's
 // codec.
 func (s *State) Decode(v any) error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 var tokenKey = []byte("0123456789abcdef-test-token-key")
@@ -104,5 +105,35 @@ func TestTokenKeyTooShort(t *testing.T) {
 	en := setup(t, idem.Config{})
 	if _, err := idem.New(en.store, &idem.Config{TokenKey: []byte("short")}); !errors.Is(err, idem.ErrInvalidConfig) || !strings.Contains(err.Error(), "16") {
 		t.Fatalf("a 5-byte TokenKey: %v, want ErrInvalidConfig naming the minimum", err)
+	}
+}
+
+// A record listed from the store (a reconciler's view) gives, through
+// StateOf, a token signed like every other the engine hands out: the
+// engine settles the key with it, where a token made by hand from the
+// record is refused.
+func TestStateOfAListedRecordSignsItsToken(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{TokenKey: tokenKey})
+	ctx := context.Background()
+	b, err := en.eng.Begin(ctx, req("listed"), &idem.BeginOptions{ExpectedCompletion: time.Minute})
+	if err != nil || !b.Acquired {
+		t.Fatalf("%+v %v", b, err)
+	}
+	page, err := en.mem.List(ctx, store.ListParams{Status: store.StatusInProgress, Limit: 10, Now: store.Millis(en.clock.Now())})
+	if err != nil || len(page.Records) != 1 {
+		t.Fatalf("%+v %v", page, err)
+	}
+	rec := page.Records[0]
+	byHand := idem.Token{Key: b.Token.Key, Fence: rec.Fence, Owner: rec.Owner, Status: idem.StatusInProgress}
+	if err := en.eng.Extend(ctx, byHand, time.Minute); !errors.Is(err, idem.ErrInvalidToken) {
+		t.Fatalf("a token made by hand from the record: %v, want ErrInvalidToken", err)
+	}
+	st := en.eng.StateOf(rec)
+	if st.Key != rec.Key || st.Status != idem.StatusInProgress || st.Fence != rec.Fence {
+		t.Fatalf("StateOf = %+v", st)
+	}
+	if err := en.eng.Complete(ctx, st.Token(), 7); err != nil {
+		t.Fatalf("Complete through StateOf's token: %v", err)
 	}
 }

@@ -337,6 +337,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+b+"{$}", c.signedIn(c.overview))
 	m.HandleFunc("GET "+b+"records", c.signedIn(c.records))
 	m.HandleFunc("GET "+b+"record", c.signedIn(c.record))
+	m.HandleFunc("GET "+b+"find", c.signedIn(c.find))
 	m.HandleFunc("POST "+b+"confirm", c.signedIn(c.writer(c.confirm)))
 	m.HandleFunc("POST "+b+"act", c.signedIn(c.writer(c.act)))
 	m.HandleFunc(b, func(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/consume"
 )
 
@@ -204,7 +205,9 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) Settlement {
 	return c.decided(ctx, d, res, err)
 }
 
-// identity is d's key and fingerprint; when ok is false, d could not be
+// identity is d's key (clientkey.Key of the operation and the message's
+// key, as idemctl find and the console derive it) and fingerprint (the
+// body's digest); when ok is false, d could not be
 // keyed and s says how it was settled.
 func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Identity, s Settlement, ok bool) {
 	if d.Acknowledger == nil {
@@ -220,16 +223,11 @@ func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Ident
 	if key == "" {
 		return id, settle(Settlement{Action: Rejected, Err: errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")}, d.Reject(false)), false
 	}
-	body := d.Body
-	if body == nil {
-		body = []byte{}
-	}
-	req := idem.Request{Operation: c.cfg.Operation, Key: key, Payload: body, RawPayload: true}
-	id, err := req.Identity()
+	k, err := clientkey.Key(c.cfg.Operation, "", key)
 	if err != nil {
 		return id, c.decided(ctx, d, idem.Result[struct{}]{}, err), false
 	}
-	return id, Settlement{}, true
+	return idem.Identity{StoreKey: k, Fingerprint: idem.Digest(d.Body)}, Settlement{}, true
 }
 
 // decided settles d by the verdict of the engine's answer for it: the one

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -147,7 +148,7 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 		c = *cfg
 	}
 	if c.Operation == "" {
-		c.Operation = "http"
+		c.Operation = clientkey.DefaultHTTPOperation
 	}
 	if _, err := idem.NewStoreKey(c.Operation, "", nil); err != nil {
 		return nil, fmt.Errorf("%w: idemhttp: Operation: %v", idem.ErrInvalidConfig, err)
@@ -351,11 +352,7 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	var buf [512]byte // the key material, on the stack unless it is long
-	material := append(buf[:0], r.Method...)
-	material = append(append(append(material, 0), route...), 0)
-	material = append(material, key...)
-	k, err := idem.NewStoreKey(m.cfg.Operation, tenant, material)
+	k, err := clientkey.HTTPWithTenant(m.cfg.Operation, tenant, r.Method, route, key)
 	if err != nil {
 		return idem.Identity{}, nil, err
 	}
@@ -398,10 +395,11 @@ func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Ha
 }
 
 // tenant returns the tenant of r's store keys: its principal, hashed
-// (Config.Principal), or "" when there is none. The store key of an
-// Idempotency-Key is the key scoped by the tenant, the method and the
-// route; a status resource's key is the same key, found again from its
-// digest and the tenant of the request reading it.
+// (Config.Principal, clientkey.HTTPTenant), or "" when there is none. The
+// store key of an Idempotency-Key is the key scoped by the tenant, the
+// method and the route (clientkey.HTTP, which idemctl find and the
+// console use too); a status resource's key is the same key, found again
+// from its digest and the tenant of the request reading it.
 func (m *Middleware) tenant(r *http.Request) (string, error) {
 	if m.cfg.Principal == nil {
 		return "", nil
@@ -413,8 +411,7 @@ func (m *Middleware) tenant(r *http.Request) (string, error) {
 	if p == "" {
 		return "", nil
 	}
-	sum := sha256.Sum256([]byte("idemhttp-principal\x00" + p))
-	return hex.EncodeToString(sum[:16]), nil
+	return clientkey.HTTPTenant(p), nil
 }
 
 // fingerprint starts the fingerprint of r: a SHA-256 over the method,

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 )
 
 // Config is what every adapter shares. A nil *Config means all defaults.
@@ -135,20 +136,22 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 		k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "operation", k.operation, "key_jmespath", src)
 		return idem.Identity{}, false, nil
 	}
-	material, err := canonical(sel)
+	b, err := json.Marshal(sel)
 	if err != nil {
-		return idem.Identity{}, false, err
+		return idem.Identity{}, false, fmt.Errorf("idemlambda: selected value cannot be encoded: %w", err)
 	}
-	return k.identityOf(material, event)
+	key, err := clientkey.JSON(k.operation, "", b)
+	if err != nil {
+		return idem.Identity{}, false, fmt.Errorf("idemlambda: selected value: %w", err)
+	}
+	return k.identityOf(key, event)
 }
 
-// identityOf derives the identity for explicit key material, validating
-// event with ValidationJMESPath when set.
-func (k *keyer) identityOf(material []byte, event any) (idem.Identity, bool, error) {
-	key, err := idem.NewStoreKey(k.operation, "", material)
-	if err != nil {
-		return idem.Identity{}, false, err
-	}
+// identityOf completes the identity of key, validating event with
+// ValidationJMESPath when set. The store key comes from clientkey (JSON
+// for a KeyJMESPath selection, Key for FuncConfig.Key), which idemctl find
+// and the console use too.
+func (k *keyer) identityOf(key idem.StoreKey, event any) (idem.Identity, bool, error) {
 	id := idem.Identity{StoreKey: key}
 	if k.validation != nil {
 		v, err := k.validation.search(event)
@@ -257,7 +260,10 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 			case key == "":
 				k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "operation", k.operation)
 			default:
-				id, ok, err = k.identityOf([]byte(key), event)
+				var sk idem.StoreKey
+				if sk, err = clientkey.Key(k.operation, "", key); err == nil {
+					id, ok, err = k.identityOf(sk, event)
+				}
 			}
 		} else {
 			id, ok, err = k.identity(event)

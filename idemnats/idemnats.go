@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/consume"
 )
 
@@ -188,15 +189,30 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 	return w.settleVerdict(m, consume.Decide(res, err, w.e.Config().Clock.Now()))
 }
 
-// identity is m's key and fingerprint; an error means m cannot be keyed
-// and is terminated.
+// identity is m's key (clientkey.Key of the operation and the message's
+// key, as idemctl find and the console derive it) and fingerprint (the
+// message data's digest); an error means m cannot be keyed and is
+// terminated.
 func (w *wrapper[T]) identity(m jetstream.Msg) (idem.Identity, error) {
 	key, err := w.cfg.Key(m)
 	if err != nil {
 		return idem.Identity{}, fmt.Errorf("idemnats: no key: %w", err)
 	}
-	req := idem.Request{Operation: w.cfg.Operation, Key: key, Payload: m.Data(), RawPayload: true}
-	return req.Identity()
+	if key == "" {
+		// Config.Key found none: the data is the key, as idem.Request
+		// derives one without a Key.
+		req := idem.Request{Operation: w.cfg.Operation, Payload: m.Data(), RawPayload: true}
+		return req.Identity()
+	}
+	k, err := clientkey.Key(w.cfg.Operation, "", key)
+	if err != nil {
+		return idem.Identity{}, err
+	}
+	id := idem.Identity{StoreKey: k}
+	if data := m.Data(); data != nil {
+		id.Fingerprint = idem.Digest(data)
+	}
+	return id, nil
 }
 
 // settleVerdict carries out m's verdict: the one mapping of consume's

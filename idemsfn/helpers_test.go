@@ -60,7 +60,8 @@ type rig struct {
 }
 
 // newRig returns an engine over s (memstore when nil) whose calls are
-// counted, on a manual clock.
+// counted, on a manual clock; over a signedStore, the engine signs its
+// tokens with tokenKey.
 func newRig(t testing.TB, s store.Store) rig {
 	t.Helper()
 	if s == nil {
@@ -68,13 +69,17 @@ func newRig(t testing.TB, s store.Store) rig {
 		t.Cleanup(func() { _ = mem.Close() })
 		s = mem
 	}
+	var key []byte
+	if ss, ok := s.(signedStore); ok {
+		s, key = ss.Store, tokenKey
+	}
 	fs := faultstore.New(s)
 	var st store.Store = fs
 	if l, ok := s.(store.Lister); ok {
 		st = counted{fs, l}
 	}
 	clock := clocktest.New(time.Now().Truncate(time.Millisecond))
-	e, err := idem.New(st, &idem.Config{Clock: clock, Expiry: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	e, err := idem.New(st, &idem.Config{Clock: clock, Expiry: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler), TokenKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}

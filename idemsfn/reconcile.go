@@ -208,7 +208,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 func (r *Reconciler) one(ctx context.Context, key idem.StoreKey, rec *store.Record, rep *Report) error {
 	s := r.s
 	now := s.e.Config().Clock.Now()
-	t := idem.Token{Key: key, Fence: rec.Fence, Owner: rec.Owner, Status: idem.StatusInProgress}
+	// The record's token, signed as the engine signs every token it hands
+	// out (Config.TokenKey): a token made here by hand would be refused.
+	t := s.e.StateOf(rec).Token()
 	if rec.Ref == "" {
 		if !s.orphan(store.FromMillis(rec.CreatedAt)) {
 			rep.OrphansWaiting++

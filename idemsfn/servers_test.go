@@ -199,15 +199,30 @@ var stores = []storeKind{
 	{"redisstore", func(t testing.TB) store.Store { return newRedisStore(t) }},
 }
 
-// forStores runs f for every store kind, as parallel subtests.
+// forStores runs f for every store kind, as parallel subtests: once as
+// it is, and once with a rig whose engine signs its tokens
+// (Config.TokenKey, see signedStore), so that every path that settles a
+// key — Start, workers, events, the Reconciler — is shown to work with
+// signed tokens too.
 func forStores(t *testing.T, f func(t *testing.T, newStore func(t testing.TB) store.Store)) {
 	for _, k := range stores {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, k.make)
 		})
+		t.Run(k.name+"/signed", func(t *testing.T) {
+			t.Parallel()
+			f(t, func(t testing.TB) store.Store { return signedStore{k.make(t)} })
+		})
 	}
 }
+
+// signedStore marks a store whose rig (newRig) signs its engine's tokens
+// with tokenKey.
+type signedStore struct{ store.Store }
+
+// tokenKey is the Config.TokenKey of the signed rigs.
+var tokenKey = []byte("idemsfn-test-token-key-0123456789")
 
 // dynamoClient returns a client of DynamoDB Local.
 func dynamoClient(t testing.TB) *dynamodb.Client {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,11 +101,23 @@ func statusOf(t *testing.T, a answer, code int) idemhttp.StatusResource {
 // A covered request whose upstream answers 202 is handed off: the client
 // gets 202 and the gateway's status resource, retries get 202 and the
 // status until the worker settles the key through the admin listener, then
-// the worker's answer, replayed.
+// the worker's answer, replayed. All of it once more with signed tokens
+// (-token-key-file): the workers settle as before.
 func TestAsyncHandOffThroughTheAdminListener(t *testing.T) {
+	t.Run("unsigned", func(t *testing.T) { asyncHandOff(t) })
+	t.Run("signed", func(t *testing.T) {
+		keyFile := filepath.Join(t.TempDir(), "token.key")
+		if err := os.WriteFile(keyFile, []byte("a-secret-of-more-than-16-bytes\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		asyncHandOff(t, "-token-key-file", keyFile)
+	})
+}
+
+func asyncHandOff(t *testing.T, extra ...string) {
 	up := newAsyncUpstream(t)
-	gw := startGateway(t, "-upstream", up.srv.URL, "-store", "bolt://"+t.TempDir()+"/gw.db", "-admin", "127.0.0.1:0",
-		"-status-path", statusPath, "-expected-completion", "5m")
+	gw := startGateway(t, append([]string{"-upstream", up.srv.URL, "-store", "bolt://" + t.TempDir() + "/gw.db", "-admin", "127.0.0.1:0",
+		"-status-path", statusPath, "-expected-completion", "5m"}, extra...)...)
 	up.settleVia = func(tok string) {
 		if a := settle(gw.admin, tok, "complete?status=201", "application/json", `{"fast":true}`); a.status != http.StatusNoContent {
 			t.Errorf("complete from inside the upstream: %+v", a)
@@ -286,9 +299,10 @@ func TestAsyncAcrossGatewaysOnOneStore(t *testing.T) {
 }
 
 // With -token-key-file, the tokens the upstream gets are signed: a worker
-// settles the key with one, and a token altered on the way (another owner)
-// is refused as invalid, the key left as it was. A key too short keeps the
-// gateway from starting.
+// extends and settles the key with one, and a token altered on the way
+// (another owner) or stripped of its signature is refused as invalid by
+// every token endpoint before any store call, the key left as it was. A
+// key too short keeps the gateway from starting.
 func TestSignedTokensThroughTheGateway(t *testing.T) {
 	up := newAsyncUpstream(t)
 	keyFile := filepath.Join(t.TempDir(), "token.key")
@@ -307,8 +321,31 @@ func TestSignedTokensThroughTheGateway(t *testing.T) {
 	}
 	altered := parsed
 	altered.Owner = "someone/else"
-	if a := settle(gw.admin, altered.String(), "complete?status=201", "text/plain", "forged"); a.status != http.StatusBadRequest || a.problemType() != "invalid-token" {
-		t.Fatalf("an altered token: %+v, want 400 invalid-token", a)
+	unsigned := idem.Token{Key: parsed.Key, Fence: parsed.Fence, Owner: parsed.Owner, Status: parsed.Status}
+	// Every token endpoint refuses an altered or an unsigned token before
+	// any store call (the store-call histogram does not move).
+	calls := storeCalls(t, gw.admin)
+	if calls == 0 {
+		t.Fatal("the first request's store calls are not counted: is the histogram still idem_store_call_duration_seconds?")
+	}
+	for _, bad := range []struct{ name, tok string }{{"altered", altered.String()}, {"unsigned", unsigned.String()}} {
+		for _, action := range []struct{ path, ct, body string }{
+			{"complete?status=201", "text/plain", "forged"},
+			{"fail", "application/problem+json", `{"status":409,"title":"forged"}`},
+			{"release", "", ""},
+			{"extend?for=10m", "", ""},
+			{"attach?ref=arn:forged", "", ""},
+		} {
+			if a := settle(gw.admin, bad.tok, action.path, action.ct, action.body); a.status != http.StatusBadRequest || a.problemType() != "invalid-token" {
+				t.Fatalf("%s with an %s token: %+v, want 400 invalid-token", action.path, bad.name, a)
+			}
+		}
+	}
+	if now := storeCalls(t, gw.admin); now != calls {
+		t.Fatalf("refused tokens made %d store calls, want none", now-calls)
+	}
+	if a := settle(gw.admin, tok, "extend?for=10m", "", ""); a.status != http.StatusNoContent {
+		t.Fatalf("extend with the signed token: %+v", a)
 	}
 	if a := settle(gw.admin, tok, "complete?status=201", "text/plain", "done"); a.status != http.StatusNoContent {
 		t.Fatalf("the signed token: %+v", a)
@@ -325,4 +362,27 @@ func TestSignedTokensThroughTheGateway(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "16") {
 		t.Fatalf("a 5-byte token key: %v %s", err, out)
 	}
+}
+
+// storeCalls is the number of store calls the gateway at admin has made:
+// the count of its idem_store_call_duration_seconds histogram.
+func storeCalls(t *testing.T, admin string) int {
+	t.Helper()
+	a := send("GET", "http://"+admin+"/metrics", "")
+	if a.status != http.StatusOK {
+		t.Fatalf("metrics: %+v", a)
+	}
+	n := 0
+	for _, line := range strings.Split(a.body, "\n") {
+		if !strings.HasPrefix(line, "idem_store_call_duration_seconds_count") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += int(v)
+	}
+	return n
 }

@@ -236,7 +236,8 @@ func TestStoreDownIs503WithNoExecution(t *testing.T) {
 			t.Fatalf("store down: %+v", a)
 		}
 	}
-	if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 503 {
+	if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 503 || !strings.Contains(h.body, "not ready: the store does not answer") ||
+		strings.Contains(h.body, "Idempotency-Key") {
 		t.Fatalf("readyz with the store down: %+v", h)
 	}
 	if h := send("GET", "http://"+gw.admin+"/healthz", ""); h.status != 200 {

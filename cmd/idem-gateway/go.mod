@@ -10,6 +10,7 @@ require (
 	github.com/seed-a1b882c0/idem/idemotel v0.1.0
 	github.com/seed-a1b882c0/idem/idemprom v0.1.0
 	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0
 	github.com/seed-a1b882c0/idem/store/storeurl v0.1.0
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0
 	go.opentelemetry.io/otel v1.47.0
@@ -63,7 +64,6 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0 // indirect
 	github.com/seed-a1b882c0/idem/store/pgstore v0.1.0 // indirect
-	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0 // indirect
 	go.etcd.io/bbolt v1.4.3 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect

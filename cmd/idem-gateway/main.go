@@ -112,15 +112,19 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/console"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
-// scope is the operation name under which the gateway stores its keys.
-const scope = "gateway"
+// scope is the operation name under which the gateway stores its keys:
+// idemhttp's store key under it is clientkey.HTTP's, which idemctl find
+// and the console derive from what a client sent.
+const scope = clientkey.GatewayOperation
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -385,14 +389,18 @@ func (g *gateway) waiting(w http.ResponseWriter, r *http.Request) {
 
 // notOpen is the problem answered while the store is not open yet.
 func (g *gateway) notOpen() idemhttp.Problem {
-	detail := "the gateway is starting and its store is not open yet; retry with the same Idempotency-Key"
-	if g.opening != nil {
-		st := g.opening.Status()
-		detail = fmt.Sprintf("the gateway is waiting for its store (%d attempts in %v); retry with the same Idempotency-Key",
-			st.Attempts, time.Since(st.Since).Round(time.Millisecond))
-	}
 	return idemhttp.Problem{Type: idemhttp.ProblemTypeBase + idemhttp.ProblemStoreUnavailable,
-		Title: "Store not open yet", Status: http.StatusServiceUnavailable, Detail: detail, RetryAfter: time.Second}
+		Title: "Store not open yet", Status: http.StatusServiceUnavailable,
+		Detail: g.openingState() + "; retry with the same Idempotency-Key", RetryAfter: time.Second}
+}
+
+// openingState says where the opening of the store stands.
+func (g *gateway) openingState() string {
+	if g.opening == nil {
+		return "the gateway is starting and its store is not open yet"
+	}
+	st := g.opening.Status()
+	return fmt.Sprintf("the gateway is waiting for its store (%d attempts in %v)", st.Attempts, time.Since(st.Since).Round(time.Millisecond))
 }
 
 // engineConfig is the configuration of the gateway's engine.
@@ -538,16 +546,22 @@ func (g *gateway) adminHandler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The answer is for a readiness probe and the operator reading
+		// it, not for a client holding a key.
 		rd := g.ready.Load()
 		if rd == nil {
-			idemhttp.WriteProblem(w, r, g.notOpen())
+			p := g.notOpen()
+			p.Title = "Not ready: store not open yet"
+			p.Detail = "not ready: " + g.openingState() + "; covered requests get 503 until it opens"
+			idemhttp.WriteProblem(w, r, p)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := checkStore(ctx, rd.store); err != nil {
 			idemhttp.WriteProblem(w, r, idemhttp.Problem{Type: idemhttp.ProblemTypeBase + idemhttp.ProblemStoreUnavailable,
-				Title: "Store unreachable", Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: time.Second})
+				Title: "Not ready: store unreachable", Status: http.StatusServiceUnavailable,
+				Detail: "not ready: the store does not answer: " + err.Error(), RetryAfter: time.Second})
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -567,6 +581,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	// go-redis logs a failed dial on its own, to stderr in its own
+	// format: through the gateway's logger, every line stays JSON.
+	redisstore.SetLogger(log)
 	tr, stopTracing, err := newTracing(ctx, os.Getenv, os.Stdout)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -99,7 +100,9 @@ func TestGatewayWaitsForItsStore(t *testing.T) {
 			if h := send("GET", "http://"+gw.admin+"/healthz", ""); h.status != 200 {
 				t.Errorf("healthz while waiting: %+v", h)
 			}
-			if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 503 || h.problemType() != "store-unavailable" {
+			// A probe's answer: no advice for a client with a key.
+			if h := send("GET", "http://"+gw.admin+"/readyz", ""); h.status != 503 || h.problemType() != "store-unavailable" ||
+				!strings.Contains(h.body, "not ready: the gateway is waiting for its store") || strings.Contains(h.body, "Idempotency-Key") {
 				t.Errorf("readyz while waiting: %+v", h)
 			}
 			for i := range 3 {
@@ -130,10 +133,17 @@ func TestGatewayWaitsForItsStore(t *testing.T) {
 				t.Fatalf("once open: %+v, %+v, upstream ran %d", a, b, up.count("early"))
 			}
 			logs := gw.logs.String()
-			// (go-redis dials again by itself within one attempt: the
-			// retries show on PostgreSQL, whose dials fail at once.)
-			if kind == "postgres" && !strings.Contains(logs, "store not open yet") || !strings.Contains(logs, "store open; serving covered requests") {
+			if !strings.Contains(logs, "store not open yet") || !strings.Contains(logs, "store open; serving covered requests") {
 				t.Errorf("logs lack the retries or the opening:\n%s", logs)
+			}
+			// Every line is the gateway's JSON, go-redis's own among them.
+			if kind == "redis" && !strings.Contains(logs, `"msg":"go-redis"`) {
+				t.Errorf("go-redis's failed dials are not in the gateway's log:\n%s", logs)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+				if !json.Valid([]byte(line)) {
+					t.Errorf("a log line that is not JSON: %q", line)
+				}
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 )
 
 // DefaultKeyMetadata is the request metadata entry that carries the
@@ -218,13 +219,13 @@ func New(eng *idem.Engine, cfg *Config) (*Guard, error) {
 
 // newMethod checks one method's options and resolves them.
 func newMethod(name string, o Method) (*method, error) {
-	svc, meth, ok := splitMethod(name)
+	defaultOp, ok := clientkey.RPCOperation(name)
 	if !ok {
 		return nil, fmt.Errorf("%w: idemrpc: method %q is not a full method name such as /shop.v1.Orders/Create", idem.ErrInvalidConfig, name)
 	}
 	op := o.Operation
 	if op == "" {
-		op = svc + "." + meth
+		op = defaultOp
 	}
 	if _, err := idem.NewStoreKey(op, "", nil); err != nil {
 		return nil, fmt.Errorf("%w: idemrpc: method %s: operation %q: %v (set Method.Operation)", idem.ErrInvalidConfig, name, op, err)
@@ -242,17 +243,7 @@ func newMethod(name string, o Method) (*method, error) {
 }
 
 // splitMethod splits "/pkg.Service/Method" into its service and method.
-func splitMethod(name string) (svc, meth string, ok bool) {
-	rest, ok := strings.CutPrefix(name, "/")
-	if !ok {
-		return "", "", false
-	}
-	svc, meth, ok = strings.Cut(rest, "/")
-	if !ok || svc == "" || meth == "" || strings.Contains(meth, "/") {
-		return "", "", false
-	}
-	return svc, meth, true
-}
+func splitMethod(name string) (svc, meth string, ok bool) { return clientkey.SplitMethod(name) }
 
 // validMetadataName reports whether s is a valid gRPC metadata name.
 func validMetadataName(s string) bool {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 )
 
 // Call is one call as a transport received it.
@@ -179,7 +180,7 @@ func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.M
 	if err != nil {
 		return idem.Identity{}, err
 	}
-	k, err := idem.NewStoreKey(m.operation, tenant, []byte(key))
+	k, err := clientkey.RPCWithTenant(m.operation, tenant, key)
 	if err != nil {
 		return idem.Identity{}, err
 	}
@@ -236,7 +237,9 @@ func field(b []byte, s string) []byte {
 }
 
 // tenant returns the tenant of the call's store keys: its principal,
-// hashed (Config.Principal), or "" when there is none.
+// hashed (Config.Principal, clientkey.RPCTenant), or "" when there is
+// none. The store key is clientkey.RPC's, which idemctl find and the
+// console use too.
 func (g *Guard) tenant(ctx context.Context) (string, error) {
 	if g.cfg.Principal == nil {
 		return "", nil
@@ -248,8 +251,7 @@ func (g *Guard) tenant(ctx context.Context) (string, error) {
 	if p == "" {
 		return "", nil
 	}
-	sum := sha256.Sum256([]byte("idemrpc-principal\x00" + p))
-	return hex.EncodeToString(sum[:16]), nil
+	return clientkey.RPCTenant(p), nil
 }
 
 // encodeResponse encodes a response for the store: a google.protobuf.Any

@@ -524,3 +524,26 @@ func placeholderFile(pkg string, names []string, imports map[string]string) stri
 	}
 	return text + strings.Join(decls, "\n\n") + "\n"
 }
+
+// The setup blocks a newcomer copies first compile as shown: they are
+// whole files (package clause, imports), which TestMarkdownCodeBlocks
+// compiles as they are, with no placeholder declared beside them.
+func TestSetupBlocksAreWholeFiles(t *testing.T) {
+	t.Parallel()
+	for path, uses := range map[string]string{"docs/http.md": "idemhttp.New("} {
+		found := false
+		for _, b := range parseMarkdown(t, path).blocks {
+			if b.lang != "go" || !strings.Contains(b.text, uses) {
+				continue
+			}
+			found = true
+			if !regexp.MustCompile(`(?m)^package \w+`).MatchString(b.text) || !strings.Contains(b.text, "\nimport (") {
+				t.Errorf("%s:%d: the block with %s is not a whole file (package clause and imports): a reader cannot compile it as shown", path, b.line, uses)
+			}
+			break
+		}
+		if !found {
+			t.Errorf("%s: no go block with %s", path, uses)
+		}
+	}
+}

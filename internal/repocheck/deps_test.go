@@ -84,8 +84,10 @@ func TestProductionImportsAreStandardLibraryOnly(t *testing.T) {
 	// The operator console and the manual writes it shares with idemctl
 	// live in the core, so both idemctl and the gateway can serve it:
 	// they must stay on the standard library too.
-	// So must the consumers' verdict and the observer's vocabulary.
-	mustCheck := map[string]bool{repo + "/console": false, repo + "/ops": false, repo + "/consume": false, repo + "/observe": false}
+	// So must the consumers' verdict and the observer's vocabulary, and
+	// the adapters' store keys (clientkey), which idemctl and the console
+	// derive without the transports' modules.
+	mustCheck := map[string]bool{repo + "/console": false, repo + "/ops": false, repo + "/consume": false, repo + "/observe": false, repo + "/clientkey": false}
 	for _, p := range pkgs {
 		if !production(p) || p.Module == nil || p.Module.Path != repo {
 			continue

@@ -311,12 +311,50 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Ping checks that Redis answers.
+// Ping checks that Redis answers, within the client's DialTimeout: go-redis
+// retries a refused dial (DialerRetries) and then the command
+// (MaxRetries), which without a bound makes a Redis that is down take
+// several dial timeouts to report — and every attempt of a caller that
+// waits for its store (storeurl.OpenWait, the gateway) as long. A live
+// Redis answers a ping in far less than a dial timeout.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.dialTimeout())
+	defer cancel()
 	if err := s.c.Ping(ctx).Err(); err != nil {
 		return s.translate("ping", "", err)
 	}
 	return nil
+}
+
+// dialTimeout is the client's DialTimeout (go-redis's default, 5s, when
+// the client is of a kind this store does not know).
+func (s *Store) dialTimeout() time.Duration {
+	var d time.Duration
+	switch c := s.c.(type) {
+	case *redis.Client:
+		d = c.Options().DialTimeout
+	case *redis.ClusterClient:
+		d = c.Options().DialTimeout
+	case *redis.Ring:
+		d = c.Options().DialTimeout
+	}
+	if d <= 0 {
+		d = 5 * time.Second
+	}
+	return d
+}
+
+// SetLogger sends go-redis's own log lines (a dial that failed, a pool
+// that ran dry: the lines it writes to stderr by default) to l, at level
+// WARN with the message "go-redis" and the line as "detail", so that a
+// process logging JSON keeps every line JSON. go-redis's logger is
+// global: this sets it for every client of the process.
+func SetLogger(l *slog.Logger) { redis.SetLogger(redisLogger{l}) }
+
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, "go-redis", "detail", fmt.Sprintf(format, v...))
 }
 
 func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }

@@ -191,7 +191,7 @@ func stuckScenario(t *testing.T, url string) {
 	}
 }
 
-// list, show and watch on a bolt file leave its bytes, and its claim
+// list, show, find and watch on a bolt file leave its bytes, and its claim
 // journal's, as they were — also when a crashed writer left a claim in the
 // journal, which they show as stuck without replaying it into the file.
 func TestReadOnlyCommandsLeaveABoltFileAsItWas(t *testing.T) {
@@ -249,6 +249,7 @@ func TestReadOnlyCommandsLeaveABoltFileAsItWas(t *testing.T) {
 	}
 	f.must("list")
 	f.must("show", got[0])
+	f.must("find", "-message", "-operation", "charge", "-key", "done")
 	watchOnce(t, f)
 	if after := sums(); after != before {
 		t.Fatalf("read-only commands changed the bolt file or its journal:\nbefore %s\nafter  %s", before, after)
