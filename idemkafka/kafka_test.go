@@ -2,6 +2,7 @@ package idemkafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
@@ -96,6 +98,9 @@ func produce(t testing.TB, seeds []string, recs ...*kgo.Record) {
 func committed(t testing.TB, seeds []string, group, topic string, partition int32) int64 {
 	t.Helper()
 	os, err := admin(t, seeds).FetchOffsetsForTopics(context.Background(), group, topic)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return -1
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
