@@ -516,22 +516,49 @@ func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop fun
 		return vs
 	}
 	var stopped atomic.Bool
-	res, errs := idem.DoBatch(ctx, w.c.e, ids, 1, func(ctx context.Context, j int) (T, error) {
+	// A key named twice (a producer's retry, often next to the first
+	// send) starts a new DoBatch after the first copy's outcome is
+	// recorded, so the later copy replays it rather than meeting it in
+	// flight.
+	for len(ids) > 0 {
+		n := segment(ids)
 		if stopped.Load() || stop() {
-			var zero T
-			return zero, ErrNotBegun
+			for _, i := range at {
+				vs[i] = consume.Verdict{Action: consume.Retry, Err: ErrNotBegun}
+			}
+			break
 		}
-		v, err := w.fn(ctx, recs[at[j]])
-		if err != nil && !errors.Is(err, idem.ErrTerminal) {
-			stopped.Store(true)
+		seg, segAt := ids[:n], at[:n]
+		res, errs := idem.DoBatch(ctx, w.c.e, seg, 1, func(ctx context.Context, j int) (T, error) {
+			if stopped.Load() || stop() {
+				var zero T
+				return zero, ErrNotBegun
+			}
+			v, err := w.fn(ctx, recs[segAt[j]])
+			if err != nil && !errors.Is(err, idem.ErrTerminal) {
+				stopped.Store(true)
+			}
+			return v, err
+		})
+		now := w.c.e.Config().Clock.Now()
+		for j, i := range segAt {
+			vs[i] = consume.Decide(res[j], errs[j], now)
 		}
-		return v, err
-	})
-	now := w.c.e.Config().Clock.Now()
-	for j, i := range at {
-		vs[i] = consume.Decide(res[j], errs[j], now)
+		ids, at = ids[n:], at[n:]
 	}
 	return vs
+}
+
+// segment is how many of ids, from the first, name no key twice.
+func segment(ids []idem.Identity) int {
+	seen := make(map[idem.StoreKey]bool, len(ids))
+	for i, id := range ids {
+		if seen[id.StoreKey] {
+			return i
+		}
+		seen[id.StoreKey] = true
+	}
+	return len(ids)
 }
 
 // identity is r's key and fingerprint (its value's bytes).

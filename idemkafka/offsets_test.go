@@ -212,3 +212,42 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// A record sent twice (a producer's retry), the copies next to each other
+// in one poll, runs once: the later copy replays the first one's outcome
+// and is settled as done, with no wait for a key held in flight.
+func TestDuplicateInOnePoll(t *testing.T) {
+	t.Parallel()
+	seeds := brokers(t)
+	tp := topic(t, seeds, 1)
+	produce(t, seeds, keyed(tp, 0, "a"), keyed(tp, 0, "a"), keyed(tp, 0, "b"), keyed(tp, 0, "b"))
+	var (
+		mu       sync.Mutex
+		ran      []string
+		verdicts []consume.Action
+	)
+	group := "g-" + tp
+	c, err := idemkafka.New(memEngine(t), &idemkafka.Config{
+		Operation: "ship", RetryDelay: time.Hour,
+		Settled: func(r *kgo.Record, v consume.Verdict) {
+			mu.Lock()
+			defer mu.Unlock()
+			verdicts = append(verdicts, v.Action)
+		},
+	}, func(ctx context.Context, r *kgo.Record) (struct{}, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, string(r.Key))
+		return struct{}{}, nil
+	}, groupOpts(seeds, group, tp)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	waitFor(t, 20*time.Second, "the partition committed", func() bool { return committed(t, seeds, group, tp, 0) == 4 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(ran, []string{"a", "b"}) || !slices.Equal(verdicts, []consume.Action{consume.Done, consume.Done, consume.Done, consume.Done}) {
+		t.Errorf("ran %v, settled %v; want [a b], four done", ran, verdicts)
+	}
+}
