@@ -83,6 +83,8 @@ func TestOffsetsNeverPastAnUnsettledRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, c)
+	release := sync.OnceFunc(func() { close(checked) })
+	t.Cleanup(release) // before c is stopped, if the test fails first
 	// a2 failed once and runs again, held: a0 and a1 are committed, not a2.
 	waitFor(t, 20*time.Second, "a2's second run", func() bool { mu.Lock(); defer mu.Unlock(); return a2 == 2 })
 	waitFor(t, 10*time.Second, "partition 1 committed", func() bool { return committed(t, seeds, group, tp, 1) == 3 })
@@ -97,7 +99,7 @@ func TestOffsetsNeverPastAnUnsettledRecord(t *testing.T) {
 		t.Errorf("a2 settled as %v, want [retry]", v)
 	}
 	mu.Unlock()
-	close(checked)
+	release()
 	waitFor(t, 10*time.Second, "partition 0 committed", func() bool { return committed(t, seeds, group, tp, 0) == 5 })
 	mu.Lock()
 	defer mu.Unlock()
