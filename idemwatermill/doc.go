@@ -67,8 +67,10 @@
 // # Tests
 //
 // On the real servers the machine runs, through Watermill's own
-// publishers and subscribers: Redis Streams (watermill-redisstream on
-// Redis), for the consumers' verdict table, two router processes on one
-// topic with one SIGKILLed, and a side by side with Watermill's
-// Deduplicator (a restart, a second replica).
+// publishers and subscribers: the consumers' verdict table on Redis
+// Streams (watermill-redisstream), NATS JetStream (watermill-nats),
+// RabbitMQ (watermill-amqp) and PostgreSQL (watermill-sql, its queue
+// schema); on Redis Streams, two router processes on one topic with one
+// SIGKILLed, Retry and PoisonQueue composed, a replay, and a side by side
+// with Watermill's Deduplicator (a restart, a second replica).
 package idemwatermill
