@@ -53,7 +53,15 @@ func TestVerdictsNATSJetStream(t *testing.T) {
 			}
 		},
 		subscriber: func(t testing.TB, _ string) message.Subscriber {
-			sub, err := wjetstream.NewSubscriber(wjetstream.SubscriberConfig{URL: url, Logger: watermill.NopLogger{},
+			// A connection of the test's, closed at cleanup: the
+			// subscriber's Close only drains it, which ends in the
+			// background, after goleak may have looked.
+			nc, err := nats.Connect(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			sub, err := wjetstream.NewSubscriber(wjetstream.SubscriberConfig{Conn: nc, Logger: watermill.NopLogger{},
 				NakDelay: wjetstream.NewStaticDelay(50 * time.Millisecond)})
 			if err != nil {
 				t.Fatal(err)
