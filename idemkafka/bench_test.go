@@ -3,6 +3,7 @@ package idemkafka_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/idemkafka"
 )
@@ -24,10 +26,10 @@ func cpuTime() time.Duration {
 // BenchmarkConsume consumes b.N records of a topic of 4 partitions (on the
 // kfake emulator in this process, or KAFKA_BROKERS), with a bare franz-go
 // group consumer (poll, commit each poll) and with idemkafka over
-// memstore, and reports records per second and CPU per record (the
+// memstore and over the real Redis, and reports records per second and CPU per record (the
 // emulator's included, in this process).
 func BenchmarkConsume(b *testing.B) {
-	for _, name := range []string{"bare", "idemkafka"} {
+	for _, name := range []string{"bare", "idemkafka", "idemkafka+redis"} {
 		b.Run(name, func(b *testing.B) {
 			seeds := brokers(b)
 			tp := topic(b, seeds, 4)
@@ -58,8 +60,12 @@ func BenchmarkConsume(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-			case "idemkafka":
-				c, err := idemkafka.New(memEngine(b), &idemkafka.Config{Operation: "ship",
+			default:
+				e := memEngine(b)
+				if name == "idemkafka+redis" {
+					e = newEngine(b, redisStore(b, fmt.Sprintf("idemkafka-bench-%d:", rand.Uint64())), idem.Config{Lease: 30 * time.Second})
+				}
+				c, err := idemkafka.New(e, &idemkafka.Config{Operation: "ship",
 					Settled: func(_ *kgo.Record, v consume.Verdict) {
 						if v.Action == consume.Done && n.Add(1) == int64(b.N) {
 							stop()
