@@ -1,8 +1,9 @@
 // Package consume decides what a message consumer does with a message once
 // the engine has answered for it: one verdict, computed here, that
-// idemnats (JetStream), idemamqp (RabbitMQ) and idemlambda's SQS,
-// EventBridge, Kinesis and DynamoDB Streams adapters each carry out with
-// their broker's own calls. A consumer of another broker should use it too.
+// idemnats (JetStream), idemamqp (RabbitMQ), idemkafka (Kafka, by the
+// offsets it commits) and idemlambda's SQS, EventBridge, Kinesis and
+// DynamoDB Streams adapters each carry out with their broker's own calls.
+// A consumer of another broker should use it too.
 //
 // # The verdicts
 //

@@ -3,8 +3,9 @@
 // held elsewhere, a reused key, an uncertain outcome, an outcome write
 // refused or failed) delivered through each adapter and its real broker
 // (or, for Lambda, real event shapes), each of which must settle the
-// message by the verdict the consume package gives. idemnats, idemamqp and
-// idemlambda run it. Test-only.
+// message by the verdict the consume package gives. idemnats, idemamqp,
+// idemkafka (on franz-go's kfake emulator) and idemlambda run it.
+// Test-only.
 package consumetest
 
 import (

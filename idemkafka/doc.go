@@ -1,0 +1,98 @@
+// Package idemkafka runs a Kafka consumer group's records through an
+// [idem.Engine] (with franz-go, github.com/twmb/franz-go/pkg/kgo), and
+// commits a partition's offset only past records whose outcome is
+// settled.
+//
+// # Settling a record is committing its offset
+//
+// Kafka has no per-record acknowledgement: a consumer group keeps one
+// committed offset per partition, and whoever consumes the partition next
+// starts there. So a record is settled when the committed offset moves past
+// it, and a [Consumer] moves it, partition by partition, only up to the
+// first record whose outcome is not settled. The engine's answer for each
+// record is turned into a verdict by [consume.Decide], the one rule every
+// idem consumer follows (its package doc has the table and the reasons),
+// and carried out so:
+//
+//	consume.Done        settled: the offset may move past it
+//	consume.DeadLetter  settled once Config.DeadLetter has a copy (headers:
+//	                    HeaderReason, HeaderTopic, HeaderPartition,
+//	                    HeaderOffset), or at once, logged, without one
+//	consume.RetryAfter  the partition stops at it, and comes back to it
+//	                    after the verdict's Delay (the other holder's lease)
+//	consume.Retry       the partition stops at it, and comes back to it
+//	                    after Config.RetryDelay
+//	consume.Leave       as Retry: an uncertain outcome keeps its claim until
+//	                    its lease ends (the record then waits, as RetryAfter),
+//	                    and a write refused because the key was taken over
+//	                    leaves the record to the consumer that took it
+//
+// A partition that stops is sought back to the stopping record
+// (kgo.Client.SetOffsets) and paused until it may come again; the offset
+// committed for it is that record's, never one past it. The other
+// partitions go on. The records after the stopping one come again too: any
+// that ran replays its recorded outcome, and does not run again.
+//
+// # Batches and order
+//
+// Each poll (up to Config.MaxPollRecords records) is a batch. A
+// partition's records in it are claimed together by [idem.DoBatch] (one
+// store round trip on a store that claims in batches, as redisstore and
+// memstore do) and run one at a time, in offset order; the partitions of a
+// batch run at once. Once a record's handler fails with an error that is
+// not terminal, the records after it in its partition are not begun (their
+// claims are released, [ErrNotBegun]): the partition will come back to
+// the failed one first. A record whose key another consumer holds does not
+// stop the records after it from running, but it stops the commit. When
+// every partition of the batch is settled, the batch's offsets are
+// committed (synchronously), and only then is the next poll taken.
+//
+// # Keys
+//
+// By default a record's key is its Kafka key, scoped to its topic and
+// partition (the store key's tenant is "topic/partition"), and the record's
+// value is fingerprinted. A record's Kafka key is often the entity it is
+// about (a customer, an account) rather than the message, and many records
+// share it: a second record with the same key is then a replay (same
+// value) or refused as a key reused with another payload (dead-lettered).
+// Use the default only where producers give each message a key of its own;
+// otherwise name the message with Config.KeyHeader (a header the producer
+// sets, the same on every publish of the message) or Config.Key (a
+// function, such as one that reads an id from the value). A record without
+// a key is dead-lettered ([ErrNoKey]). An offset (topic, partition,
+// offset) names a record but not a message: a producer that retried a send
+// wrote it at two offsets, so an offset key catches redeliveries to the
+// consumer but not a producer's duplicate.
+//
+// # Rebalances and kills
+//
+// The Consumer sets kgo.BlockRebalanceOnPoll: a rebalance waits for the
+// batch in hand. When one is waiting (kgo.OnPartitionsCallbackBlocked),
+// the batch begins no more records: the handlers running finish and record
+// their outcomes, the records not begun are released, the settled
+// offsets are committed, and then the rebalance goes on. So no record is
+// skipped (the new owner starts at the committed offset) and none runs
+// twice (one that ran replays its outcome). kgo.OnPartitionsRevoked commits
+// what was settled and could not be committed before. A batch that runs
+// past the group's rebalance timeout gets its member kicked out of the
+// group, and its partitions lost (kgo.OnPartitionsLost): its commit fails,
+// and the new owner of a partition meets the records that ran as replays
+// and the records still running as keys held elsewhere, which it waits for
+// (consume.RetryAfter) while their holder renews the lease. A consumer
+// that was killed, or stopped long enough that its lease ran out, is taken
+// over in the same way: the new owner claims the key after the lease and
+// runs the record again (the operation ran at most once per key while
+// claims are honoured; see the idem package doc on exactly-once effects);
+// the old holder's outcome write, if it comes back, is refused
+// (consume.Leave) and it commits nothing past it.
+//
+// # Testing against a real cluster
+//
+// The package's tests run on kfake (github.com/twmb/franz-go/pkg/kfake),
+// an emulator of a Kafka cluster that franz-go's own tests use, started in
+// the test process; CI runs them so. Set KAFKA_BROKERS (host:port, comma
+// separated) to run the same tests against a real cluster (topics are
+// created and deleted by the tests, so the cluster must allow it):
+//
+//	KAFKA_BROKERS=127.0.0.1:9092 go test -race -count=1 ./idemkafka/...
+package idemkafka

@@ -1,0 +1,255 @@
+package idemkafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemkafka"
+	"github.com/seed-a1b882c0/idem/store/memstore"
+)
+
+func memEngine(t testing.TB) *idem.Engine {
+	m := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { m.Close() })
+	return newEngine(t, m, idem.Config{Lease: 30 * time.Second})
+}
+
+func keyed(topic string, partition int32, key string) *kgo.Record {
+	return &kgo.Record{Topic: topic, Partition: partition, Key: []byte(key), Value: []byte(`{"order":"` + key + `"}`)}
+}
+
+// A record whose handler fails with a retryable error stops its partition
+// there: the offset committed for it is that record's, never one past it,
+// the records after it are not begun until it succeeded, in order, and the
+// other partition goes on.
+func TestOffsetsNeverPastAnUnsettledRecord(t *testing.T) {
+	t.Parallel()
+	seeds := brokers(t)
+	tp := topic(t, seeds, 2)
+	var recs []*kgo.Record
+	for i := range 5 {
+		recs = append(recs, keyed(tp, 0, fmt.Sprintf("a%d", i)))
+	}
+	for i := range 3 {
+		recs = append(recs, keyed(tp, 1, fmt.Sprintf("b%d", i)))
+	}
+	produce(t, seeds, recs...)
+
+	var (
+		mu       sync.Mutex
+		ran      []string // partition 0's runs, in order
+		verdicts = map[string][]consume.Action{}
+	)
+	checked := make(chan struct{})
+	a2 := 0
+	group := "g-" + tp
+	c, err := idemkafka.New(memEngine(t), &idemkafka.Config{
+		Operation: "ship", RetryDelay: 50 * time.Millisecond,
+		Settled: func(r *kgo.Record, v consume.Verdict) {
+			mu.Lock()
+			defer mu.Unlock()
+			verdicts[string(r.Key)] = append(verdicts[string(r.Key)], v.Action)
+		},
+	}, func(ctx context.Context, r *kgo.Record) (struct{}, error) {
+		k := string(r.Key)
+		mu.Lock()
+		if r.Partition == 0 {
+			ran = append(ran, k)
+		}
+		if k == "a2" {
+			a2++
+			if a2 == 1 {
+				mu.Unlock()
+				return struct{}{}, errors.New("downstream timeout")
+			}
+		}
+		mu.Unlock()
+		if k == "a2" {
+			<-checked // the test reads the committed offsets meanwhile
+		}
+		return struct{}{}, nil
+	}, groupOpts(seeds, group, tp)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	release := sync.OnceFunc(func() { close(checked) })
+	t.Cleanup(release) // before c is stopped, if the test fails first
+	// a2 failed once and runs again, held: a0 and a1 are committed, not a2.
+	waitFor(t, 20*time.Second, "a2's second run", func() bool { mu.Lock(); defer mu.Unlock(); return a2 == 2 })
+	waitFor(t, 10*time.Second, "partition 1 committed", func() bool { return committed(t, seeds, group, tp, 1) == 3 })
+	if got := committed(t, seeds, group, tp, 0); got != 2 {
+		t.Errorf("partition 0 committed at %d while a2 was not settled, want 2", got)
+	}
+	mu.Lock()
+	if slices.Contains(ran, "a3") || slices.Contains(ran, "a4") {
+		t.Errorf("records after a2 began before a2 succeeded: %v", ran)
+	}
+	if v := verdicts["a2"]; len(v) != 1 || v[0] != consume.Retry {
+		t.Errorf("a2 settled as %v, want [retry]", v)
+	}
+	mu.Unlock()
+	release()
+	waitFor(t, 10*time.Second, "partition 0 committed", func() bool { return committed(t, seeds, group, tp, 0) == 5 })
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"a0", "a1", "a2", "a2", "a3", "a4"}; !slices.Equal(ran, want) {
+		t.Errorf("partition 0 ran %v, want %v", ran, want)
+	}
+}
+
+// A record the verdict dead-letters goes to the dead-letter topic with the
+// reason and its origin in headers, and the partition moves past it: a
+// terminal error, and a record without a key. The default key is scoped to
+// the topic and partition: the same Kafka key on two partitions is two
+// keys.
+func TestDeadLetterTopic(t *testing.T) {
+	t.Parallel()
+	seeds := brokers(t)
+	tp, dlq := topic(t, seeds, 2), topic(t, seeds, 1)
+	produce(t, seeds,
+		keyed(tp, 0, "declined"),
+		&kgo.Record{Topic: tp, Partition: 0, Value: []byte(`{"order":"none"}`)}, // no key
+		keyed(tp, 0, "ok"),
+		keyed(tp, 1, "ok"),
+	)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	var (
+		mu  sync.Mutex
+		ran = map[string]int{}
+	)
+	group := "g-" + tp
+	c, err := idemkafka.New(memEngine(t), &idemkafka.Config{
+		Operation:  "ship",
+		DeadLetter: &idemkafka.DeadLetter{Client: producer, Topic: dlq},
+	}, func(ctx context.Context, r *kgo.Record) (struct{}, error) {
+		mu.Lock()
+		ran[fmt.Sprintf("%d/%s", r.Partition, r.Key)]++
+		mu.Unlock()
+		if string(r.Key) == "declined" {
+			return struct{}{}, idem.Terminal(errors.New("card declined"), "declined")
+		}
+		return struct{}{}, nil
+	}, groupOpts(seeds, group, tp)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := start(t, c)
+	waitFor(t, 20*time.Second, "both partitions committed", func() bool {
+		return committed(t, seeds, group, tp, 0) == 3 && committed(t, seeds, group, tp, 1) == 1
+	})
+	run.stop()
+	mu.Lock()
+	if want := map[string]int{"0/declined": 1, "0/ok": 1, "1/ok": 1}; fmt.Sprint(ran) != fmt.Sprint(want) {
+		t.Errorf("ran %v, want %v", ran, want)
+	}
+	mu.Unlock()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for len(got) < 2 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = append(got, r) })
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(got))
+	}
+	header := func(r *kgo.Record, k string) string {
+		for _, h := range r.Headers {
+			if h.Key == k {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}
+	for i, want := range []struct{ key, offset, reason string }{{"declined", "0", "card declined"}, {"", "1", "no key"}} {
+		r := got[i]
+		if string(r.Key) != want.key || header(r, idemkafka.HeaderTopic) != tp || header(r, idemkafka.HeaderPartition) != "0" ||
+			header(r, idemkafka.HeaderOffset) != want.offset || !strings.Contains(header(r, idemkafka.HeaderReason), want.reason) {
+			t.Errorf("dead letter %d: key %q headers %v, want key %q from %s/0 at %s, reason with %q", i, r.Key, r.Headers, want.key, tp, want.offset, want.reason)
+		}
+	}
+}
+
+// New refuses what cannot work, naming it.
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	e := memEngine(t)
+	fn := func(context.Context, *kgo.Record) (struct{}, error) { return struct{}{}, nil }
+	for _, c := range []struct {
+		name string
+		cfg  *idemkafka.Config
+		opts []kgo.Opt
+		want string
+	}{
+		{"no operation", &idemkafka.Config{}, []kgo.Opt{kgo.ConsumerGroup("g")}, "Operation"},
+		{"key and header", &idemkafka.Config{Operation: "x", KeyHeader: "k", Key: func(*kgo.Record) (string, error) { return "", nil }}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyHeader"},
+		{"dead letter without topic", &idemkafka.Config{Operation: "x", DeadLetter: &idemkafka.DeadLetter{}}, []kgo.Opt{kgo.ConsumerGroup("g")}, "DeadLetter"},
+		{"no group", &idemkafka.Config{Operation: "x"}, nil, "group"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := idemkafka.New(e, c.cfg, fn, append(c.opts, kgo.SeedBrokers("127.0.0.1:1"))...)
+			if !errors.Is(err, idemkafka.ErrInvalidConfig) || !errors.Is(err, idem.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("New: %v, want ErrInvalidConfig naming %s", err, c.want)
+			}
+		})
+	}
+}
+
+// A record sent twice (a producer's retry), the copies next to each other
+// in one poll, runs once: the later copy replays the first one's outcome
+// and is settled as done, with no wait for a key held in flight.
+func TestDuplicateInOnePoll(t *testing.T) {
+	t.Parallel()
+	seeds := brokers(t)
+	tp := topic(t, seeds, 1)
+	produce(t, seeds, keyed(tp, 0, "a"), keyed(tp, 0, "a"), keyed(tp, 0, "b"), keyed(tp, 0, "b"))
+	var (
+		mu       sync.Mutex
+		ran      []string
+		verdicts []consume.Action
+	)
+	group := "g-" + tp
+	c, err := idemkafka.New(memEngine(t), &idemkafka.Config{
+		Operation: "ship", RetryDelay: time.Hour,
+		Settled: func(r *kgo.Record, v consume.Verdict) {
+			mu.Lock()
+			defer mu.Unlock()
+			verdicts = append(verdicts, v.Action)
+		},
+	}, func(ctx context.Context, r *kgo.Record) (struct{}, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, string(r.Key))
+		return struct{}{}, nil
+	}, groupOpts(seeds, group, tp)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	waitFor(t, 20*time.Second, "the partition committed", func() bool { return committed(t, seeds, group, tp, 0) == 4 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(ran, []string{"a", "b"}) || !slices.Equal(verdicts, []consume.Action{consume.Done, consume.Done, consume.Done, consume.Done}) {
+		t.Errorf("ran %v, settled %v; want [a b], four done", ran, verdicts)
+	}
+}
