@@ -1,3 +1,7 @@
+// Work that outlives its call: Begin claims a key without running anything
+// and returns a token; writes through a token (Complete, Fail, Release,
+// Extend, Attach) settle it from any process.
+
 package idem
 
 import (

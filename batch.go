@@ -1,3 +1,7 @@
+// Batches: DoBatch runs many keys at once, their claims and outcome writes
+// shared (store.BatchClaimer, store.BatchCompleter), their operations on
+// the engine's workers (workers.go).
+
 package idem
 
 import (

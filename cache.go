@@ -1,3 +1,6 @@
+// The local cache: a bounded LRU of COMPLETED records, which answers a
+// replay with no store call.
+
 package idem
 
 import (

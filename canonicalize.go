@@ -1,3 +1,5 @@
+// Canonical JSON: the form a payload is fingerprinted in.
+
 package idem
 
 import (

@@ -1,3 +1,6 @@
+// Codecs: how a result is encoded for the store and decoded on a replay
+// (JSONCodec, RawCodec).
+
 package idem
 
 import (

@@ -1,3 +1,6 @@
+// The completer: Completes of calls that finish together share one round
+// trip on a store.BatchCompleter, without a timer.
+
 package idem
 
 import (

@@ -1,3 +1,5 @@
+// Config: the engine's settings, their defaults and their validation.
+
 package idem
 
 import (

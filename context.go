@@ -1,3 +1,6 @@
+// The operation's context: its claim (FromContext), and the marks a
+// caller sets on it (EndsAtDeadline).
+
 package idem
 
 import (

@@ -1,3 +1,5 @@
+// Errors: the engine's sentinel and typed errors, grouped by operation.
+
 package idem
 
 import (

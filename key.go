@@ -1,3 +1,6 @@
+// Keys: a request's identity (store key: scope, tenant, digest) and its
+// payload's fingerprint.
+
 package idem
 
 import (

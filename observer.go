@@ -1,3 +1,6 @@
+// The observer: outcomes, store calls and events reported to
+// observe.Observer, and the one an engine without one uses.
+
 package idem
 
 import (

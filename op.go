@@ -1,3 +1,6 @@
+// Op: an operation typed by its input and output, whose key and
+// fingerprint come from the input.
+
 package idem
 
 import (

@@ -1,3 +1,6 @@
+// Lease renewal: one timer for the leases of every running holder, each
+// renewed every interval while its operation runs.
+
 package idem
 
 import (

@@ -1,3 +1,6 @@
+// Tokens: a claim as a string any process can hold, signed when
+// Config.TokenKey is set.
+
 package idem
 
 import (

@@ -1,3 +1,6 @@
+// Tracing: the span of a call and of each of its store calls, through
+// observe.Tracer.
+
 package idem
 
 import (
