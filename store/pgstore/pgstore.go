@@ -162,7 +162,10 @@ func New(db DB, cfg *Config) (*Store, error) {
 // Open connects a pool to url (a PostgreSQL URL or DSN), applies the
 // migrations, checks the role's privileges on the table ([Store.Check])
 // and returns a store that owns the pool. A role that may not migrate or
-// use the table fails with a [*PrivilegeError] saying what to grant.
+// use the table fails with a [*PrivilegeError] saying what to grant; a
+// connection refused for good (a wrong password, a role or database that
+// does not exist) with a [*ConnectError] saying what to fix. Both match
+// store.ErrMisconfigured: no retry mends them.
 func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -208,10 +211,15 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // translate maps pgx errors at the store boundary: everything is
-// "unavailable" (the call fails closed), with a hint for a missing table.
+// "unavailable" (the call fails closed), with a hint for a missing table,
+// but a role without a privilege ([*PrivilegeError]) and a connection
+// refused for good ([*ConnectError]: password, role, database).
 func (s *Store) translate(op, key string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if ce := connectRefused(err); ce != nil {
+		return ce
 	}
 	if insufficientPrivilege(err) {
 		var pe *pgconn.PgError
