@@ -153,3 +153,32 @@ func connectRefused(err error) *ConnectError {
 	}
 	return ce
 }
+
+// Durability is what the server says of how long a commit it
+// acknowledged lasts: through a crash of the server, and through a
+// failover to a standby. See [Store.Durability].
+type Durability struct {
+	// SynchronousCommit is synchronous_commit as the store's sessions
+	// have it (on, remote_apply, remote_write, local or off): off lets a
+	// crash of the server lose the last commits it acknowledged.
+	SynchronousCommit string
+	// SynchronousStandbyNames is synchronous_standby_names: empty means a
+	// commit waits for no standby, so a failover can lose the last commits
+	// acknowledged.
+	SynchronousStandbyNames string
+	// Standbys counts the standbys streaming from the server
+	// (pg_stat_replication; a role that may not read it sees its own only).
+	Standbys int
+	// InRecovery is true when the server is a standby: writes fail.
+	InRecovery bool
+}
+
+// Durability reads the server's settings that decide whether an
+// acknowledged outcome survives a crash or a failover (docs/production.md):
+// one read-only query, for idemctl doctor.
+func (s *Store) Durability(ctx context.Context) (Durability, error) {
+	var d Durability
+	err := s.db.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "+
+		"(SELECT count(*) FROM pg_stat_replication)::int, pg_is_in_recovery()").Scan(&d.SynchronousCommit, &d.SynchronousStandbyNames, &d.Standbys, &d.InRecovery)
+	return d, s.translate("durability", "", err)
+}

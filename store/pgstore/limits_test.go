@@ -260,3 +260,24 @@ func newRolePool(t *testing.T, url string) pgstore.DB {
 	t.Cleanup(p.Close)
 	return p
 }
+
+// Durability reads the server's settings as the store's sessions have
+// them: synchronous_commit as a connection sets it, no standby here, a
+// primary.
+func TestDurability(t *testing.T) {
+	addr := hostPort(t)
+	ctx := context.Background()
+	for _, want := range []string{"on", "off"} {
+		url := fmt.Sprintf("postgres://%s@%s/test?sslmode=disable&connect_timeout=5&synchronous_commit=%s", pgUser(), addr, want)
+		pool := newRolePool(t, url)
+		s, err := pgstore.New(pool, &pgstore.Config{Table: newSchema(t, pool.(*pgxpool.Pool)), ReapInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.Durability(ctx)
+		s.Close()
+		if err != nil || d.SynchronousCommit != want || d.InRecovery {
+			t.Fatalf("synchronous_commit=%s: %+v %v", want, d, err)
+		}
+	}
+}
