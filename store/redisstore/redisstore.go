@@ -454,7 +454,7 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 			all[i] = i
 		}
 		g := group{idx: all, pipe: s.c.Pipeline}
-		if c, ok := s.c.(*redis.Client); ok {
+		if c, ok := s.c.(*redis.Client); ok && s.cfg.WaitReplicas > 0 {
 			g.conn = func() *redis.Conn { return s.lend(ctx, c) }
 		}
 		return []group{g}
