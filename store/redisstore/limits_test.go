@@ -165,12 +165,19 @@ func TestReplayDoesNotWaitForReplicas(t *testing.T) {
 		t.Fatalf("after a new claim: %d WAITs, want 3", n)
 	}
 
+	if r, err := s.Replication(ctx); err != nil || r.WaitReplicas != 1 || len(r.Masters) != 1 || r.Masters[0] != (redisstore.MasterReplication{Addr: primary.addr, Role: "master", Online: 1}) {
+		t.Fatalf("replication with the replica up: %+v %v", r, err)
+	}
+
 	replica.kill()
 	for i := 0; !strings.Contains(replicas(), "connected_slaves:0"); i++ {
 		if i == 1000 {
 			t.Fatalf("the primary still counts its replica: %s", replicas())
 		}
 		time.Sleep(10 * time.Millisecond) // the primary noticing another process's death
+	}
+	if r, err := s.Replication(ctx); err != nil || len(r.Masters) != 1 || r.Masters[0].Online != 0 {
+		t.Fatalf("replication with the replica down: %+v %v", r, err)
 	}
 
 	before = waits.n.Load()
@@ -302,5 +309,19 @@ func TestMaxClientsIsUnavailable(t *testing.T) {
 	}
 	if err := sa.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "k", Fence: 1, Owner: "a", Now: now}, ExpiresAt: now + 600_000, Result: []byte("a")}); err != nil {
 		t.Fatalf("a completes: %v", err)
+	}
+}
+
+// Replication on the 3+3 cluster: every master, each with its replica.
+func TestClusterReplication(t *testing.T) {
+	s, _ := newClusterStore(t, redisstore.Config{WaitReplicas: 1})
+	r, err := s.Replication(context.Background())
+	if err != nil || r.WaitReplicas != 1 || len(r.Masters) != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, m := range r.Masters {
+		if m.Role != "master" || m.Online < 1 || m.Addr == "" {
+			t.Errorf("master %+v", m)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -95,6 +96,42 @@ func (d *doctor) run(ctx context.Context, probes int) {
 	}
 	if p, ok := s.(durabler); ok {
 		d.durability(ctx, p)
+	}
+	if r, ok := s.(replicator); ok {
+		d.replication(ctx, r)
+	}
+}
+
+// replicator is a store that says how its masters replicate
+// (*redisstore.Store).
+type replicator interface {
+	Replication(ctx context.Context) (redisstore.Replication, error)
+}
+
+// replication reports each Redis master's replicas against WaitReplicas.
+func (d *doctor) replication(ctx context.Context, p replicator) {
+	r, err := p.Replication(ctx)
+	if err != nil {
+		d.problem("replicas", "cannot read INFO replication: "+err.Error(), openFix(err))
+		return
+	}
+	for _, m := range r.Masters {
+		name := m.Addr
+		if name == "" {
+			name = "the server"
+		}
+		switch {
+		case m.Role != "master":
+			d.problem("replicas", fmt.Sprintf("%s is a %s: every write fails", name, m.Role), "point the store's URL at the primary (or use redis+sentinel:// or redis+cluster://)")
+		case m.Online < r.WaitReplicas:
+			d.problem("replicas", fmt.Sprintf("%s has %d replica(s) online, WaitReplicas is %d: every new claim and outcome there fails as unavailable (replays still answer)", name, m.Online, r.WaitReplicas),
+				"bring its replicas back, or lower waitreplicas to the replicas each master keeps (docs/failover.md)")
+		case m.Online > 0 && r.WaitReplicas == 0:
+			d.problem("replicas", fmt.Sprintf("%s has %d replica(s) online and WaitReplicas is 0: replication is asynchronous, so a failover can lose acknowledged outcomes", name, m.Online),
+				fmt.Sprintf("set waitreplicas=%d in the URL (Config.WaitReplicas), the replicas each master keeps (docs/failover.md)", m.Online))
+		default:
+			d.ok("replicas", "%s: %d online, WaitReplicas %d", name, m.Online, r.WaitReplicas)
+		}
 	}
 }
 

@@ -50,6 +50,8 @@ func readOnlyChecked(r readOnlyStore) store.Store {
 		return checkedBolt{c, real}
 	case durabler:
 		return checkedPG{withCheck{c, ch.Check}, real}
+	case replicator:
+		return checkedRedis{withCheck{c, ch.Check}, real}
 	}
 	if hasCheck {
 		return withCheck{c, ch.Check}
@@ -82,6 +84,11 @@ type checkedBolt struct {
 type checkedPG struct {
 	withCheck
 	durabler
+}
+
+type checkedRedis struct {
+	withCheck
+	replicator
 }
 
 // wantDoctor checks doctor's exit code and that its output has each of want.
@@ -176,7 +183,11 @@ func TestDoctorBolt(t *testing.T) {
 func TestDoctorRedis(t *testing.T) {
 	addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 	code, out, _ := doctorOn(t, fmt.Sprintf("redis://%s/0?prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
-	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       round trip", "no problems found")
+	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       round trip", "ok       replicas", "0 online, WaitReplicas 0", "no problems found")
+
+	// WaitReplicas above the replicas the server has: every write fails.
+	code, out, _ = doctorOn(t, fmt.Sprintf("redis://%s/0?waitreplicas=1&prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
+	wantDoctor(t, code, out, ExitError, "PROBLEM  replicas", "0 replica(s) online, WaitReplicas is 1", "fix: bring its replicas back")
 
 	code, out, errOut := doctorOn(t, "redis://127.0.0.1:1/0")
 	wantDoctor(t, code, out, ExitError, "PROBLEM  open", "fix: unless the message above names something to create, check that the server runs")
@@ -233,4 +244,17 @@ func TestDoctorDynamoDB(t *testing.T) {
 	if code != ExitError || !strings.Contains(out, "PROBLEM") || !strings.Contains(out, "create") {
 		t.Errorf("missing table: exit %d\n%s", code, out)
 	}
+}
+
+// doctor on the 3+3 Redis Cluster with WaitReplicas 1: every master has
+// its replica; with WaitReplicas 0 the asynchronous replicas are a problem.
+func TestDoctorRedisCluster(t *testing.T) {
+	url := clusterURL(t)
+	code, out, _ := doctorOn(t, url+"&waitreplicas=1")
+	wantDoctor(t, code, out, ExitOK, "ok       replicas", "1 online, WaitReplicas 1", "no problems found")
+	if n := strings.Count(out, "ok       replicas"); n != 3 {
+		t.Errorf("%d masters reported, want 3", n)
+	}
+	code, out, _ = doctorOn(t, url)
+	wantDoctor(t, code, out, ExitError, "PROBLEM  replicas", "WaitReplicas is 0: replication is asynchronous", "set waitreplicas=1")
 }
