@@ -207,7 +207,7 @@ func TestConnectionsExhaustedIsUnavailable(t *testing.T) {
 		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrCorrupt) {
 			t.Fatalf("call for %s out of connections: %v, want unavailable", key, err)
 		}
-		if !strings.Contains(err.Error(), "53300") {
+		if !strings.Contains(err.Error(), "53300") || !strings.Contains(err.Error(), "out of connections") {
 			t.Errorf("call for %s: %v, want the server's too_many_connections (53300)", key, err)
 		}
 	}

@@ -230,6 +230,10 @@ func (s *Store) translate(op, key string, err error) error {
 	if errors.As(err, &pe) && pe.Code == "42P01" {
 		return fmt.Errorf("pgstore: %s %s: table %s does not exist (run pgstore.Migrate): %w: %w", op, key, s.cfg.Table, store.ErrUnavailable, err)
 	}
+	if errors.As(err, &pe) && pe.Code == "53300" {
+		return fmt.Errorf("pgstore: %s %s: the server is out of connections for the store (raise max_connections or the role's CONNECTION LIMIT above the sum of every pool, or lower pool_max_conns): %w: %w",
+			op, key, store.ErrUnavailable, err)
+	}
 	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }
 
