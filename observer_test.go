@@ -29,6 +29,7 @@ func TestStoreResultOf(t *testing.T) {
 		{"deadline, unwrapped", context.DeadlineExceeded, observe.StoreUnavailable},
 		{"deadline, wrapped as unavailable", fmt.Errorf("%w: %w", store.ErrUnavailable, context.DeadlineExceeded), observe.StoreUnavailable},
 		{"caller cancelled, wrapped as unavailable", fmt.Errorf("%w: %w", store.ErrUnavailable, context.Canceled), observe.StoreCanceled},
+		{"throttled, wrapped as unavailable", fmt.Errorf("dynamostore: claim k: %w: %w", store.ErrThrottled, store.ErrUnavailable), observe.StoreThrottled},
 		{"untranslated backend error", errors.New("ERR unknown command"), observe.StoreOtherError},
 		{"as the engine wraps it", &idem.StoreError{Op: observe.StoreClaim, Key: "k", Err: unavailable}, observe.StoreUnavailable},
 	} {
@@ -59,12 +60,12 @@ func TestStoreOpsAndResultsAreComplete(t *testing.T) {
 		seen[r] = true
 	}
 	for _, err := range []error{nil, store.ErrNotFound, store.ErrFenced, store.ErrTooLarge, store.ErrCorrupt,
-		context.Canceled, store.ErrUnavailable, errors.New("other")} {
+		context.Canceled, store.ErrThrottled, store.ErrUnavailable, errors.New("other")} {
 		if r := observe.StoreResultOf(err); !seen[r] {
 			t.Errorf("StoreResultOf(%v) = %q, which StoreResults() does not list", err, r)
 		}
 	}
-	if len(results) != 8 {
-		t.Errorf("StoreResults() has %d results, want the 8 the test above produces", len(results))
+	if len(results) != 9 {
+		t.Errorf("StoreResults() has %d results, want the 9 the test above produces", len(results))
 	}
 }

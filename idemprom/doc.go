@@ -20,7 +20,7 @@
 //     latency of every store call the engine makes. op is the
 //     [observe.StoreOp] (claim, complete, fail, release, extend, attach, get),
 //     result the [observe.StoreResult] of its error: ok, not_found, fenced,
-//     too_large, corrupt, canceled, unavailable or other. A pair is exported
+//     too_large, corrupt, canceled, throttled, unavailable or other. A pair is exported
 //     from its first call on. Failed store calls are
 //     idem_store_call_duration_seconds_count{result!="ok"}: there is no
 //     separate error counter.

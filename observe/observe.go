@@ -196,6 +196,10 @@ const (
 	// ([context.Canceled]); the caller gave up, which says nothing of the
 	// store's health.
 	StoreCanceled StoreResult = "canceled"
+	// StoreThrottled: the backend refused the call for the rate of
+	// requests, after the client's own retries ([store.ErrThrottled]:
+	// also unavailable, counted apart).
+	StoreThrottled StoreResult = "throttled"
 	// StoreUnavailable: the backend could not be reached or did not answer
 	// in time ([store.ErrUnavailable], or [context.DeadlineExceeded]).
 	StoreUnavailable StoreResult = "unavailable"
@@ -207,7 +211,7 @@ const (
 // StoreResults lists every [StoreResult], for exporters that pre-register
 // labels.
 func StoreResults() []StoreResult {
-	return []StoreResult{StoreOK, StoreNotFound, StoreFenced, StoreTooLarge, StoreCorrupt, StoreCanceled, StoreUnavailable, StoreOtherError}
+	return []StoreResult{StoreOK, StoreNotFound, StoreFenced, StoreTooLarge, StoreCorrupt, StoreCanceled, StoreThrottled, StoreUnavailable, StoreOtherError}
 }
 
 // StoreResultOf classifies err, the error of one store call as
@@ -229,6 +233,8 @@ func StoreResultOf(err error) StoreResult {
 		return StoreCorrupt
 	case errors.Is(err, context.Canceled):
 		return StoreCanceled
+	case errors.Is(err, store.ErrThrottled):
+		return StoreThrottled
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return StoreUnavailable
 	}

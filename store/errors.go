@@ -19,6 +19,14 @@ var (
 	// ErrUnavailable: the backend could not be reached or did not answer in
 	// time. Wrapped by stores with the backend's error.
 	ErrUnavailable = errors.New("idem: store unavailable")
+	// ErrThrottled: the backend refused the call for the rate of requests
+	// (DynamoDB's ProvisionedThroughputExceededException,
+	// ThrottlingException, RequestLimitExceeded), after the client's own
+	// retries. A transient fault: stores wrap it together with
+	// ErrUnavailable, so that it is handled as one (retried, failed
+	// closed), and reported apart (observe.StoreThrottled), so that
+	// operators see a table short of capacity rather than an outage.
+	ErrThrottled = errors.New("idem: store throttled")
 	// ErrCorrupt: stored bytes could not be decoded. The engine fails
 	// closed: it never replays what it cannot read.
 	ErrCorrupt = errors.New("idem: corrupt record")

@@ -8,6 +8,8 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/seed-a1b882c0/idem v0.1.0
 	github.com/seed-a1b882c0/idem/store/boltstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/pgstore v0.1.0
+	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0
 	github.com/seed-a1b882c0/idem/store/storeurl v0.1.0
 	go.uber.org/goleak v1.3.0
 )
@@ -46,8 +48,6 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/seed-a1b882c0/idem/store/dynamostore v0.1.0 // indirect
-	github.com/seed-a1b882c0/idem/store/pgstore v0.1.0 // indirect
-	github.com/seed-a1b882c0/idem/store/redisstore v0.1.0 // indirect
 	go.etcd.io/bbolt v1.4.3 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect

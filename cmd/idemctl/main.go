@@ -2,8 +2,8 @@
 // lists stuck and failed work, shows a key's record, resolves or releases
 // it by hand (refusing if the record changed underneath), applies the
 // PostgreSQL schema, creates the DynamoDB table, watches a store for
-// Prometheus, and serves the operator console in the browser (serve). See
-// docs/idemctl.md.
+// Prometheus, serves the operator console in the browser (serve), and
+// checks a live store's settings (doctor). See docs/idemctl.md.
 package main
 
 import (

@@ -179,6 +179,15 @@ type Config struct {
 	// held claims into the file (one synced commit) and empties the claim
 	// journal. Default 64 MiB.
 	ClaimJournalMaxBytes int64
+	// MinFreeBytes is the free space (on Linux and macOS: statfs, the
+	// space an unprivileged process may use) the file system holding the
+	// file must keep for a new claim to be written: below it a claim that
+	// would write is refused with a [*DiskFullError] (store.ErrUnavailable)
+	// and the operation does not run, since its outcome might not fit and
+	// would be lost after it ran. Replays, conflicts and the writes of
+	// claims already made (Complete, Fail, Release, Extend) go on, into
+	// the space kept. Default 16 MiB; negative disables the check.
+	MinFreeBytes int64
 }
 
 // Store is an [store.Store] in one bbolt file. It also implements
@@ -248,6 +257,9 @@ func Open(path string, cfg *Config) (*Store, error) {
 	}
 	if c.ClaimJournalMaxBytes <= 0 {
 		c.ClaimJournalMaxBytes = 64 << 20
+	}
+	if c.MinFreeBytes == 0 {
+		c.MinFreeBytes = 16 << 20
 	}
 	if c.ReadOnly {
 		return openReadOnly(path, c)
@@ -545,6 +557,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	res, w := store.ApplyClaim(old, p)
 	if w == nil {
 		return res, nil
+	}
+	if err := s.roomForClaim(p.Key); err != nil {
+		return store.ClaimResult{}, err
 	}
 	if p.Local && !s.cfg.SyncEveryClaim {
 		// Held before its journal entry is written: a checkpoint between

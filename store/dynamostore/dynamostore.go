@@ -82,6 +82,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -679,7 +680,9 @@ func conditionFailed(err error) (map[string]types.AttributeValue, bool) {
 
 // translate maps SDK errors to idem's at the store boundary: everything
 // that is not a decision of the store is "unavailable" (the call fails
-// closed), an item over DynamoDB's limit is a *TooLargeError.
+// closed), throttling also store.ErrThrottled (the SDK's retryer has
+// already retried it with backoff), an item over DynamoDB's limit is a
+// *TooLargeError.
 func (s *Store) translate(op, key string, err error) error {
 	var ve *types.ResourceNotFoundException
 	if errors.As(err, &ve) {
@@ -688,5 +691,23 @@ func (s *Store) translate(op, key string, err error) error {
 	if isItemTooLarge(err) {
 		return &store.TooLargeError{Key: key, Size: MaxItemBytes + 1, Limit: MaxItemBytes}
 	}
+	if throttled(err) {
+		return fmt.Errorf("dynamostore: %s %s: throttled on table %q (add capacity or use on-demand): %w: %w: %w", op, key, s.cfg.Table, store.ErrThrottled, store.ErrUnavailable, err)
+	}
 	return fmt.Errorf("dynamostore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
+}
+
+// throttled reports whether err is DynamoDB refusing a request for its
+// rate: the table's or the account's capacity (ProvisionedThroughputExceeded,
+// RequestLimitExceeded) or the service's own throttling.
+func throttled(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded":
+		return true
+	}
+	return false
 }

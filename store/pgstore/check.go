@@ -87,3 +87,98 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ConnectError reports that PostgreSQL refused the store's connection for
+// a reason no retry mends: the password was refused (SQLSTATE 28P01), no
+// pg_hba.conf entry admits the role, or the role does not exist (28000), or
+// the database does not exist (3D000). It matches store.ErrInvalidConfig
+// and store.ErrMisconfigured (errors.Is), so storeurl.OpenWait fails at
+// once instead of waiting out its -store-wait; the message says what to
+// fix. A server that refuses for a while (too many connections, 53300;
+// starting up or shutting down, 57P03) is store.ErrUnavailable instead.
+type ConnectError struct {
+	// Code is the server's SQLSTATE; User and Database what the store
+	// connected as and to, as the server reported them when it did.
+	Code           string
+	User, Database string
+	// Err is the server's refusal.
+	Err error
+}
+
+func (e *ConnectError) Error() string {
+	var fix string
+	switch e.Code {
+	case "28P01":
+		fix = "the password in the store's URL is wrong for role " + orUnknown(e.User) + ": correct it (or the role's password: ALTER ROLE ... PASSWORD)"
+	case "3D000":
+		fix = "database " + orUnknown(e.Database) + " does not exist: create it (CREATE DATABASE) or name an existing one in the store's URL"
+	default: // 28000
+		fix = "the server does not admit role " + orUnknown(e.User) + " to database " + orUnknown(e.Database) +
+			": create the role (CREATE ROLE ... LOGIN), or add a pg_hba.conf entry for it and reload the server"
+	}
+	return fmt.Sprintf("pgstore: connection refused (SQLSTATE %s): %s (%v)", e.Code, fix, e.Err)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// Is makes errors.Is(err, store.ErrInvalidConfig) and
+// errors.Is(err, store.ErrMisconfigured) true.
+func (e *ConnectError) Is(target error) bool {
+	return target == store.ErrInvalidConfig || target == store.ErrMisconfigured
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// connectRefused returns a [*ConnectError] when err is the server refusing
+// the connection for good (see ConnectError), else nil.
+func connectRefused(err error) *ConnectError {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	switch pe.Code {
+	case "28P01", "28000", "3D000":
+	default:
+		return nil
+	}
+	ce := &ConnectError{Code: pe.Code, Err: pe}
+	var cerr *pgconn.ConnectError
+	if errors.As(err, &cerr) && cerr.Config != nil {
+		ce.User, ce.Database = cerr.Config.User, cerr.Config.Database
+	}
+	return ce
+}
+
+// Durability is what the server says of how long a commit it
+// acknowledged lasts: through a crash of the server, and through a
+// failover to a standby. See [Store.Durability].
+type Durability struct {
+	// SynchronousCommit is synchronous_commit as the store's sessions
+	// have it (on, remote_apply, remote_write, local or off): off lets a
+	// crash of the server lose the last commits it acknowledged.
+	SynchronousCommit string
+	// SynchronousStandbyNames is synchronous_standby_names: empty means a
+	// commit waits for no standby, so a failover can lose the last commits
+	// acknowledged.
+	SynchronousStandbyNames string
+	// Standbys counts the standbys streaming from the server
+	// (pg_stat_replication; a role that may not read it sees its own only).
+	Standbys int
+	// InRecovery is true when the server is a standby: writes fail.
+	InRecovery bool
+}
+
+// Durability reads the server's settings that decide whether an
+// acknowledged outcome survives a crash or a failover (docs/production.md):
+// one read-only query, for idemctl doctor.
+func (s *Store) Durability(ctx context.Context) (Durability, error) {
+	var d Durability
+	err := s.db.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "+
+		"(SELECT count(*) FROM pg_stat_replication)::int, pg_is_in_recovery()").Scan(&d.SynchronousCommit, &d.SynchronousStandbyNames, &d.Standbys, &d.InRecovery)
+	return d, s.translate("durability", "", err)
+}

@@ -145,8 +145,12 @@ func applied(ctx context.Context, db DB, track, table string) (map[int]bool, err
 	return done, nil
 }
 
-// migrateError makes a refusal for lack of privileges a *PrivilegeError.
+// migrateError makes a refusal for lack of privileges a *PrivilegeError,
+// and a connection refused for good a *ConnectError.
 func migrateError(ctx context.Context, db DB, table string, err error) error {
+	if ce := connectRefused(err); ce != nil {
+		return ce
+	}
 	if !insufficientPrivilege(err) {
 		return err
 	}

@@ -168,7 +168,10 @@ func New(db DB, cfg *Config) (*Store, error) {
 // Open connects a pool to url (a PostgreSQL URL or DSN), applies the
 // migrations, checks the role's privileges on the table ([Store.Check])
 // and returns a store that owns the pool. A role that may not migrate or
-// use the table fails with a [*PrivilegeError] saying what to grant.
+// use the table fails with a [*PrivilegeError] saying what to grant; a
+// connection refused for good (a wrong password, a role or database that
+// does not exist) with a [*ConnectError] saying what to fix. Both match
+// store.ErrMisconfigured: no retry mends them.
 func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -214,10 +217,15 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // translate maps pgx errors at the store boundary: everything is
-// "unavailable" (the call fails closed), with a hint for a missing table.
+// "unavailable" (the call fails closed), with a hint for a missing table,
+// but a role without a privilege ([*PrivilegeError]) and a connection
+// refused for good ([*ConnectError]: password, role, database).
 func (s *Store) translate(op, key string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if ce := connectRefused(err); ce != nil {
+		return ce
 	}
 	if insufficientPrivilege(err) {
 		var pe *pgconn.PgError
@@ -227,6 +235,10 @@ func (s *Store) translate(op, key string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {
 		return fmt.Errorf("pgstore: %s %s: table %s does not exist (run pgstore.Migrate): %w: %w", op, key, s.cfg.Table, store.ErrUnavailable, err)
+	}
+	if errors.As(err, &pe) && pe.Code == "53300" {
+		return fmt.Errorf("pgstore: %s %s: the server is out of connections for the store (raise max_connections or the role's CONNECTION LIMIT above the sum of every pool, or lower pool_max_conns): %w: %w",
+			op, key, store.ErrUnavailable, err)
 	}
 	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -25,9 +26,19 @@ const batchMax = 128
 // an invocation the cluster refuses as a whole because a slot moved (a
 // redirect, or a key no longer local) goes again one script per key
 // through the cluster client's pipeline, which follows redirects.
-func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, keys []string, errs []error, width int, args func(i int) []any, answer func(i int, v any, err error, w *redis.IntCmd)) {
+func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, keys []string, errs []error, width int, args func(i int) []any, wrote func(v any) bool, answer func(i int, v any, err error, w *redis.IntCmd)) {
 	var moved []int // records to send again one by one
-	run := func(pipe redis.Pipeliner, idx []int, source bool) (noscript []int) {
+	run := func(g group, idx []int, source bool) (noscript []int) {
+		// With wrote (claims) and WaitReplicas, the invocations go on a
+		// connection of their own and WAIT follows only if a record was
+		// written: a batch of replays waits for no replica (see send).
+		var conn *redis.Conn
+		pipe := g.pipe()
+		if s.cfg.WaitReplicas > 0 && wrote != nil && g.conn != nil {
+			conn = g.conn()
+			defer conn.Close()
+			pipe = conn.Pipeline()
+		}
 		var chunks [][]int
 		for len(idx) > 0 {
 			n := min(len(idx), batchMax)
@@ -49,11 +60,18 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 			}
 		}
 		var w *redis.IntCmd
-		if s.cfg.WaitReplicas > 0 { // on the pipeline's connection: see send
+		if s.cfg.WaitReplicas > 0 && conn == nil { // on the pipeline's connection: see send
 			w = s.waitCmd(ctx)
 			_ = pipe.Process(ctx, w)
 		}
 		_, _ = pipe.Exec(ctx) // errors are per command
+		type reply struct {
+			chunk []int
+			vs    []any
+			err   error
+		}
+		replies := make([]reply, 0, len(chunks))
+		written := false
 		for c, chunk := range chunks {
 			vs, err := cmds[c].Slice()
 			switch {
@@ -66,11 +84,21 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 			case err == nil && len(vs) != len(chunk):
 				err = fmt.Errorf("redisstore: the batch script answered %d replies for %d records", len(vs), len(chunk))
 			}
-			for j, i := range chunk {
-				if err != nil {
-					answer(i, nil, err, w)
+			if err == nil && conn != nil && !written {
+				written = slices.ContainsFunc(vs, wrote)
+			}
+			replies = append(replies, reply{chunk, vs, err})
+		}
+		if written {
+			w = s.waitCmd(ctx)
+			_ = conn.Process(ctx, w)
+		}
+		for _, r := range replies {
+			for j, i := range r.chunk {
+				if r.err != nil {
+					answer(i, nil, r.err, w)
 				} else {
-					answer(i, vs[j], nil, w)
+					answer(i, r.vs[j], nil, w)
 				}
 			}
 		}
@@ -80,8 +108,8 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 		// Those not executed (NOSCRIPT: Redis ran none of them, so the
 		// order of the keys still holds) go again with the source, which
 		// also caches the script for the next batch.
-		if again := run(g.pipe(), g.idx, false); len(again) > 0 {
-			run(g.pipe(), again, true)
+		if again := run(g, g.idx, false); len(again) > 0 {
+			run(g, again, true)
 		}
 	}
 	if len(moved) > 0 {
@@ -90,7 +118,11 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 		for j, i := range moved {
 			sub[j] = keys[i]
 		}
-		s.batch(ctx, op, sc, sub, subErrs, func(j int) []any { return args(moved[j]) }, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
+		var wroteCmd func(*redis.Cmd) bool
+		if wrote != nil {
+			wroteCmd = func(c *redis.Cmd) bool { v, err := c.Result(); return err == nil && wrote(v) }
+		}
+		s.batch(ctx, op, sc, sub, subErrs, func(j int) []any { return args(moved[j]) }, wroteCmd, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
 			v, err := cmd.Result()
 			answer(moved[j], v, err, w)
 		})

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,16 +34,29 @@ type reply struct {
 // does both (see [Store.redirected]).
 //
 // With Config.WaitReplicas, a WAIT follows the command in the same
-// pipeline (see [Store.send]); check it with [Store.waited].
-func (s *Store) do(ctx context.Context, key string, args ...any) (reply, *redis.IntCmd, error) {
+// pipeline (see [Store.send]), or, when wrote is given, on the same
+// connection only if wrote says the reply is of a write; check it with
+// [Store.waited].
+func (s *Store) do(ctx context.Context, key string, wrote func(reply) bool, args ...any) (reply, *redis.IntCmd, error) {
 	cmd := redis.NewRawCmd(ctx, args...)
-	w := s.send(ctx, key, cmd)
+	var sent func(redis.Cmder) bool
+	if wrote != nil && s.cfg.WaitReplicas > 0 {
+		sent = func(c redis.Cmder) bool {
+			b, err := c.(*redis.RawCmd).Result()
+			if err != nil {
+				return false
+			}
+			r, err := parseReply(b)
+			return err == nil && wrote(r)
+		}
+	}
+	w := s.send(ctx, key, cmd, sent)
 	b, err := cmd.Result()
 	if err != nil {
 		return reply{}, w, err
 	}
 	r, err := parseReply(b)
-	if err == nil && r.kind == '-' && s.redirected(r.str) && w == nil {
+	if err == nil && r.kind == '-' && s.redirected(r.str) && s.cfg.WaitReplicas <= 0 {
 		// The slot moved (a failover, a resharding): send the command once
 		// more as a typed command, which the cluster client routes to the
 		// slot's new owner itself. With WaitReplicas the write went to one
@@ -107,10 +122,33 @@ func (s *Store) refresh() {
 // is the client of the master that holds key's slot: the cluster client
 // would send a WAIT, which names no key, to any node. The WAIT is
 // returned, nil without WaitReplicas.
-func (s *Store) send(ctx context.Context, key string, cmd redis.Cmder) *redis.IntCmd {
+//
+// A command that may write nothing (a claim that finds a live record: a
+// replay, a conflict) names wrote, which tells from its reply whether it
+// wrote: it is then sent alone on a connection of its own, and the WAIT
+// follows on that connection only if it wrote. A replay never waits for
+// replicas: with one down, it would wait all of WaitTimeout for nothing.
+func (s *Store) send(ctx context.Context, key string, cmd redis.Cmder, wrote func(redis.Cmder) bool) *redis.IntCmd {
 	if s.cfg.WaitReplicas <= 0 {
 		_ = s.c.Process(ctx, cmd)
 		return nil
+	}
+	if wrote != nil {
+		conn, err := s.connFor(ctx, key)
+		if err != nil {
+			cmd.SetErr(err)
+			return nil
+		}
+		if conn != nil {
+			defer conn.Close()
+			_ = conn.Process(ctx, cmd)
+			if !wrote(cmd) {
+				return nil
+			}
+			w := s.waitCmd(ctx)
+			_ = conn.Process(ctx, w)
+			return w
+		}
 	}
 	pipe, err := s.pipeFor(ctx, key)
 	if err != nil {
@@ -122,6 +160,47 @@ func (s *Store) send(ctx context.Context, key string, cmd redis.Cmder) *redis.In
 	_ = pipe.Process(ctx, w)
 	_, _ = pipe.Exec(ctx) // errors are per command
 	return w
+}
+
+// connFor returns a connection of its own to the node that holds key (on
+// Redis Cluster its slot's master), to be closed after use; nil when the
+// client lends none (an AutoPipeliner, a Ring).
+func (s *Store) connFor(ctx context.Context, key string) (*redis.Conn, error) {
+	if s.cluster != nil {
+		node, err := s.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return s.lend(ctx, node), nil
+	}
+	if c, ok := s.c.(*redis.Client); ok { // a plain or a Sentinel failover client
+		return s.lend(ctx, c), nil
+	}
+	return nil, nil
+}
+
+// lend returns one of c's connections for the caller's use alone (Conn),
+// once c has set up a connection of its own: go-redis's Conn shares its
+// client's options but not their lock, and the first connection a client
+// sets up may write them (maintenance notifications turned off on a server
+// without them), which would race with a Conn setting up another.
+func (s *Store) lend(ctx context.Context, c *redis.Client) *redis.Conn {
+	v, _ := s.lent.LoadOrStore(c, new(lender))
+	l := v.(*lender)
+	if !l.ready.Load() {
+		l.mu.Lock()
+		if !l.ready.Load() && c.Ping(ctx).Err() == nil { // an error shows on the call itself
+			l.ready.Store(true)
+		}
+		l.mu.Unlock()
+	}
+	return c.Conn()
+}
+
+// lender is a client whose first connection is set up (see lend).
+type lender struct {
+	mu    sync.Mutex
+	ready atomic.Bool
 }
 
 // pipeFor returns a pipeline to the node that holds key: on Redis Cluster
@@ -162,14 +241,14 @@ func noScript(reply string) bool { return strings.HasPrefix(reply, "NOSCRIPT") }
 // script sends sc by its SHA-1 as a typed command (for replies go-redis
 // decodes: arrays), and its source once more on NOSCRIPT; with
 // Config.WaitReplicas, followed by a WAIT (see [Store.send]).
-func (s *Store) script(ctx context.Context, sc *redis.Script, key string, args ...any) (*redis.Cmd, *redis.IntCmd) {
+func (s *Store) script(ctx context.Context, sc *redis.Script, key string, wrote func(redis.Cmder) bool, args ...any) (*redis.Cmd, *redis.IntCmd) {
 	a := evalArgs(sc, key, args)
 	cmd := redis.NewCmd(ctx, a...)
-	w := s.send(ctx, key, cmd)
+	w := s.send(ctx, key, cmd, wrote)
 	if err := cmd.Err(); err != nil && noScript(err.Error()) {
 		toSource(a, sc)
 		cmd = redis.NewCmd(ctx, a...)
-		w = s.send(ctx, key, cmd)
+		w = s.send(ctx, key, cmd, wrote)
 	}
 	return cmd, w
 }
@@ -210,10 +289,10 @@ func parseReply(b []byte) (reply, error) {
 // does not have it (NOSCRIPT).
 func (s *Store) evalsha(ctx context.Context, sc *redis.Script, key string, args ...any) (reply, *redis.IntCmd, error) {
 	a := evalArgs(sc, key, args)
-	r, w, err := s.do(ctx, key, a...)
+	r, w, err := s.do(ctx, key, nil, a...)
 	if err == nil && r.kind == '-' && noScript(r.str) {
 		toSource(a, sc)
-		r, w, err = s.do(ctx, key, a...)
+		r, w, err = s.do(ctx, key, nil, a...)
 	}
 	return r, w, err
 }

@@ -79,8 +79,10 @@ import (
 	"log/slog"
 	"net"
 	neturl "net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -133,7 +135,10 @@ type Config struct {
 	// it) until that many replicas acknowledged it, at most WaitTimeout
 	// (default 1s); a write not acknowledged in time fails with
 	// store.ErrUnavailable (it may still have been applied on the
-	// primary). See the package doc and docs/failover.md.
+	// primary). A claim may write nothing (a replay, a conflict): it is
+	// sent alone, and its WAIT follows on the same connection only if it
+	// wrote, so a replay never waits for replicas (with one down it would
+	// wait all of WaitTimeout). See the package doc and docs/failover.md.
 	WaitReplicas int
 	// WaitTimeout bounds WaitReplicas.
 	WaitTimeout int // ms
@@ -162,6 +167,8 @@ type Store struct {
 	cluster *redis.ClusterClient // c, when it is a cluster client; else nil
 	cfg     Config
 	owned   bool // Close closes c
+
+	lent sync.Map // *redis.Client → *lender: see lend
 }
 
 // SystemName implements store.SystemNamer: the backend's db.system.name in
@@ -366,7 +373,7 @@ func (s *Store) rkey(key string) string { return s.cfg.Prefix + key }
 // over (expired, or its lease passed) costs a second round trip: the claim script, which decides atomically.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	k := s.rkey(p.Key)
-	r, w, err := s.do(ctx, k, "set", k, encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
+	r, w, err := s.do(ctx, k, claimWrote, "set", k, encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
 	switch {
 	case err != nil:
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
@@ -389,7 +396,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 
 // claimScripted claims p.Key with the claim script.
 func (s *Store) claimScripted(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	cmd, w := s.script(ctx, claimScript, s.rkey(p.Key), s.claimArgs(p)...)
+	cmd, w := s.script(ctx, claimScript, s.rkey(p.Key), claimScriptWrote, s.claimArgs(p)...)
 	v, err := cmd.Slice()
 	if err != nil {
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
@@ -399,6 +406,26 @@ func (s *Store) claimScripted(ctx context.Context, p store.ClaimParams) (store.C
 		err = s.waited("claim", p.Key, w)
 	}
 	return res, err
+}
+
+// claimWrote tells from the reply of a claim's SET NX GET whether it
+// wrote: a nil reply. Otherwise it found a record and wrote nothing (a
+// replay, a conflict), and waits for no replica (see [Store.send]).
+func claimWrote(r reply) bool { return r.kind == '_' }
+
+// claimScriptWrote tells from the claim script's reply whether it wrote:
+// {1, fence, takeover}.
+func claimScriptWrote(c redis.Cmder) bool {
+	v, err := c.(*redis.Cmd).Result()
+	return err == nil && claimReplyWrote(v)
+}
+
+// claimReplyWrote reports whether a claim script's reply (one record's,
+// also in a batch) says it wrote (a new claim or a takeover): {1, fence,
+// takeover}.
+func claimReplyWrote(reply any) bool {
+	v, ok := reply.([]any)
+	return ok && len(v) > 0 && v[0] == int64(1)
 }
 
 func (s *Store) claimArgs(p store.ClaimParams) []any {
@@ -473,6 +500,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		keys[i] = p.Key
 	}
 	s.scripted(ctx, "claim", claimScript, claimBatchScript, keys, errs, 3, func(i int) []any { return s.claimArgs(ps[i]) },
+		claimReplyWrote,
 		func(i int, v any, err error, w *redis.IntCmd) {
 			if err != nil {
 				errs[i] = s.translate("claim", ps[i].Key, err)
@@ -499,6 +527,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 type group struct {
 	idx  []int
 	pipe func() redis.Pipeliner
+	conn func() *redis.Conn // the node's connection, or nil (see connFor)
 }
 
 // groups splits a batch of writes to keys into the pipelines that send
@@ -514,7 +543,11 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 		for i := range all {
 			all[i] = i
 		}
-		return []group{{idx: all, pipe: s.c.Pipeline}}
+		g := group{idx: all, pipe: s.c.Pipeline}
+		if c, ok := s.c.(*redis.Client); ok && s.cfg.WaitReplicas > 0 {
+			g.conn = func() *redis.Conn { return s.lend(ctx, c) }
+		}
+		return []group{g}
 	}
 	var out []group
 	at := map[*redis.Client]int{}
@@ -528,7 +561,7 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 		if !ok {
 			j = len(out)
 			at[node] = j
-			out = append(out, group{pipe: node.Pipeline})
+			out = append(out, group{pipe: node.Pipeline, conn: func() *redis.Conn { return s.lend(ctx, node) }})
 		}
 		out[j].idx = append(out[j].idx, i)
 	}
@@ -540,23 +573,38 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 // by the script's SHA-1, and sends those Redis had no script for once more
 // with the script's source (EVAL, as a single call does: the documented
 // ACL has no SCRIPT LOAD), and hands each reply to answer (with the WAIT
-// of its pipeline).
-func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error, args func(i int) []any, answer func(i int, cmd *redis.Cmd, w *redis.IntCmd)) {
-	run := func(pipe redis.Pipeliner, idx []int, source bool) (noscript []int) {
+// of its pipeline). When wrote is given (claims, which may write nothing:
+// see send), a group's pipeline goes down a connection of its own and its
+// WAIT follows on that connection only if wrote says one of its replies
+// is of a write.
+func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error, args func(i int) []any, wrote func(*redis.Cmd) bool, answer func(i int, cmd *redis.Cmd, w *redis.IntCmd)) {
+	run := func(g group, idx []int, source bool) (noscript []int) {
+		var conn *redis.Conn
+		pipe := g.pipe
+		if s.cfg.WaitReplicas > 0 && wrote != nil && g.conn != nil {
+			conn = g.conn()
+			defer conn.Close()
+			pipe = conn.Pipeline
+		}
+		p := pipe()
 		cmds := make([]*redis.Cmd, len(idx))
 		for j, i := range idx {
 			if source {
-				cmds[j] = pipe.Eval(ctx, scriptSources[sc], []string{s.rkey(keys[i])}, args(i)...)
+				cmds[j] = p.Eval(ctx, scriptSources[sc], []string{s.rkey(keys[i])}, args(i)...)
 			} else {
-				cmds[j] = sc.EvalSha(ctx, pipe, []string{s.rkey(keys[i])}, args(i)...)
+				cmds[j] = sc.EvalSha(ctx, p, []string{s.rkey(keys[i])}, args(i)...)
 			}
 		}
 		var w *redis.IntCmd
-		if s.cfg.WaitReplicas > 0 { // on the pipeline's connection: see send
+		if s.cfg.WaitReplicas > 0 && conn == nil { // on the pipeline's connection: see send
 			w = s.waitCmd(ctx)
-			_ = pipe.Process(ctx, w)
+			_ = p.Process(ctx, w)
 		}
-		_, _ = pipe.Exec(ctx) // errors are per command
+		_, _ = p.Exec(ctx) // errors are per command
+		if conn != nil && slices.ContainsFunc(cmds, wrote) {
+			w = s.waitCmd(ctx)
+			_ = conn.Process(ctx, w)
+		}
 		for j, i := range idx {
 			if err := cmds[j].Err(); err != nil && noScript(err.Error()) {
 				noscript = append(noscript, i)
@@ -570,8 +618,8 @@ func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []s
 		// Those not executed (NOSCRIPT: Redis ran none of them, so the
 		// order of the keys still holds) go again with the source, which
 		// also caches the script for the next batch.
-		if again := run(g.pipe(), g.idx, false); len(again) > 0 {
-			run(g.pipe(), again, true)
+		if again := run(g, g.idx, false); len(again) > 0 {
+			run(g, again, true)
 		}
 	}
 }
@@ -598,7 +646,7 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 	s.scripted(ctx, "complete", fencedScript, fencedBatchScript, keys, sent, 7, func(j int) []any {
 		p := ps[idx[j]]
 		return append(s.fencedArgs("settle", p.ClaimRef), "2", p.ExpiresAt, completeTail(p.Now, p.Result))
-	}, func(j int, v any, err error, w *redis.IntCmd) {
+	}, nil, func(j int, v any, err error, w *redis.IntCmd) {
 		sent[j] = s.fencedAnswer("complete", ps[idx[j]].ClaimRef, v, err, w)
 	})
 	for j, i := range idx {

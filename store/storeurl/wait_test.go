@@ -12,6 +12,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/pgstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -87,5 +88,29 @@ func dropTable(t *testing.T, conn, table string) {
 	defer c.Close(ctx)
 	if _, err := c.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
 		t.Errorf("cleanup: %v", err)
+	}
+}
+
+// A PostgreSQL that refuses the store for good — a database or a role that
+// does not exist — fails OpenWait at its first attempt with pgstore's
+// *ConnectError, instead of retrying for the whole wait.
+func TestOpenWaitFailsAtOnceOnARefusedConnection(t *testing.T) {
+	addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
+	stamp := time.Now().UnixNano()
+	for name, raw := range map[string]string{
+		"missing database": fmt.Sprintf("postgres://%s@%s/idem_nodb_%d", PGUser(), addr, stamp),
+		"missing role":     fmt.Sprintf("postgres://idem_norole_%d@%s/test", stamp, addr),
+	} {
+		attempts := 0
+		start := time.Now()
+		_, err := storeurl.OpenWait(context.Background(), raw, nil, storeurl.WaitOptions{Wait: time.Minute,
+			OnRetry: func(storeurl.Retry) { attempts++ }})
+		var ce *pgstore.ConnectError
+		if !errors.As(err, &ce) || !errors.Is(err, store.ErrMisconfigured) || attempts != 0 {
+			t.Errorf("%s: %v after %d retries, want a *pgstore.ConnectError at once", name, err, attempts)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: OpenWait took %v", name, d)
+		}
 	}
 }

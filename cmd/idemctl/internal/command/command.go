@@ -113,7 +113,7 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{listCommand, showCommand, findCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand, serveCommand}
+	return []command{listCommand, showCommand, findCommand, releaseCommand, resolveCommand, deleteCommand, migrateCommand, createTableCommand, watchCommand, serveCommand, doctorCommand}
 }
 
 // ctl is one run of idemctl: its environment and global flags.
