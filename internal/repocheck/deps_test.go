@@ -17,10 +17,12 @@ import (
 // repo is the import path prefix of every module in this repository.
 const repo = "github.com/seed-a1b882c0/idem"
 
-// isKit reports whether p is a test kit: store/storetest, idemtest/..., or a
-// test library.
+// isKit reports whether p is a test kit: store/storetest, idemtest/..., a
+// module's internal kit (internal/…test, such as idemgrpc's ordertest,
+// which only that module's tests import), or a test library.
 func isKit(p string) bool {
 	return p == repo+"/store/storetest" || p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
+		strings.HasPrefix(p, repo+"/") && strings.Contains(p, "/internal/") && strings.HasSuffix(p, "test") ||
 		strings.HasPrefix(p, "go.uber.org/goleak") || strings.HasPrefix(p, "github.com/anishathalye/porcupine")
 }
 
