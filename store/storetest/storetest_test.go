@@ -36,6 +36,7 @@ var broken = map[string]struct {
 	"extend-ignores-from":        {func(m *memstore.Store) store.Store { return &extendIgnoresFrom{Store: m} }, "ExtendFrom"},
 	"lists-one-shard":            {func(m *memstore.Store) store.Store { return &oneShard{Store: m} }, "Admin"},
 	"batch-complete-unfenced":    {func(m *memstore.Store) store.Store { return &batchUnfenced{Store: m} }, "CompleteBatch"},
+	"takes-over-anyway":          {func(m *memstore.Store) store.Store { return &takesOverAnyway{Store: m} }, "NoTakeover"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -115,6 +116,15 @@ func (s *noExpiry) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimR
 	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status != store.StatusInProgress && r.Expired(p.Now) {
 		p.Now = r.ExpiresAt - 1 // pretends the record is still live
 	}
+	return s.Store.Claim(ctx, p)
+}
+
+// takesOverAnyway ignores ClaimParams.NoTakeover: an engine whose clock
+// runs ahead takes live work over.
+type takesOverAnyway struct{ *memstore.Store }
+
+func (s *takesOverAnyway) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	p.NoTakeover = false
 	return s.Store.Claim(ctx, p)
 }
 

@@ -1,0 +1,26 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/redisstore"
+)
+
+// The store tells Redis's own clock (TIME): on this machine, the same as
+// the local one within the round trip.
+func TestServerTime(t *testing.T) {
+	s, _ := newStore(t, redisstore.Config{})
+	var st store.ServerTimer = s
+	before := time.Now()
+	got, err := st.ServerTime(context.Background())
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Before(before.Add(-50*time.Millisecond)) || got.After(after.Add(50*time.Millisecond)) {
+		t.Fatalf("ServerTime %v, want between %v and %v (one machine)", got, before, after)
+	}
+}
