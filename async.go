@@ -210,6 +210,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	if err := ctx.Err(); err != nil {
 		return Begun{}, err
 	}
+	e.syncClock(ctx)
 	res, err := c.claim(ctx, e.cfg.Clock.Now(), lease, false)
 	if err != nil {
 		return Begun{}, err
@@ -249,9 +250,10 @@ func disabledToken(k StoreKey) Token {
 type disabledKey struct{}
 
 // tokenHolder is the holder of a token's claim, for the engine's retried,
-// fenced outcome writes. A local cache forgets the key: a write through a
+// fenced outcome writes, its clock measured when due. A local cache forgets the key: a write through a
 // token may change a settled record this engine has cached.
-func (e *Engine) tokenHolder(t Token, span observe.Span) *holder {
+func (e *Engine) tokenHolder(ctx context.Context, t Token, span observe.Span) *holder {
+	e.syncClock(ctx)
 	if e.cache != nil {
 		e.cache.forget(t.Key.String())
 	}
@@ -310,7 +312,7 @@ func (e *Engine) Complete(ctx context.Context, t Token, v any) (err error) {
 	if err != nil {
 		return &encodeError{err}
 	}
-	err = e.tokenHolder(t, sp).complete(ctx, b, nil)
+	err = e.tokenHolder(ctx, t, sp).complete(ctx, b, nil)
 	return tokenWrite(observe.StoreComplete, t, err)
 }
 
@@ -338,7 +340,7 @@ func (e *Engine) Fail(ctx context.Context, t Token, err error) (ferr error) {
 	if !errors.As(err, &term) {
 		term = &TerminalError{Message: err.Error()}
 	}
-	werr := e.tokenHolder(t, sp).fail(ctx, term.record())
+	werr := e.tokenHolder(ctx, t, sp).fail(ctx, term.record())
 	return tokenWrite(observe.StoreFail, t, werr)
 }
 
@@ -357,7 +359,7 @@ func (e *Engine) Release(ctx context.Context, t Token) (err error) {
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	return tokenWrite(observe.StoreRelease, t, e.tokenHolder(t, sp).release(ctx))
+	return tokenWrite(observe.StoreRelease, t, e.tokenHolder(ctx, t, sp).release(ctx))
 }
 
 // Extend moves t's expected completion to now + d, in one fenced store
@@ -401,7 +403,7 @@ func (e *Engine) touch(ctx context.Context, t Token, kind observe.CallKind, set 
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	h := e.tokenHolder(t, sp)
+	h := e.tokenHolder(ctx, t, sp)
 	err = h.write(ctx, writeReq{kind: writeExtend, extend: set})
 	if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrNotFound) {
 		h.observe(observe.OutcomeFenced)
