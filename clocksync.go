@@ -146,7 +146,11 @@ func (c *storeClock) sync(ctx context.Context) {
 // measure asks the store for its time and keeps the measurement; it logs
 // and reports it. Called under busy.
 func (c *storeClock) measure(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, clockTimeout)
+	d := clockTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)/2) // leave the call half of what it has left
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	t0, r0 := c.base.Now(), time.Now()
 	st, err := c.timer.ServerTime(ctx)

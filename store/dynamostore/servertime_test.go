@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/idemtest/clockskew"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
@@ -29,4 +30,14 @@ func TestServerTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Two engines whose clocks are 45s and 5 min apart run an operation once
+// on one DynamoDB Local table: leases are decided on the service's clock
+// (its Date header, to the second).
+func TestClockSkew(t *testing.T) {
+	ep := endpoint(t)
+	clockskew.Run(t, func(t *testing.T) store.Store {
+		return newStore(t, newClient(ep), dynamostore.Config{})
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/idemtest/clockskew"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
@@ -23,4 +24,13 @@ func TestServerTime(t *testing.T) {
 	if got.Before(before.Add(-50*time.Millisecond)) || got.After(after.Add(50*time.Millisecond)) {
 		t.Fatalf("ServerTime %v, want between %v and %v (one machine)", got, before, after)
 	}
+}
+
+// Two engines whose clocks are 45s and 5 min apart run an operation once
+// on one PostgreSQL: leases are decided on the server's clock.
+func TestClockSkew(t *testing.T) {
+	clockskew.Run(t, func(t *testing.T) store.Store {
+		s, _ := newStore(t, pgstore.Config{})
+		return s
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/idemtest/clockskew"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
@@ -23,4 +24,21 @@ func TestServerTime(t *testing.T) {
 	if got.Before(before.Add(-50*time.Millisecond)) || got.After(after.Add(50*time.Millisecond)) {
 		t.Fatalf("ServerTime %v, want between %v and %v (one machine)", got, before, after)
 	}
+}
+
+// Two engines whose clocks are 45s and 5 min apart run an operation once
+// on one Redis: leases are decided on Redis's clock.
+func TestClockSkew(t *testing.T) {
+	clockskew.Run(t, func(t *testing.T) store.Store {
+		s, _ := newStore(t, redisstore.Config{})
+		return s
+	})
+}
+
+// The same on a real Redis Cluster.
+func TestClusterClockSkew(t *testing.T) {
+	clockskew.Run(t, func(t *testing.T) store.Store {
+		s, _ := newClusterStore(t, redisstore.Config{})
+		return s
+	})
 }
