@@ -6,7 +6,6 @@ package idem
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,9 +43,9 @@ type storeClock struct {
 	log     *slog.Logger
 	obs     observe.ClockObserver // nil when the observer is not one
 	m       atomic.Pointer[clockMeasure]
-	retryAt atomic.Int64 // after a failed measurement: base-clock UnixNano before which none is due
-	busy    sync.Mutex   // held by the one measurement in flight (TryLock)
-	trusted bool         // as of the last measurement, for logging the changes; under busy
+	retryAt atomic.Int64  // after a failed measurement: base-clock UnixNano before which none is due
+	busy    chan struct{} // holds a token while a measurement is in flight (a channel, so waiting for it is durable under synctest)
+	trusted bool          // as of the last measurement, for logging the changes; while holding busy
 }
 
 // clockMeasure is one measurement of the store's clock, each reading
@@ -69,7 +68,8 @@ func (m *clockMeasure) elapsed(l time.Time) time.Duration {
 }
 
 func newStoreClock(base store.Clock, t store.ServerTimer, cfg *Config) *storeClock {
-	c := &storeClock{base: base, timer: t, every: cfg.ClockSync, bound: cfg.MaxClockOffset, log: cfg.Logger, trusted: true}
+	c := &storeClock{base: base, timer: t, every: cfg.ClockSync, bound: cfg.MaxClockOffset, log: cfg.Logger, trusted: true,
+		busy: make(chan struct{}, 1)}
 	c.obs, _ = cfg.Observer.(observe.ClockObserver)
 	return c
 }
@@ -121,9 +121,12 @@ func (c *storeClock) holdOff() bool { return !c.trustedAt(c.m.Load(), c.base.Now
 
 // sync measures the store's clock when a measurement is due: none yet, the
 // last one an interval old, or a step since. It is cheap when none is due,
-// and only one caller measures at a time: the others go on with the last
-// measurement (or, before the first, with the engine's own clock and no
-// takeover).
+// and only one caller measures at a time. Before the first measurement the
+// others wait for it: a claim made on the engine's own clock would write a
+// lease that ends early or late on the store's. Later, they go on with the
+// last measurement, which stays right while it is fresh. After a failed
+// measurement none is made for an interval; claims meanwhile take nothing
+// over.
 func (c *storeClock) sync(ctx context.Context) {
 	l := c.base.Now()
 	m := c.m.Load()
@@ -133,10 +136,23 @@ func (c *storeClock) sync(ctx context.Context) {
 	if l.UnixNano() < c.retryAt.Load() {
 		return
 	}
-	if !c.busy.TryLock() {
-		return
+	if m == nil {
+		select {
+		case c.busy <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+	} else {
+		select {
+		case c.busy <- struct{}{}:
+		default:
+			return
+		}
 	}
-	defer c.busy.Unlock()
+	defer func() { <-c.busy }()
+	if l := c.base.Now(); l.UnixNano() < c.retryAt.Load() {
+		return // failed meanwhile
+	}
 	if m2 := c.m.Load(); m2 != m {
 		return // measured meanwhile
 	}
@@ -144,7 +160,7 @@ func (c *storeClock) sync(ctx context.Context) {
 }
 
 // measure asks the store for its time and keeps the measurement; it logs
-// and reports it. Called under busy.
+// and reports it. Called holding busy.
 func (c *storeClock) measure(ctx context.Context) {
 	d := clockTimeout
 	if dl, ok := ctx.Deadline(); ok {

@@ -22,7 +22,7 @@ import (
 // timedStore is a memstore with a clock of its own, a fake of a server's
 // (store.ServerTimer): the process's clock (fake time in a synctest
 // bubble) plus off. fail makes ServerTime fail, rtt makes it take that
-// long.
+// long, reading the clock halfway.
 type timedStore struct {
 	*memstore.Store
 	off   atomic.Int64
@@ -42,13 +42,13 @@ func (s *timedStore) now() time.Time { return time.Now().Add(time.Duration(s.off
 
 func (s *timedStore) ServerTime(ctx context.Context) (time.Time, error) {
 	s.calls.Add(1)
-	if s.rtt > 0 {
-		time.Sleep(s.rtt)
-	}
+	time.Sleep(s.rtt / 2) // the request's way there; the server reads its clock; the reply's way back
+	now := s.now()
+	time.Sleep(s.rtt / 2)
 	if s.fail.Load() {
 		return time.Time{}, fmt.Errorf("time: %w", store.ErrUnavailable)
 	}
-	return s.now(), nil
+	return now, nil
 }
 
 // clockObs records the engine's clock measurements.
@@ -277,14 +277,16 @@ func TestClockSyncUnknownOrStaleTakesNothingOver(t *testing.T) {
 	})
 }
 
-// Concurrent first calls ask the store's time once; the others do not
-// wait for it, and take nothing over meanwhile.
+// Concurrent first calls ask the store's time once, and the others wait
+// for that answer: every claim is on the store's clock, none on the
+// engine's own (45s ahead).
 func TestClockSyncMeasuresOneAtATime(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newTimedStore(t)
 		s.rtt = 5 * time.Millisecond
-		e, _ := skewedEngine(t, s, 0, idem.Config{})
+		e, _ := skewedEngine(t, s, 45*time.Second, idem.Config{})
+		start := store.Millis(s.now())
 		var wg sync.WaitGroup
 		for i := range 20 {
 			wg.Go(func() { tryRun(t, e, fmt.Sprint("k", i)) })
@@ -292,6 +294,18 @@ func TestClockSyncMeasuresOneAtATime(t *testing.T) {
 		wg.Wait()
 		if n := s.calls.Load(); n != 1 {
 			t.Fatalf("20 concurrent first calls asked the store's time %d times, want 1", n)
+		}
+		end := store.Millis(s.now())
+		for i := range 20 {
+			r := req(fmt.Sprint("k", i))
+			id, _ := r.Identity()
+			rec, err := s.Get(context.Background(), id.StoreKey.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.CreatedAt < start || rec.CreatedAt > end {
+				t.Fatalf("claim %d made at %d, outside the store's %d..%d: not on the store's clock", i, rec.CreatedAt, start, end)
+			}
 		}
 	})
 }
