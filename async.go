@@ -250,8 +250,9 @@ func disabledToken(k StoreKey) Token {
 type disabledKey struct{}
 
 // tokenHolder is the holder of a token's claim, for the engine's retried,
-// fenced outcome writes, its clock measured when due. A local cache forgets the key: a write through a
-// token may change a settled record this engine has cached.
+// fenced outcome writes, the store's clock measured first when due. A
+// local cache forgets the key: a write through a token may change a
+// settled record this engine has cached.
 func (e *Engine) tokenHolder(ctx context.Context, t Token, span observe.Span) *holder {
 	e.syncClock(ctx)
 	if e.cache != nil {

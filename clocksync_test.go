@@ -246,8 +246,10 @@ func TestClockSyncUnknownOrStaleTakesNothingOver(t *testing.T) {
 		s.fail.Store(true)
 		e, obs := skewedEngine(t, s, 0, idem.Config{})
 		holdAt(t, s, "k1", -time.Millisecond)
-		if tryRun(t, e, "k1") || tryRun(t, e, "k1") {
-			t.Fatal("took a claim over before the store's clock was known")
+		for range 2 {
+			if tryRun(t, e, "k1") {
+				t.Fatal("took a claim over before the store's clock was known")
+			}
 		}
 		if n := s.calls.Load(); n != 1 {
 			t.Fatalf("a failing store was asked its time %d times within one interval, want once", n)
@@ -322,7 +324,7 @@ func TestClockSyncStepOfTheWallClock(t *testing.T) {
 	tryRun(t, e, "k1")
 	near := func(what string) {
 		t.Helper()
-		if d := e.Config().Clock.Now().Sub(time.Now()); d > 500*time.Millisecond || d < -500*time.Millisecond {
+		if d := time.Until(e.Config().Clock.Now()); d > 500*time.Millisecond || d < -500*time.Millisecond {
 			t.Fatalf("%s: corrected time off the store's by %v", what, d)
 		}
 	}
@@ -382,7 +384,7 @@ func TestClockSyncDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := again.Config().Clock.Now().Sub(time.Now()); got > time.Second || got < -time.Second {
+	if got := time.Until(again.Config().Clock.Now()); got > time.Second || got < -time.Second {
 		t.Fatalf("an engine built from another's Config: corrected clock off by %v", got)
 	}
 	for _, bad := range []idem.Config{{ClockSync: time.Millisecond}, {MaxClockOffset: -time.Second}} {

@@ -112,7 +112,7 @@ func ahead(t *testing.T, s store.Store, off time.Duration, sync bool) {
 			return "from-a", nil
 		})
 		if err == nil && (res.Value != "from-a" || res.Replayed) {
-			err = fmt.Errorf("A's call: %+v", res)
+			err = fmt.Errorf("the first engine's call: %+v", res)
 		}
 		done <- err
 	}()
