@@ -161,16 +161,24 @@ func (c *storeClock) sync(ctx context.Context) {
 
 // measure asks the store for its time and keeps the measurement; it logs
 // and reports it. Called holding busy.
-func (c *storeClock) measure(ctx context.Context) {
+func (c *storeClock) measure(call context.Context) {
+	if call.Err() != nil {
+		return // the call is over: it asks nothing of the store
+	}
 	d := clockTimeout
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := call.Deadline(); ok {
 		d = min(d, time.Until(dl)/2) // leave the call half of what it has left
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
+	ctx, cancel := context.WithTimeout(call, d)
 	defer cancel()
 	t0, r0 := c.base.Now(), time.Now()
 	st, err := c.timer.ServerTime(ctx)
 	t1, r1 := c.base.Now(), time.Now()
+	if err != nil && (call.Err() != nil || (d < clockTimeout && ctx.Err() != nil)) {
+		// The call ended, or its short deadline cut the measurement off:
+		// no fault of the store's. The next call measures again.
+		return
+	}
 	real := t0 != t0.Round(0) // a monotonic reading: real time
 	rtt := t1.Sub(t0)
 	if real {

@@ -407,3 +407,30 @@ func TestClockSyncNowAllocatesNothing(t *testing.T) {
 		t.Fatalf("corrected Now allocates %v times, want 0", n)
 	}
 }
+
+// A call that ends, or whose short deadline cuts the measurement off, is
+// no fault of the store's: the next call measures at once, instead of the
+// engine waiting out an interval on its own clock.
+func TestClockSyncCallerDeadlineIsNotAStoreFault(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := newTimedStore(t)
+		s.rtt = 10 * time.Millisecond
+		e, obs := skewedEngine(t, s, 45*time.Second, idem.Config{})
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := idem.Do(ended, e, req("k1"), func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call with an ended context: %v", err)
+		}
+		short, cancel := context.WithTimeout(context.Background(), 4*time.Millisecond)
+		defer cancel()
+		_, _ = idem.Do(short, e, req("k2"), func(context.Context) (int, error) { return 1, nil })
+		holdAt(t, s, "k3", -time.Millisecond)
+		if !tryRun(t, e, "k3") {
+			t.Fatal("after calls cut short, the next call did not measure and take the ended lease over")
+		}
+		if got := obs.last(); got.Err != nil || !got.Trusted || got.Offset != -45*time.Second {
+			t.Fatalf("measurement %+v; want -45s, trusted", got)
+		}
+	})
+}
