@@ -221,6 +221,7 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 	if err := ctx.Err(); err != nil {
 		return Begun{}, err
 	}
+	e.syncClock(ctx)
 	res, err := c.claim(ctx, e.cfg.Clock.Now(), lease, false)
 	if err != nil {
 		return Begun{}, err
@@ -255,9 +256,11 @@ func disabledToken(k StoreKey) Token {
 type disabledKey struct{}
 
 // tokenHolder is the holder of a token's claim, for the engine's retried,
-// fenced outcome writes. A local cache forgets the key: a write through a
-// token may change a settled record this engine has cached.
-func (e *Engine) tokenHolder(t Token, span observe.Span) *holder {
+// fenced outcome writes, the store's clock measured first when due. A
+// local cache forgets the key: a write through a token may change a
+// settled record this engine has cached.
+func (e *Engine) tokenHolder(ctx context.Context, t Token, span observe.Span) *holder {
+	e.syncClock(ctx)
 	if e.cache != nil {
 		e.cache.forget(t.Key.String())
 	}
@@ -325,7 +328,7 @@ func (e *Engine) throughToken(ctx context.Context, kind observe.CallKind, t Toke
 	if err := e.verify(t); err != nil {
 		return err
 	}
-	return write(ctx, e.tokenHolder(t, sp))
+	return write(ctx, e.tokenHolder(ctx, t, sp))
 }
 
 // Fail records err as the terminal outcome of t's claim: the record

@@ -284,10 +284,15 @@ func (h *holder) lead(ctx context.Context, f *flight) (outcome, error) {
 // holder.execute), so that a retry after a holder that is gone takes over
 // at the deadline, and one after a holder that runs on does not.
 func (e *Engine) leaseFor(ctx context.Context) (time.Time, time.Duration, error) {
+	e.syncClock(ctx)
 	now := e.cfg.Clock.Now()
 	lease := e.cfg.Lease
 	if dl, ok := ctx.Deadline(); ok {
-		lease = dl.Sub(now)
+		at := now
+		if e.clock != nil {
+			at = e.realNow(now) // the deadline is on the real clock, now on the store's
+		}
+		lease = dl.Sub(at)
 	}
 	if err := ctx.Err(); err != nil || lease <= 0 {
 		if err == nil {
@@ -378,6 +383,7 @@ func (c *call) claimParams(ctx context.Context, now time.Time, lease time.Durati
 		Now:         nowMs,
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + c.e.cfg.Expiry.Milliseconds(),
+		NoTakeover:  c.e.holdOff(),
 		Local:       local,
 	}
 }

@@ -83,8 +83,34 @@ type Config struct {
 	// json.RawMessage result as it is (not base64 or re-encoded JSON).
 	Codec Codec
 
-	// Clock is the source of time. Default [store.SystemClock].
+	// Clock is the source of time. Default [store.SystemClock]. When the
+	// engine measures its store's clock (ClockSync), every timestamp it
+	// writes and compares is this clock corrected to the store's, and
+	// [Engine.Config] returns that corrected clock.
 	Clock store.Clock
+
+	// ClockSync is how often the engine measures its offset to the clock
+	// of a store that tells its time (store.ServerTimer: redisstore,
+	// pgstore, dynamostore), so that leases and expiry are decided on the
+	// store's clock and callers' clocks need not agree. The measurement is
+	// one store round trip, made by the first claim or token write after
+	// the interval has passed (never in the background, at most once per
+	// interval). See docs/state-machine.md, "One clock". Default 10s when
+	// Clock is the system clock; with an injected Clock, 0 leaves it off
+	// (the test that injected the clock owns time). Negative disables.
+	// Stores in the caller's process (memstore, boltstore) share its clock
+	// and are never measured.
+	ClockSync time.Duration
+
+	// MaxClockOffset bounds the offset to the store's clock within which
+	// the engine takes over claims whose lease has passed. Beyond it, or
+	// while the offset is unknown (not yet measured, or the last
+	// measurement is older than three ClockSync intervals, or the local
+	// clock stepped since), the engine logs it, tells the observer
+	// (observe.ClockObserver) and takes over no IN_PROGRESS record
+	// (store.ClaimParams.NoTakeover) until it is back within the bound.
+	// Default 1m.
+	MaxClockOffset time.Duration
 
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
@@ -148,6 +174,20 @@ func (c *Config) WithDefaults() Config {
 	if out.Codec == nil {
 		out.Codec = JSONCodec{}
 	}
+	if sc, ok := out.Clock.(*storeClock); ok {
+		out.Clock = sc.base // another engine's corrected clock: this engine corrects its own
+	}
+	if out.ClockSync == 0 {
+		switch out.Clock.(type) {
+		case nil, store.SystemClock:
+			out.ClockSync = 10 * time.Second
+		default:
+			out.ClockSync = -1
+		}
+	}
+	if out.MaxClockOffset == 0 {
+		out.MaxClockOffset = time.Minute
+	}
 	if out.Clock == nil {
 		out.Clock = store.SystemClock{}
 	}
@@ -187,6 +227,10 @@ func (c *Config) validate() error {
 		return bad("WaitBackoff %v and MaxWaitBackoff %v must be positive and ordered", c.WaitBackoff, c.MaxWaitBackoff)
 	case c.MaxResultBytes < 0:
 		return bad("MaxResultBytes is %d; use 0 for no engine limit", c.MaxResultBytes)
+	case c.ClockSync > 0 && c.ClockSync < 10*time.Millisecond:
+		return bad("ClockSync is %v; measure at most every 10ms, or use a negative value to disable", c.ClockSync)
+	case c.MaxClockOffset < 0:
+		return bad("MaxClockOffset is %v; it must be positive", c.MaxClockOffset)
 	case c.WriteTimeout < 0:
 		return bad("WriteTimeout is %v; it must be positive", c.WriteTimeout)
 	}

@@ -64,9 +64,12 @@
 // again: exactly-once effects need the downstream call to be idempotent too,
 // which is what [Claim.DownstreamKey] is for. A store that cannot be reached
 // fails the call closed ([ErrStore]); the operation never runs unprotected
-// unless Config.FailOpen says so. Every caller's clock must be within the
-// lease of the others: leases and expiry are decided from the engine's
-// clock.
+// unless Config.FailOpen says so. Leases and expiry are decided on the
+// store's clock where the store has one ([store.ServerTimer]: Redis,
+// PostgreSQL, DynamoDB): the engine measures its offset to it every
+// Config.ClockSync and corrects every timestamp it writes and compares, so
+// callers' clocks need not agree; beyond Config.MaxClockOffset it takes no
+// claim over (docs/state-machine.md, "One clock").
 //
 // # Work that outlives the call
 //

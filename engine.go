@@ -33,6 +33,9 @@ type Engine struct {
 	dbSystem string         // the store's store.SystemNamer name, for its spans
 	raw      bool           // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
 	sysClock bool           // the clock is store.SystemClock
+	// clock is the engine's clock corrected to the store's (and cfg.Clock
+	// is it), when the engine measures the store's clock; nil otherwise.
+	clock *storeClock
 
 	// completer batches the Completes of calls that finish together, when
 	// the store can (store.BatchCompleter); nil otherwise.
@@ -67,6 +70,10 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	if sn, ok := s.(store.SystemNamer); ok {
 		e.dbSystem = sn.SystemName()
 	}
+	if ts, ok := s.(store.ServerTimer); ok && c.ClockSync > 0 && !c.Disabled {
+		e.clock = newStoreClock(c.Clock, ts, &c)
+		e.cfg.Clock = e.clock
+	}
 	e.renewals.init(e)
 	if bc, ok := s.(store.BatchCompleter); ok {
 		e.completer = &completer{s: s, b: bc, attempt: max(c.WriteTimeout/3, time.Millisecond)}
@@ -84,7 +91,10 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 // Store returns the engine's store.
 func (e *Engine) Store() store.Store { return e.store }
 
-// Config returns the engine's configuration, with defaults filled in.
+// Config returns the engine's configuration, with defaults filled in. When
+// the engine measures its store's clock (Config.ClockSync), its Clock is
+// the configured clock corrected to the store's, so that adapters reading
+// it (a Retry-After, a redelivery delay) compare times as the engine does.
 func (e *Engine) Config() Config { return e.cfg }
 
 // Result is the outcome of a successful call.
@@ -165,9 +175,10 @@ func (e *Engine) timed(op observe.StoreOp, call func() error) error {
 }
 
 // realNow returns now (from the engine's clock) on the real clock, for
-// context deadlines, which package context keeps in real time.
+// context deadlines, which package context keeps in real time. A clock
+// corrected to the store's is not the real clock.
 func (e *Engine) realNow(now time.Time) time.Time {
-	if e.sysClock {
+	if e.sysClock && e.clock == nil {
 		return now
 	}
 	return time.Now()

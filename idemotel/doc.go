@@ -30,6 +30,13 @@
 //     [observe.StoreResult] of its error (not_found, fenced, too_large,
 //     corrupt, canceled, unavailable) or "_OTHER". A store call is one call
 //     of the idem store contract: one request to the backend, or a few.
+//   - idem.clock.offset, a Float64Gauge in seconds, and
+//     idem.clock.trusted, an Int64Gauge: the store's clock minus the
+//     engine's at its last measurement, and 1 while the engine trusts it
+//     (known, fresh, within idem.Config.MaxClockOffset) or 0 while it takes
+//     no claim over ([observe.ClockObserver]). Recorded from the first
+//     measurement on; through a Prometheus exporter they become
+//     idem_clock_offset_seconds and idem_clock_trusted, as in idemprom.
 //
 // The Observer interface carries no context, so measurements are recorded
 // with context.Background(): no exemplars link them to traces.

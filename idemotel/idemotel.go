@@ -32,6 +32,12 @@ const (
 	// StoreCallDurationName is the histogram of store calls, the database
 	// semantic conventions' client operation duration.
 	StoreCallDurationName = "db.client.operation.duration"
+	// ClockOffsetName is the gauge of the store's clock minus the engine's,
+	// in seconds, at the engine's last good measurement.
+	ClockOffsetName = "idem.clock.offset"
+	// ClockTrustedName is the gauge that is 1 while the engine trusts its
+	// offset to the store's clock and 0 while it takes no claim over.
+	ClockTrustedName = "idem.clock.trusted"
 	// AttrOperation is the operation's name (the first part of the key's scope) on
 	// idem.outcomes.
 	AttrOperation = attribute.Key("operation")
@@ -106,6 +112,9 @@ type Observer struct {
 	duration metric.Float64Histogram
 	dbSystem attribute.KeyValue
 
+	clockOffset  metric.Float64Gauge
+	clockTrusted metric.Int64Gauge
+
 	// byOperation maps an operation to its measurement options, indexed by
 	// outcome. It is replaced, never changed, under mu, so that Observe
 	// reads it without a lock.
@@ -145,11 +154,24 @@ func New(meter metric.Meter, cfg *Config) (*Observer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: %s: %w", StoreCallDurationName, err)
 	}
+	clockOffset, err := meter.Float64Gauge(ClockOffsetName,
+		metric.WithDescription("The store's clock minus this engine's, at the last good measurement (idem.Config.ClockSync)."),
+		metric.WithUnit("s"))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: %s: %w", ClockOffsetName, err)
+	}
+	clockTrusted, err := meter.Int64Gauge(ClockTrustedName,
+		metric.WithDescription("1 when the engine's offset to the store's clock is known, fresh and within idem.Config.MaxClockOffset; 0 while it takes no claim over."))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: %s: %w", ClockTrustedName, err)
+	}
 	o := &Observer{
-		outcomes: outcomes,
-		duration: duration.Inst(),
-		dbSystem: semconv.DBSystemNameKey.String(cfg.DBSystem),
-		calls:    make([][]metric.RecordOption, len(storeOps)*len(results)),
+		clockOffset:  clockOffset,
+		clockTrusted: clockTrusted,
+		outcomes:     outcomes,
+		duration:     duration.Inst(),
+		dbSystem:     semconv.DBSystemNameKey.String(cfg.DBSystem),
+		calls:        make([][]metric.RecordOption, len(storeOps)*len(results)),
 	}
 	for i, op := range storeOps {
 		for j, r := range results {
@@ -172,6 +194,22 @@ func MustNew(meter metric.Meter, cfg *Config) *Observer {
 		panic(err)
 	}
 	return o
+}
+
+// ClockSync implements [observe.ClockObserver]: it records the measured
+// offset in idem.clock.offset (not when the store could not be asked) and
+// 1 or 0 in idem.clock.trusted. Neither is recorded for an engine whose
+// store is not measured (memstore, boltstore).
+func (o *Observer) ClockSync(s observe.ClockSync) {
+	ctx := context.Background()
+	if s.Err == nil {
+		o.clockOffset.Record(ctx, s.Offset.Seconds())
+	}
+	var trusted int64
+	if s.Trusted {
+		trusted = 1
+	}
+	o.clockTrusted.Record(ctx, trusted)
 }
 
 // Observe implements [observe.Observer]: it adds 1 to idem.outcomes with the

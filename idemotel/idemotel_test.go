@@ -305,3 +305,34 @@ func TestConcurrentFirstSight(t *testing.T) {
 		t.Errorf("%d outcome series, want %d", n, len(ops)*len(observe.Outcomes()))
 	}
 }
+
+// The engine's measurements of its store's clock are recorded in the clock
+// gauges: the offset of the last good one, and whether it is trusted.
+func TestClockGauges(t *testing.T) {
+	e := setup(t, nil)
+	if _, ok := collect(t, e.reader)[idemotel.ClockOffsetName]; ok {
+		t.Fatal("clock offset recorded before any measurement")
+	}
+	e.obs.ClockSync(observe.ClockSync{Offset: 300 * time.Second, Trusted: false})
+	e.obs.ClockSync(observe.ClockSync{Err: errors.New("store down")})
+	off := e.metric(t, idemotel.ClockOffsetName)
+	g, ok := off.Data.(metricdata.Gauge[float64])
+	if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 300 || off.Unit != "s" {
+		t.Fatalf("%s: %+v; want one point, 300 s (the failed measurement records none)", idemotel.ClockOffsetName, off)
+	}
+	trusted := func() int64 {
+		t.Helper()
+		tg, ok := e.metric(t, idemotel.ClockTrustedName).Data.(metricdata.Gauge[int64])
+		if !ok || len(tg.DataPoints) != 1 {
+			t.Fatalf("%s: %+v", idemotel.ClockTrustedName, tg)
+		}
+		return tg.DataPoints[0].Value
+	}
+	if got := trusted(); got != 0 {
+		t.Fatalf("trusted %d, want 0", got)
+	}
+	e.obs.ClockSync(observe.ClockSync{Offset: time.Millisecond, Trusted: true})
+	if got := trusted(); got != 1 {
+		t.Fatalf("trusted %d, want 1", got)
+	}
+}

@@ -24,9 +24,15 @@
 //     from its first call on. Failed store calls are
 //     idem_store_call_duration_seconds_count{result!="ok"}: there is no
 //     separate error counter.
+//   - idem_clock_offset_seconds and idem_clock_trusted, gauges: the
+//     store's clock minus the engine's at its last measurement, and 1
+//     while the engine trusts it (known, fresh, within
+//     idem.Config.MaxClockOffset) or 0 while it takes no claim over
+//     ([observe.ClockObserver]). Exported from the first measurement on:
+//     never for a store in the process (memstore, boltstore).
 //
-// Config.Namespace prefixes both names ("payments" gives
-// payments_idem_outcomes_total) and Config.ConstLabels adds labels to both,
+// Config.Namespace prefixes every name ("payments" gives
+// payments_idem_outcomes_total) and Config.ConstLabels adds labels to each,
 // for two engines that share a registry; one Observer may also serve both
 // engines, their operations telling them apart.
 //

@@ -128,6 +128,11 @@ type Observer struct {
 	// store operations, at opIndex*len(results)+resultIndex, made on first
 	// use so that only pairs that occurred are exported.
 	calls []atomic.Pointer[storeCall]
+
+	// The clock gauges, exported from the engine's first measurement of
+	// its store's clock on (never for a store that is not measured).
+	clockOffset, clockTrusted prometheus.Gauge
+	clockSeen                 atomic.Bool
 }
 
 type storeCall struct{ h prometheus.Observer }
@@ -166,6 +171,20 @@ func New(reg prometheus.Registerer, cfg *Config) (*Observer, error) {
 			Buckets:     cfg.Buckets,
 		}, []string{LabelOp, LabelResult}),
 		calls: make([]atomic.Pointer[storeCall], len(storeOps)*len(results)),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace:   cfg.Namespace,
+			Subsystem:   "idem",
+			Name:        "clock_offset_seconds",
+			Help:        "The store's clock minus this engine's, at the last good measurement (idem.Config.ClockSync).",
+			ConstLabels: cfg.ConstLabels,
+		}),
+		clockTrusted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace:   cfg.Namespace,
+			Subsystem:   "idem",
+			Name:        "clock_trusted",
+			Help:        "1 when the engine's offset to the store's clock is known, fresh and within idem.Config.MaxClockOffset; 0 while it takes no claim over.",
+			ConstLabels: cfg.ConstLabels,
+		}),
 	}
 	o.byOperation.Store(&map[string][]prometheus.Counter{})
 	for _, op := range cfg.Operations {
@@ -194,12 +213,33 @@ func MustNew(reg prometheus.Registerer, cfg *Config) *Observer {
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.outcomes.Describe(ch)
 	o.store.Describe(ch)
+	o.clockOffset.Describe(ch)
+	o.clockTrusted.Describe(ch)
 }
 
 // Collect implements [prometheus.Collector].
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.outcomes.Collect(ch)
 	o.store.Collect(ch)
+	if o.clockSeen.Load() {
+		o.clockOffset.Collect(ch)
+		o.clockTrusted.Collect(ch)
+	}
+}
+
+// ClockSync implements [observe.ClockObserver]: it sets
+// idem_clock_offset_seconds to the measured offset (kept as it was when
+// the store could not be asked) and idem_clock_trusted to 1 or 0.
+func (o *Observer) ClockSync(s observe.ClockSync) {
+	if s.Err == nil {
+		o.clockOffset.Set(s.Offset.Seconds())
+	}
+	trusted := 0.0
+	if s.Trusted {
+		trusted = 1
+	}
+	o.clockTrusted.Set(trusted)
+	o.clockSeen.Store(true)
 }
 
 // Observe implements [observe.Observer]: it counts o in

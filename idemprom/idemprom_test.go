@@ -364,3 +364,78 @@ func TestConcurrentFirstSight(t *testing.T) {
 		t.Errorf("store calls in total = %v, want %d", total, goroutines*per)
 	}
 }
+
+// fakeServerClock is a memstore that tells a clock of its own, ahead of
+// the process's by off: a fake of a server's clock (store.ServerTimer).
+type fakeServerClock struct {
+	*memstore.Store
+	off time.Duration
+}
+
+func (s fakeServerClock) ServerTime(context.Context) (time.Time, error) {
+	return time.Now().Add(s.off), nil
+}
+
+// The engine's measurement of its store's clock is exported as
+// idem_clock_offset_seconds and idem_clock_trusted, from the first one on;
+// an engine whose store is not measured exports neither.
+func TestClockGauges(t *testing.T) {
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	o := idemprom.MustNew(reg, nil)
+	e, err := idem.New(mem, &idem.Config{Observer: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Do(context.Background(), e, idem.Request{Operation: "charge", Key: "k"}, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "idem_clock_offset_seconds", "idem_clock_trusted"); err != nil || n != 0 {
+		t.Fatalf("memstore engine exports %d clock series (%v), want none", n, err)
+	}
+
+	far := fakeServerClock{Store: mem, off: 5 * time.Minute}
+	e, err = idem.New(far, &idem.Config{Observer: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Do(context.Background(), e, idem.Request{Operation: "charge", Key: "k2"}, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := gauge(t, reg, "idem_clock_offset_seconds"); got < 299 || got > 301 {
+		t.Fatalf("idem_clock_offset_seconds = %v, want 300", got)
+	}
+	want := `
+# HELP idem_clock_trusted 1 when the engine's offset to the store's clock is known, fresh and within idem.Config.MaxClockOffset; 0 while it takes no claim over.
+# TYPE idem_clock_trusted gauge
+idem_clock_trusted 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "idem_clock_trusted"); err != nil {
+		t.Fatal(err)
+	}
+	o.ClockSync(observe.ClockSync{Err: errors.New("store down")})
+	if got := gauge(t, reg, "idem_clock_offset_seconds"); got < 299 || got > 301 {
+		t.Fatalf("after a failed measurement idem_clock_offset_seconds = %v, want the last good one, 300", got)
+	}
+	o.ClockSync(observe.ClockSync{Offset: -2 * time.Millisecond, Trusted: true})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(strings.Replace(want, "trusted 0", "trusted 1", 1)), "idem_clock_trusted"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gauge returns the value of the unlabelled gauge named metric.
+func gauge(t *testing.T, reg prometheus.Gatherer, metric string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == metric && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", metric)
+	return 0
+}

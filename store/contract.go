@@ -9,10 +9,13 @@ import (
 // Store is the contract every backend implements: a handful of atomic,
 // single-key operations, each one round trip where the backend allows.
 //
-// Time is never read from the store's own clock: every call carries Now (ms)
-// from the engine's clock, and every operation decides expiry and leases by
-// comparing those timestamps with the record's ([Record.Expired],
-// [Record.LeaseExpired]). A backend's native TTL only reclaims space.
+// Time is never read from the store's own clock inside an operation: every
+// call carries Now (ms) from the engine's clock, and every operation decides
+// expiry and leases by comparing those timestamps with the record's
+// ([Record.Expired], [Record.LeaseExpired]). A backend's native TTL only
+// reclaims space. A store with a clock of its own tells it through
+// [ServerTimer], and the engine corrects its clock to it, so that the Now
+// of every caller is the store's time.
 //
 // Errors: stores translate backend errors at their boundary. A backend that
 // cannot be reached or answered in time yields an error wrapping
@@ -32,6 +35,9 @@ type Store interface {
 	//   - IN_PROGRESS held by the same p.Owner with the same fingerprint (a
 	//     retried claim whose first reply was lost): returned as acquired,
 	//     unchanged.
+	//   - IN_PROGRESS held by another claim, when p.NoTakeover is set:
+	//     whatever its lease and expiry, nothing is written; a conflict
+	//     (Acquired = false, Record the existing record).
 	//   - any other live record (conflict): nothing is written; Acquired =
 	//     false and Record is the existing record, returned by the same round
 	//     trip. The caller compares fingerprints; the store never does.
@@ -104,6 +110,14 @@ type ClaimParams struct {
 	LeaseUntil int64
 	// ExpiresAt is the expiry of the new claim (ms).
 	ExpiresAt int64
+	// NoTakeover forbids replacing an IN_PROGRESS record, even one whose
+	// lease or expiry has passed at Now: it is answered as a conflict (or
+	// as acquired, when it is the caller's own claim). The engine sets it
+	// while it cannot trust its clock (its offset to the store's clock is
+	// unknown, stale or beyond its bound), so that a caller whose clock
+	// runs ahead never takes over live work. Settled and absent records
+	// are claimed as usual.
+	NoTakeover bool
 	// Local says the claim's holder is the calling process itself (an
 	// operation run by Do), not a token handed to work elsewhere (Begin).
 	// A store whose unsynced writes survive a crash of the process but not
@@ -289,6 +303,9 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 	takeover := false
 	if old != nil {
 		switch {
+		case p.NoTakeover && old.Status == StatusInProgress:
+			own := old.Owner == p.Owner && old.Fingerprint == p.Fingerprint
+			return ClaimResult{Acquired: own, Record: old.Clone()}, nil
 		case old.Expired(p.Now):
 			fence = old.Fence + 1
 		case old.LeaseExpired(p.Now):

@@ -368,6 +368,10 @@ func (s *Store) pick(ph ...string) map[string]string {
 // the key is absent, or its item is claimable at :now, whatever its fence.
 const takeoverCond = "attribute_not_exists(#pk) OR #expms <= :now OR (#st = :ip AND #lease <= :now)"
 
+// holdCond is takeoverCond for a claim with ClaimParams.NoTakeover: no
+// IN_PROGRESS item is claimable, only an absent or expired settled one.
+const holdCond = "attribute_not_exists(#pk) OR (#expms <= :now AND #st <> :ip)"
+
 // takeoverSet and takeoverRest write a new claim over the item they find
 // (its open-index entry between them), adding 1 to that item's fence (an
 // absent fence counts as 0), and remove what the old item held.
@@ -415,10 +419,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		":v": num(int64(store.RecordVersion)), ":one": num(1),
 	}
 	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
+	cond := takeoverCond
+	if p.NoTakeover {
+		cond = holdCond
+	}
 	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.cfg.Table),
 		Key:                 s.itemKey(p.Key),
-		ConditionExpression: aws.String(takeoverCond),
+		ConditionExpression: aws.String(cond),
 		UpdateExpression:    aws.String(takeoverSet + open + takeoverRest),
 		ExpressionAttributeNames: s.pick(append(openPh, "#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
 			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence")...),

@@ -18,7 +18,9 @@ func newBatchStatements(t string) batchStatements {
 	// proposed row's columns (EXCLUDED) standing for the parameters:
 	// created_at is the claim's now. Rows go in key order, so that
 	// concurrent batches lock common rows in one order.
-	claimable := "(cur.expires_at <= EXCLUDED.created_at OR (cur.status = 1 AND cur.lease_until <= EXCLUDED.created_at))"
+	// $8 is ClaimParams.NoTakeover, one for the whole batch: no
+	// IN_PROGRESS row is then replaced, whatever its lease and expiry.
+	claimable := "(NOT ($8::boolean AND cur.status = 1) AND (cur.expires_at <= EXCLUDED.created_at OR (cur.status = 1 AND cur.lease_until <= EXCLUDED.created_at)))"
 	set := ""
 	for _, c := range []struct{ col, claimed string }{
 		{"status", "1"}, {"fence", "cur.fence + 1"}, {"owner", "EXCLUDED.owner"}, {"lease_until", "EXCLUDED.lease_until"},
@@ -63,6 +65,14 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	if len(ps) == 0 {
 		return res, errs
 	}
+	if slices.ContainsFunc(ps, func(p store.ClaimParams) bool { return p.NoTakeover != ps[0].NoTakeover }) {
+		// The statement takes one NoTakeover for every row; a batch that
+		// mixes them (no caller of ours makes one) is claimed key by key.
+		for i, p := range ps {
+			res[i], errs[i] = s.Claim(ctx, p)
+		}
+		return res, errs
+	}
 	first := make(map[string]int, len(ps)) // key → its first claim in ps
 	var (
 		keys, owners, fps  []string
@@ -78,7 +88,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		keys, owners, fps = append(keys, p.Key), append(owners, p.Owner), append(fps, p.Fingerprint)
 		leases, exps, nows = append(leases, p.LeaseUntil), append(exps, p.ExpiresAt), append(nows, p.Now)
 	}
-	rows, err := s.db.Query(ctx, s.bsql.claim, keys, owners, leases, exps, fps, nows, store.RecordVersion)
+	rows, err := s.db.Query(ctx, s.bsql.claim, keys, owners, leases, exps, fps, nows, store.RecordVersion, ps[0].NoTakeover)
 	if err == nil {
 		for rows.Next() {
 			rec, takeover, serr := scanRecord(rows, nil)

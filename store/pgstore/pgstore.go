@@ -285,7 +285,8 @@ func newStatements(t string) statements {
 // is PostgreSQL's guarantee for this clause in READ COMMITTED, and what
 // the first statement (DO NOTHING, reading its snapshot) lacks. Every
 // column is set from a CASE on one condition, the record's claimability
-// at $6 (the rule of [store.ApplyClaim]), evaluated on the locked version:
+// at $6 (the rule of [store.ApplyClaim]; with $8, ClaimParams.NoTakeover,
+// an IN_PROGRESS row is never claimable), evaluated on the locked version:
 // when claimable, a new claim with fence + 1; otherwise the row's own
 // value, so no field changes (the row gets a new version with the same
 // values) and RETURNING still gives the row.
@@ -295,7 +296,7 @@ func newStatements(t string) statements {
 // just written, or a row that was not claimable and that ApplyClaim
 // would answer as acquired (the same owner's retried claim).
 func claimUpsert(t string) string {
-	claimable := "(cur.expires_at <= $6 OR (cur.status = 1 AND cur.lease_until <= $6))"
+	claimable := "((cur.status <> 1 OR NOT $8::boolean) AND (cur.expires_at <= $6 OR (cur.status = 1 AND cur.lease_until <= $6)))"
 	set := ""
 	for _, c := range []struct{ col, claimed string }{
 		{"status", "1"}, {"fence", "cur.fence + 1"}, {"owner", "$2"}, {"lease_until", "$3"}, {"expires_at", "$4"},
@@ -359,7 +360,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 			break
 		}
 	}
-	rec, acquired, takeover, err := s.claimRow(ctx, args)
+	rec, acquired, takeover, err := s.claimRow(ctx, append(args, p.NoTakeover))
 	if err != nil {
 		return store.ClaimResult{}, err
 	}

@@ -3,7 +3,8 @@
 -- that may have to be taken over (expired, or lease passed). KEYS[1] = the
 -- record.
 -- ARGV: now, the new record after its fence digits (see layout.go),
--- expires_at (ms).
+-- expires_at (ms), and '1' when no IN_PROGRESS record may be replaced
+-- (ClaimParams.NoTakeover).
 -- Replies: {1, fence, takeover} when written; {0, record} on conflict;
 -- {-1, reason} when the stored record is damaged.
 local k = KEYS[1]
@@ -25,7 +26,7 @@ elseif v then
   local f, st = tonumber(string.sub(v, 2, a - 1)), string.byte(v, p) - 48
   local e, l = tonumber(string.sub(v, p + 1, q - 1)), tonumber(string.sub(v, r + 1, s - 1))
   if not (f and e and l) then return {-1, 'record fence, expiry or lease not a number'} end
-  if now < e and not (st == 1 and now >= l) then
+  if (st == 1 and ARGV[4] == '1') or (now < e and not (st == 1 and now >= l)) then
     return {0, v}
   end
   fence = f + 1

@@ -387,11 +387,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	if rec.Claimable(p.Now) {
+	res, write := store.ApplyClaim(rec, p)
+	if write != nil { // expired, or its lease passed: the script decides
 		return s.claimScripted(ctx, p)
 	}
-	res, _ := store.ApplyClaim(rec, p) // a conflict, or the caller's own claim
-	return res, nil
+	return res, nil // a conflict, or the caller's own claim
 }
 
 // claimScripted claims p.Key with the claim script.
@@ -428,8 +428,15 @@ func claimReplyWrote(reply any) bool {
 	return ok && len(v) > 0 && v[0] == int64(1)
 }
 
+// claimWidth is the number of arguments claimArgs gives the claim script.
+const claimWidth = 4
+
 func (s *Store) claimArgs(p store.ClaimParams) []any {
-	return []any{p.Now, appendClaimRest(nil, p), p.ExpiresAt}
+	hold := "0"
+	if p.NoTakeover {
+		hold = "1"
+	}
+	return []any{p.Now, appendClaimRest(nil, p), p.ExpiresAt, hold}
 }
 
 // claimResult decodes the claim script's reply.
@@ -450,6 +457,9 @@ func (s *Store) claimResult(p store.ClaimParams, v []any) (store.ClaimResult, er
 			old = &store.Record{Fence: fence - 1, Status: store.StatusInProgress, ExpiresAt: p.Now, LeaseUntil: p.Now}
 			if takeover == 1 {
 				old.ExpiresAt = p.Now + 1
+			}
+			if p.NoTakeover { // the script replaced a settled record only
+				old.Status = store.StatusCompleted
 			}
 		}
 		res, write := store.ApplyClaim(old, p)
@@ -499,7 +509,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	for i, p := range ps {
 		keys[i] = p.Key
 	}
-	s.scripted(ctx, "claim", claimScript, claimBatchScript, keys, errs, 3, func(i int) []any { return s.claimArgs(ps[i]) },
+	s.scripted(ctx, "claim", claimScript, claimBatchScript, keys, errs, claimWidth, func(i int) []any { return s.claimArgs(ps[i]) },
 		claimReplyWrote,
 		func(i int, v any, err error, w *redis.IntCmd) {
 			if err != nil {

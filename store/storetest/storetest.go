@@ -107,6 +107,7 @@ var Cases = []struct {
 	{"Release", TestRelease},
 	{"NotFound", TestNotFound},
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
+	{"NoTakeover", TestNoTakeover},
 	{"ClaimBatch", TestClaimBatch},
 	{"ClaimBatchMatchesClaim", TestClaimBatchMatchesClaim},
 	{"CompleteBatch", TestCompleteBatch},
@@ -370,6 +371,67 @@ func TestTakeoverOnlyAfterLease(t *testing.T, _ Features, newStore NewStore) {
 	if res.Record.Fence != first.Fence+1 || res.Record.Owner != "owner-b" || res.Record.CreatedAt != first.LeaseUntil {
 		t.Fatalf("takeover record: fence %d owner %s created %d; want fence %d owner owner-b created %d",
 			res.Record.Fence, res.Record.Owner, res.Record.CreatedAt, first.Fence+1, first.LeaseUntil)
+	}
+}
+
+// TestNoTakeover: a claim with NoTakeover (made by an engine that cannot
+// trust its clock) never replaces an IN_PROGRESS record, neither past its
+// lease nor past its expiry: it is a conflict that writes nothing, or the
+// caller's own claim, acquired unchanged. Through ClaimBatch too, when the
+// store claims in batches. Settled records are claimed as usual, and the
+// same claim without NoTakeover takes the key over.
+func TestNoTakeover(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	first := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	hold := func(owner string, at int64) store.ClaimParams {
+		return store.ClaimParams{Key: key, Fingerprint: fp("a"), Owner: owner, Now: at, LeaseUntil: at + lease, ExpiresAt: at + expiry, NoTakeover: true}
+	}
+	for _, c := range []struct {
+		name string
+		p    store.ClaimParams
+	}{
+		{"past its lease", hold("owner-b", first.LeaseUntil)},
+		{"past its expiry", hold("owner-b", first.ExpiresAt+1)},
+	} {
+		res, err := s.Claim(ctx, c.p)
+		if err != nil {
+			t.Fatalf("NoTakeover claim %s: %v", c.name, err)
+		}
+		if res.Acquired || res.Takeover || res.Record == nil || res.Record.Fence != first.Fence || res.Record.Owner != "owner-a" {
+			t.Fatalf("NoTakeover claim %s: acquired %v takeover %v record %+v; want a conflict with owner-a's claim", c.name, res.Acquired, res.Takeover, res.Record)
+		}
+		sameRecord(t, "record after a NoTakeover claim "+c.name, mustGet(t, s, key), first)
+		if bc, ok := s.(store.BatchClaimer); ok {
+			rs, errs := bc.ClaimBatch(ctx, []store.ClaimParams{c.p})
+			if len(rs) != 1 || len(errs) != 1 || errs[0] != nil || rs[0].Acquired || rs[0].Record == nil || rs[0].Record.Owner != "owner-a" {
+				t.Fatalf("NoTakeover ClaimBatch %s: %+v %v; want a conflict with owner-a's claim", c.name, rs, errs)
+			}
+			sameRecord(t, "record after a NoTakeover ClaimBatch "+c.name, mustGet(t, s, key), first)
+		}
+	}
+	own, err := s.Claim(ctx, hold("owner-a", first.LeaseUntil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !own.Acquired || own.Takeover || own.Record.Fence != first.Fence {
+		t.Fatalf("owner-a's own retry with NoTakeover: acquired %v takeover %v fence %d; want acquired, unchanged fence %d", own.Acquired, own.Takeover, own.Record.Fence, first.Fence)
+	}
+	sameRecord(t, "record after the owner's own NoTakeover retry", mustGet(t, s, key), first)
+
+	// Without NoTakeover the lease decides; a settled record is claimed
+	// as usual with it.
+	took := claimAt(t, s, key, "owner-b", fp("a"), first.LeaseUntil)
+	if !took.Acquired || !took.Takeover {
+		t.Fatalf("claim past the lease without NoTakeover: acquired %v takeover %v, want a takeover", took.Acquired, took.Takeover)
+	}
+	at := first.LeaseUntil
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: took.Record.Fence, Owner: "owner-b", Now: at}, ExpiresAt: at + 1000, Result: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Claim(ctx, hold("owner-c", at+1000)); err != nil || !res.Acquired || res.Takeover || res.Record.Fence != took.Record.Fence+1 {
+		t.Fatalf("NoTakeover claim of an expired COMPLETED record: %+v, %v; want acquired with fence %d", res, err, took.Record.Fence+1)
 	}
 }
 

@@ -38,6 +38,7 @@ var broken = map[string]struct {
 	"batch-complete-unfenced":    {func(m *memstore.Store) store.Store { return &batchUnfenced{Store: m} }, "CompleteBatch"},
 	"batch-shares-first-params":  {func(m *memstore.Store) store.Store { return &batchFirstParams{Store: m} }, "BatchOwnParams"},
 	"racy-batch-claim":           {func(m *memstore.Store) store.Store { return &racyBatch{Store: m} }, "BatchStorm"},
+	"takes-over-anyway":          {func(m *memstore.Store) store.Store { return &takesOverAnyway{Store: m} }, "NoTakeover"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -117,6 +118,15 @@ func (s *noExpiry) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimR
 	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status != store.StatusInProgress && r.Expired(p.Now) {
 		p.Now = r.ExpiresAt - 1 // pretends the record is still live
 	}
+	return s.Store.Claim(ctx, p)
+}
+
+// takesOverAnyway ignores ClaimParams.NoTakeover: an engine whose clock
+// runs ahead takes live work over.
+type takesOverAnyway struct{ *memstore.Store }
+
+func (s *takesOverAnyway) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	p.NoTakeover = false
 	return s.Store.Claim(ctx, p)
 }
 

@@ -1,0 +1,43 @@
+package dynamostore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seed-a1b882c0/idem/idemtest/clockskew"
+	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/dynamostore"
+)
+
+// The store tells DynamoDB's own clock, from the Date header of a read: on
+// this machine, the local time within the header's resolution (half a
+// second either way, ServerTime returning the middle of the second) and
+// the round trip.
+func TestServerTime(t *testing.T) {
+	ep := endpoint(t)
+	for name, cfg := range map[string]dynamostore.Config{"key only": {}, "sort key": {SortKeyAttr: "sk", PartitionValue: "idem"}} {
+		t.Run(name, func(t *testing.T) {
+			var st store.ServerTimer = newStore(t, newClient(ep), cfg)
+			before := time.Now()
+			got, err := st.ServerTime(context.Background())
+			after := time.Now()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Before(before.Add(-600*time.Millisecond)) || got.After(after.Add(600*time.Millisecond)) {
+				t.Fatalf("ServerTime %v, want within half a second of %v .. %v (one machine)", got, before, after)
+			}
+		})
+	}
+}
+
+// Two engines whose clocks are 45s and 5 min apart run an operation once
+// on one DynamoDB Local table: leases are decided on the service's clock
+// (its Date header, to the second).
+func TestClockSkew(t *testing.T) {
+	ep := endpoint(t)
+	clockskew.Run(t, func(t *testing.T) store.Store {
+		return newStore(t, newClient(ep), dynamostore.Config{})
+	})
+}
