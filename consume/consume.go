@@ -26,6 +26,14 @@
 // RabbitMQ, where an unsettled delivery holds its prefetch slot until the
 // channel closes, tries it later as for Retry.
 //
+// # Batches
+//
+// A consumer that collects messages into batches for idem.DoBatch
+// (idemnats.ConsumeBatch, idemamqp's Consumer.RunBatch) takes the shape of
+// its batches from [Batching], whose zero fields mean the defaults:
+// batches of up to [DefaultBatchSize] messages, what arrived within
+// [DefaultBatchWait] of each other, [DefaultBatches] of them at once.
+//
 // # An outcome write that did not land
 //
 // The operation ran and returned; then the write of its outcome failed.
@@ -138,4 +146,42 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		return Verdict{Action: Done, Err: errors.Join(ErrOutcomeNotRecorded, res.Unrecorded)}
 	}
 	return Verdict{Action: Done}
+}
+
+// The batch defaults of every consumer that collects messages into
+// batches (see [Batching]).
+const (
+	// DefaultBatchSize is the most messages in one batch.
+	DefaultBatchSize = 16
+	// DefaultBatchWait is how long, after a batch's first message, a
+	// consumer waits for further ones before it runs the batch it has.
+	DefaultBatchWait = 2 * time.Millisecond
+	// DefaultBatches is how many batches run at once.
+	DefaultBatches = 2
+)
+
+// Batching is the shape of a consumer's batches.
+type Batching struct {
+	// Size is the most messages in one batch. Default [DefaultBatchSize].
+	Size int
+	// Wait is how long, after a batch's first message, the consumer waits
+	// for further ones. Default [DefaultBatchWait].
+	Wait time.Duration
+	// Batches is how many batches run at once. Default [DefaultBatches].
+	Batches int
+}
+
+// WithDefaults returns b with each zero field set to its default. It
+// leaves a negative field as it is, for the consumer to refuse.
+func (b Batching) WithDefaults() Batching {
+	if b.Size == 0 {
+		b.Size = DefaultBatchSize
+	}
+	if b.Wait == 0 {
+		b.Wait = DefaultBatchWait
+	}
+	if b.Batches == 0 {
+		b.Batches = DefaultBatches
+	}
+	return b
 }

@@ -63,3 +63,21 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// The batch defaults are the figures idemnats' BatchConfig and idemamqp's
+// BatchArgs document (16, 2ms, 2); a set field is kept, a negative one too
+// (each consumer refuses it with its own error).
+func TestBatchingDefaults(t *testing.T) {
+	t.Parallel()
+	if got, want := (consume.Batching{}).WithDefaults(), (consume.Batching{Size: 16, Wait: 2 * time.Millisecond, Batches: 2}); got != want {
+		t.Errorf("defaults %+v, want %+v", got, want)
+	}
+	set := consume.Batching{Size: 3, Wait: time.Second, Batches: 1}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("set fields %+v became %+v", set, got)
+	}
+	neg := consume.Batching{Size: -1, Wait: -time.Millisecond, Batches: -2}
+	if got := neg.WithDefaults(); got != neg {
+		t.Errorf("negative fields %+v became %+v", neg, got)
+	}
+}
