@@ -12,7 +12,8 @@
 //	success, no claim held (engine disabled, fail-open)     Done
 //	terminal error recorded or replayed                     DeadLetter
 //	success whose result could not be stored (too large)    DeadLetter
-//	key reused with another payload, or no usable key       DeadLetter
+//	key reused with another payload                         DeadLetter
+//	no usable key (NoKey's error, or idem.ErrInvalidKey)    DeadLetter
 //	key held by another consumer                            RetryAfter (its lease)
 //	retryable error (claim released), store failed at claim Retry
 //	outcome uncertain (idem.Uncertain)                      Leave
@@ -108,6 +109,30 @@ type Verdict struct {
 // refused write's Err also holds idem.ErrLeaseLost.
 var ErrOutcomeNotRecorded = errors.New("consume: the outcome was not recorded")
 
+// ErrNoKey is in the Err of the DeadLetter of a message that has no usable
+// key: [NoKey] marks the error that says why.
+var ErrNoKey = errors.New("consume: the message has no usable key")
+
+// NoKey marks err, why a message's key (or the identity derived from it)
+// could not be had — no key in the message, the key function or
+// expression failed — as the engine's answer "no usable key", which
+// [Decide] settles as DeadLetter: a consumer hands it to Decide in place
+// of an engine's error, for a message it could not give the engine, so
+// that this verdict too is Decide's. The mark keeps err's text and its
+// chain; errors.Is(NoKey(err), ErrNoKey) is true. NoKey(nil) is nil.
+func NoKey(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &noKeyError{err}
+}
+
+type noKeyError struct{ err error }
+
+func (e *noKeyError) Error() string        { return e.err.Error() }
+func (e *noKeyError) Unwrap() error        { return e.err }
+func (e *noKeyError) Is(target error) bool { return target == ErrNoKey }
+
 // Decide maps the engine's answer for one message — the Result and error
 // of idem.Do, DoIdentity or one item of DoBatch — to its verdict. now is
 // the engine's clock, for the delay of a key held elsewhere.
@@ -125,7 +150,7 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		return Verdict{Action: RetryAfter, Delay: max(inProg.LeaseUntil.Sub(now), time.Second), Err: err}
 	case errors.Is(err, idem.ErrUncertain):
 		return Verdict{Action: Leave, Err: err}
-	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
+	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey), errors.Is(err, ErrNoKey):
 		return Verdict{Action: DeadLetter, Err: err}
 	}
 	if store.TakenOver(res.Unrecorded) {

@@ -34,6 +34,7 @@ func TestDecide(t *testing.T) {
 		{"result too large", idem.Result[int]{Fence: 1, Recorded: idem.StatusFailed}, nil, consume.DeadLetter},
 		{"mismatch", idem.Result[int]{}, fmt.Errorf("wrapped: %w", idem.ErrMismatch), consume.DeadLetter},
 		{"invalid key", idem.Result[int]{}, idem.ErrInvalidKey, consume.DeadLetter},
+		{"no usable key", idem.Result[int]{}, consume.NoKey(errors.New("no Nats-Msg-Id header")), consume.DeadLetter},
 		{"held elsewhere", idem.Result[int]{}, inProg, consume.RetryAfter},
 		{"retryable", idem.Result[int]{Fence: 1}, errors.New("flaky"), consume.Retry},
 		{"store failed at claim", idem.Result[int]{}, &idem.StoreError{Op: observe.StoreClaim, Err: down}, consume.Retry},
@@ -79,5 +80,22 @@ func TestBatchingDefaults(t *testing.T) {
 	neg := consume.Batching{Size: -1, Wait: -time.Millisecond, Batches: -2}
 	if got := neg.WithDefaults(); got != neg {
 		t.Errorf("negative fields %+v became %+v", neg, got)
+	}
+}
+
+// NoKey keeps the reason's text and chain and adds ErrNoKey.
+func TestNoKey(t *testing.T) {
+	t.Parallel()
+	why := errors.New("idemnats: message has no Nats-Msg-Id header")
+	err := consume.NoKey(fmt.Errorf("idemnats: no key: %w", why))
+	if !errors.Is(err, consume.ErrNoKey) || !errors.Is(err, why) || err.Error() != "idemnats: no key: "+why.Error() {
+		t.Errorf("NoKey: %q, ErrNoKey %v, its reason %v", err, errors.Is(err, consume.ErrNoKey), errors.Is(err, why))
+	}
+	v := consume.Decide(idem.Result[struct{}]{}, err, time.Time{})
+	if v.Action != consume.DeadLetter || v.Err != err {
+		t.Errorf("Decide(NoKey): %v %v, want dead-letter with the reason", v.Action, v.Err)
+	}
+	if consume.NoKey(nil) != nil {
+		t.Error("NoKey(nil) is not nil")
 	}
 }

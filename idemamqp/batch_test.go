@@ -170,6 +170,9 @@ func TestBatchKeysAlone(t *testing.T) {
 						t.Errorf("delivery %d (%q): %v (%v), want %v", i, ds[i].MessageId, s.Action, s.Err, want[i])
 					}
 				}
+				if !errors.Is(ss[1].Err, consume.ErrNoKey) || ss[1].Verdict.Action != consume.DeadLetter {
+					t.Errorf("the keyless one: %v by %v, want consume.ErrNoKey's dead letter", ss[1].Err, ss[1].Verdict.Action)
+				}
 				if !errors.Is(ss[3].Err, idem.ErrTerminal) {
 					t.Errorf("the declined one: %v, want ErrTerminal", ss[3].Err)
 				}

@@ -50,10 +50,11 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 	ds, errs := make([]Disposition, len(msgs)), make([]error, len(msgs))
 	ids := make([]idem.Identity, 0, len(msgs))
 	at := make([]int, 0, len(msgs)) // at[j]: the message of ids[j]
+	clock := w.e.Config().Clock
 	for i, m := range msgs {
 		id, err := w.identity(m)
 		if err != nil {
-			ds[i], errs[i] = w.settle(m, Termed, err)
+			ds[i], errs[i] = w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, clock.Now()))
 			continue
 		}
 		ids = append(ids, id)
@@ -64,7 +65,6 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 	}
 	hb := w.heartbeats(ctx, msgs, at)
 	defer hb.stop() // also when an fn panics: no heartbeat forever
-	clock := w.e.Config().Clock
 	idem.DoBatchWith(ctx, w.e, ids, idem.BatchOptions[T]{
 		Concurrency: w.cfg.Concurrency,
 		// Each message is settled as soon as its own outcome is recorded,

@@ -195,8 +195,8 @@ func TestBatchKeysAlone(t *testing.T) {
 						t.Errorf("message %d settled %d times", i, n)
 					}
 				}
-				if !errors.Is(errs[1], idemnats.ErrNoKey) && errs[1] == nil {
-					t.Errorf("the keyless message's error: %v", errs[1])
+				if !errors.Is(errs[1], verdict.ErrNoKey) {
+					t.Errorf("the keyless message's error: %v, want consume.ErrNoKey", errs[1])
 				}
 				if !errors.Is(errs[3], idem.ErrTerminal) {
 					t.Errorf("the declined order's error: %v, want ErrTerminal", errs[3])

@@ -178,7 +178,7 @@ type wrapper[T any] struct {
 func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition, error) {
 	id, err := w.identity(m)
 	if err != nil {
-		return w.settle(m, Termed, err)
+		return w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, w.e.Config().Clock.Now()))
 	}
 	res, err := idem.DoIdentity(ctx, w.e, id, func(ctx context.Context) (T, error) {
 		stop := w.heartbeat(ctx, m)
@@ -188,12 +188,12 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 	return w.settleVerdict(m, consume.Decide(res, err, w.e.Config().Clock.Now()))
 }
 
-// identity is m's key and fingerprint; an error means m cannot be keyed
-// and is terminated.
+// identity is m's key and fingerprint; an error means m cannot be keyed,
+// and consume.Decide settles it (DeadLetter: terminated).
 func (w *wrapper[T]) identity(m jetstream.Msg) (idem.Identity, error) {
 	key, err := w.cfg.Key(m)
 	if err != nil {
-		return idem.Identity{}, fmt.Errorf("idemnats: no key: %w", err)
+		return idem.Identity{}, consume.NoKey(fmt.Errorf("idemnats: no key: %w", err))
 	}
 	req := idem.Request{Operation: w.cfg.Operation, Key: key, Payload: m.Data(), RawPayload: true}
 	return req.Identity()
