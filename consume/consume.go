@@ -13,7 +13,8 @@
 //	success, no claim held (engine disabled, fail-open)     Done
 //	terminal error recorded or replayed                     DeadLetter
 //	success whose result could not be stored (too large)    DeadLetter
-//	key reused with another payload, or no usable key       DeadLetter
+//	key reused with another payload                         DeadLetter
+//	no usable key (NoKey's error, or idem.ErrInvalidKey)    DeadLetter
 //	key held by another consumer                            RetryAfter (its lease)
 //	retryable error (claim released), store failed at claim Retry
 //	outcome uncertain (idem.Uncertain)                      Leave
@@ -26,6 +27,14 @@
 // JetStream and SQS redeliver after AckWait or the visibility timeout;
 // RabbitMQ, where an unsettled delivery holds its prefetch slot until the
 // channel closes, tries it later as for Retry.
+//
+// # Batches
+//
+// A consumer that collects messages into batches for idem.DoBatch
+// (idemnats.ConsumeBatch, idemamqp's Consumer.RunBatch) takes the shape of
+// its batches from [Batching], whose zero fields mean the defaults:
+// batches of up to [DefaultBatchSize] messages, what arrived within
+// [DefaultBatchWait] of each other, [DefaultBatches] of them at once.
 //
 // # An outcome write that did not land
 //
@@ -101,6 +110,30 @@ type Verdict struct {
 // refused write's Err also holds idem.ErrLeaseLost.
 var ErrOutcomeNotRecorded = errors.New("consume: the outcome was not recorded")
 
+// ErrNoKey is in the Err of the DeadLetter of a message that has no usable
+// key: [NoKey] marks the error that says why.
+var ErrNoKey = errors.New("consume: the message has no usable key")
+
+// NoKey marks err, why a message's key (or the identity derived from it)
+// could not be had — no key in the message, the key function or
+// expression failed — as the engine's answer "no usable key", which
+// [Decide] settles as DeadLetter: a consumer hands it to Decide in place
+// of an engine's error, for a message it could not give the engine, so
+// that this verdict too is Decide's. The mark keeps err's text and its
+// chain; errors.Is(NoKey(err), ErrNoKey) is true. NoKey(nil) is nil.
+func NoKey(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &noKeyError{err}
+}
+
+type noKeyError struct{ err error }
+
+func (e *noKeyError) Error() string        { return e.err.Error() }
+func (e *noKeyError) Unwrap() error        { return e.err }
+func (e *noKeyError) Is(target error) bool { return target == ErrNoKey }
+
 // Decide maps the engine's answer for one message — the Result and error
 // of idem.Do, DoIdentity or one item of DoBatch — to its verdict. now is
 // the engine's clock, for the delay of a key held elsewhere.
@@ -118,7 +151,7 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		return Verdict{Action: RetryAfter, Delay: max(inProg.LeaseUntil.Sub(now), time.Second), Err: err}
 	case errors.Is(err, idem.ErrUncertain):
 		return Verdict{Action: Leave, Err: err}
-	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey):
+	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey), errors.Is(err, ErrNoKey):
 		return Verdict{Action: DeadLetter, Err: err}
 	}
 	if store.TakenOver(res.Unrecorded) {
@@ -139,4 +172,42 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		return Verdict{Action: Done, Err: errors.Join(ErrOutcomeNotRecorded, res.Unrecorded)}
 	}
 	return Verdict{Action: Done}
+}
+
+// The batch defaults of every consumer that collects messages into
+// batches (see [Batching]).
+const (
+	// DefaultBatchSize is the most messages in one batch.
+	DefaultBatchSize = 16
+	// DefaultBatchWait is how long, after a batch's first message, a
+	// consumer waits for further ones before it runs the batch it has.
+	DefaultBatchWait = 2 * time.Millisecond
+	// DefaultBatches is how many batches run at once.
+	DefaultBatches = 2
+)
+
+// Batching is the shape of a consumer's batches.
+type Batching struct {
+	// Size is the most messages in one batch. Default [DefaultBatchSize].
+	Size int
+	// Wait is how long, after a batch's first message, the consumer waits
+	// for further ones. Default [DefaultBatchWait].
+	Wait time.Duration
+	// Batches is how many batches run at once. Default [DefaultBatches].
+	Batches int
+}
+
+// WithDefaults returns b with each zero field set to its default. It
+// leaves a negative field as it is, for the consumer to refuse.
+func (b Batching) WithDefaults() Batching {
+	if b.Size == 0 {
+		b.Size = DefaultBatchSize
+	}
+	if b.Wait == 0 {
+		b.Wait = DefaultBatchWait
+	}
+	if b.Batches == 0 {
+		b.Batches = DefaultBatches
+	}
+	return b
 }

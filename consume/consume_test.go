@@ -34,6 +34,7 @@ func TestDecide(t *testing.T) {
 		{"result too large", idem.Result[int]{Fence: 1, Recorded: idem.StatusFailed}, nil, consume.DeadLetter},
 		{"mismatch", idem.Result[int]{}, fmt.Errorf("wrapped: %w", idem.ErrMismatch), consume.DeadLetter},
 		{"invalid key", idem.Result[int]{}, idem.ErrInvalidKey, consume.DeadLetter},
+		{"no usable key", idem.Result[int]{}, consume.NoKey(errors.New("no Nats-Msg-Id header")), consume.DeadLetter},
 		{"held elsewhere", idem.Result[int]{}, inProg, consume.RetryAfter},
 		{"retryable", idem.Result[int]{Fence: 1}, errors.New("flaky"), consume.Retry},
 		{"store failed at claim", idem.Result[int]{}, &idem.StoreError{Op: observe.StoreClaim, Err: down}, consume.Retry},
@@ -61,5 +62,40 @@ func TestDecide(t *testing.T) {
 				t.Errorf("%s: %v, want ErrOutcomeNotRecorded and ErrLeaseLost", c.name, v.Err)
 			}
 		}
+	}
+}
+
+// The batch defaults are the figures idemnats' BatchConfig and idemamqp's
+// BatchArgs document (16, 2ms, 2); a set field is kept, a negative one too
+// (each consumer refuses it with its own error).
+func TestBatchingDefaults(t *testing.T) {
+	t.Parallel()
+	if got, want := (consume.Batching{}).WithDefaults(), (consume.Batching{Size: 16, Wait: 2 * time.Millisecond, Batches: 2}); got != want {
+		t.Errorf("defaults %+v, want %+v", got, want)
+	}
+	set := consume.Batching{Size: 3, Wait: time.Second, Batches: 1}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("set fields %+v became %+v", set, got)
+	}
+	neg := consume.Batching{Size: -1, Wait: -time.Millisecond, Batches: -2}
+	if got := neg.WithDefaults(); got != neg {
+		t.Errorf("negative fields %+v became %+v", neg, got)
+	}
+}
+
+// NoKey keeps the reason's text and chain and adds ErrNoKey.
+func TestNoKey(t *testing.T) {
+	t.Parallel()
+	why := errors.New("idemnats: message has no Nats-Msg-Id header")
+	err := consume.NoKey(fmt.Errorf("idemnats: no key: %w", why))
+	if !errors.Is(err, consume.ErrNoKey) || !errors.Is(err, why) || err.Error() != "idemnats: no key: "+why.Error() {
+		t.Errorf("NoKey: %q, ErrNoKey %v, its reason %v", err, errors.Is(err, consume.ErrNoKey), errors.Is(err, why))
+	}
+	v := consume.Decide(idem.Result[struct{}]{}, err, time.Time{})
+	if v.Action != consume.DeadLetter || v.Err != err {
+		t.Errorf("Decide(NoKey): %v %v, want dead-letter with the reason", v.Action, v.Err)
+	}
+	if consume.NoKey(nil) != nil {
+		t.Error("NoKey(nil) is not nil")
 	}
 }

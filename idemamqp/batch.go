@@ -76,16 +76,17 @@ type BatchArgs struct {
 	// ConsumeArgs as for [Consumer.Run]; Concurrency is how many handlers
 	// of one batch run at once (default 0: the whole batch).
 	ConsumeArgs
-	// Size is the most deliveries in one batch. Default 16.
+	// Size is the most deliveries in one batch. Default 16
+	// (consume.DefaultBatchSize, as for every idem consumer).
 	Size int
 	// Window is how long, after a batch's first delivery, RunBatch waits
 	// for more before it handles the batch it has (on the engine's
-	// Clock). Default 2ms.
+	// Clock). Default 2ms (consume.DefaultBatchWait).
 	Window time.Duration
 	// Batches is how many batches are collected and handled at once, each
 	// by a goroutine of its own: with 2, one batch is collected while
 	// another is handled. The channel's prefetch count (QoS) is
-	// Size × Batches. Default 2.
+	// Size × Batches. Default 2 (consume.DefaultBatches).
 	Batches int
 }
 
@@ -97,15 +98,8 @@ type BatchArgs struct {
 // consumer and letting the batches in hand finish, as Run lets its
 // handlers) and an error when the channel closes.
 func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) error {
-	if a.Size == 0 {
-		a.Size = 16
-	}
-	if a.Window == 0 {
-		a.Window = 2 * time.Millisecond
-	}
-	if a.Batches == 0 {
-		a.Batches = 2
-	}
+	b := consume.Batching{Size: a.Size, Wait: a.Window, Batches: a.Batches}.WithDefaults()
+	a.Size, a.Window, a.Batches = b.Size, b.Wait, b.Batches
 	switch {
 	case a.Size < 0 || a.Window < 0 || a.Batches < 0 || a.Concurrency < 0:
 		return fmt.Errorf("%w: idemamqp: BatchArgs Size %d, Window %v, Batches %d and Concurrency %d must not be negative", idem.ErrInvalidConfig, a.Size, a.Window, a.Batches, a.Concurrency)

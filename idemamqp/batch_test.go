@@ -3,8 +3,6 @@ package idemamqp_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,76 +49,6 @@ func runBatch(t testing.TB, conn *amqp.Connection, c *idemamqp.Consumer, a idema
 			t.Errorf("RunBatch: %v", err)
 		}
 	})
-}
-
-// TestThreeConsumersExactlyOnce through the batch path: three consumers
-// each collect batches of up to 16 (RunBatch), so a producer's copies
-// meet in one batch, in two batches of one consumer, or in two consumers.
-func TestBatchThreeConsumersExactlyOnce(t *testing.T) {
-	t.Parallel()
-	for _, sk := range stores() {
-		t.Run(sk.name, func(t *testing.T) {
-			t.Parallel()
-			s := sk.new(t)
-			pubConn := dial(t)
-			work, dead := queues(t, pubConn)
-			cnt := newCounter()
-			for i := range 3 {
-				conn := dial(t)
-				delay, err := idemamqp.DeclareDelay(channel(t, conn), work, 50*time.Millisecond)
-				if err != nil {
-					t.Fatal(err)
-				}
-				e := engine(t, s, idem.Config{Owner: "consumer-" + strconv.Itoa(i), Lease: 5 * time.Second})
-				c, err := idemamqp.New(e, &idemamqp.Config{Operation: "effect", Delay: delay, Settled: cnt.settled},
-					func(ctx context.Context, d amqp.Delivery) error {
-						time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-						cnt.effect(d.MessageId)
-						return nil
-					})
-				if err != nil {
-					t.Fatal(err)
-				}
-				runBatch(t, conn, c, idemamqp.BatchArgs{ConsumeArgs: idemamqp.ConsumeArgs{Queue: work, Concurrency: 4}, Size: 16})
-			}
-			pub := channel(t, pubConn)
-			const n = 1000
-			var ids []string
-			for i := range n {
-				id := "m-" + strconv.Itoa(i)
-				copies := 1
-				if i%10 < 3 {
-					copies = 2 + rand.IntN(3)
-				}
-				for range copies {
-					ids = append(ids, id)
-				}
-			}
-			rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-			for _, id := range ids {
-				publish(t, pub, work, id, []byte(`{"id":"`+id+`"}`))
-			}
-			eventually(t, 60*time.Second, "every copy acknowledged", func() bool {
-				return cnt.action(idemamqp.Acked) == len(ids)
-			})
-			cnt.mu.Lock()
-			defer cnt.mu.Unlock()
-			if len(cnt.effects) != n {
-				t.Errorf("%d messages had an effect, want %d", len(cnt.effects), n)
-			}
-			for id, k := range cnt.effects {
-				if k != 1 {
-					t.Errorf("%s had its effect %d times", id, k)
-				}
-			}
-			if cnt.actions[idemamqp.Rejected] != 0 || cnt.actions[idemamqp.Requeued] != 0 {
-				t.Errorf("settlements %v", cnt.actions)
-			}
-			if d := depth(t, pub, dead); d != 0 {
-				t.Errorf("%d messages dead-lettered", d)
-			}
-		})
-	}
 }
 
 // TestBatchKeysAlone: in one batch, a delivery without a key is rejected
@@ -170,6 +98,9 @@ func TestBatchKeysAlone(t *testing.T) {
 						t.Errorf("delivery %d (%q): %v (%v), want %v", i, ds[i].MessageId, s.Action, s.Err, want[i])
 					}
 				}
+				if !errors.Is(ss[1].Err, consume.ErrNoKey) || ss[1].Verdict.Action != consume.DeadLetter {
+					t.Errorf("the keyless one: %v by %v, want consume.ErrNoKey's dead letter", ss[1].Err, ss[1].Verdict.Action)
+				}
 				if !errors.Is(ss[3].Err, idem.ErrTerminal) {
 					t.Errorf("the declined one: %v, want ErrTerminal", ss[3].Err)
 				}
@@ -193,8 +124,9 @@ func TestBatchKeysAlone(t *testing.T) {
 // delivery is acked by its own verdict.
 func TestZombieDoesNotAck(t *testing.T) {
 	t.Parallel()
-	for _, batch := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "batch"}[batch], func(t *testing.T) {
+	for _, pa := range paths {
+		batch := pa.batch
+		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			conn := dial(t)
 			work, _ := queues(t, conn)

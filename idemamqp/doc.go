@@ -15,11 +15,10 @@
 //
 //	consume.Done        handler succeeded (now or replayed)          Ack
 //	consume.DeadLetter  terminal error (idem.Terminal, or replayed), Reject, no requeue → dead-letter exchange
-//	                    key reused with another body
+//	                    key reused with another body, no key
 //	consume.RetryAfter  in progress elsewhere (after Config.Wait)    Delay queue, else hold Backoff + requeue
 //	consume.Retry       retryable error, store error                 Delay queue, else hold Backoff + requeue
 //	consume.Leave       uncertain (idem.Uncertain), key taken over   Delay queue, else hold Backoff + requeue
-//	(no key)                                                         Reject, no requeue
 //	(consumer shutting down: ctx done)                               Nack + requeue at once
 //
 // A delivery is never acknowledged before its handler succeeded, nor left

@@ -101,8 +101,9 @@ type Settlement struct {
 	// execution: the handler did not run.
 	Replayed bool
 	// Verdict is the verdict the delivery was settled by (consume.Decide),
-	// zero for a delivery settled before the engine ran (no key, shutting
-	// down).
+	// zero only for a delivery not from a channel (no Acknowledger). A
+	// delivery without a usable key has Decide's verdict for
+	// consume.NoKey's error: DeadLetter.
 	Verdict consume.Verdict
 	// Err is why the delivery was not acknowledged (the handler's or the
 	// engine's error), or that its outcome could not be recorded, joined
@@ -205,10 +206,13 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) Settlement {
 	return c.decided(ctx, d, res, err)
 }
 
+var errNoKey = errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")
+
 // identity is d's key (clientkey.Key of the operation and the message's
 // key, as idemctl find and the console derive it) and fingerprint (the
-// body's digest); when ok is false, d could not be
-// keyed and s says how it was settled.
+// body's digest); when ok is false, d could not be keyed and s says how it
+// was settled (by consume.Decide's verdict, unless d is not from a
+// channel).
 func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Identity, s Settlement, ok bool) {
 	if d.Acknowledger == nil {
 		return id, Settlement{Action: Rejected, Err: errors.New("idemamqp: delivery has no acknowledger (not from a channel)")}, false
@@ -217,11 +221,11 @@ func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Ident
 	if c.cfg.Key != nil {
 		var err error
 		if key, err = c.cfg.Key(d.Body); err != nil {
-			return id, settle(Settlement{Action: Rejected, Err: fmt.Errorf("idemamqp: Config.Key: %w", err)}, d.Reject(false)), false
+			return id, c.decided(ctx, d, idem.Result[struct{}]{}, consume.NoKey(fmt.Errorf("idemamqp: Config.Key: %w", err))), false
 		}
 	}
 	if key == "" {
-		return id, settle(Settlement{Action: Rejected, Err: errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")}, d.Reject(false)), false
+		return id, c.decided(ctx, d, idem.Result[struct{}]{}, consume.NoKey(errNoKey)), false
 	}
 	k, err := clientkey.Key(c.cfg.Operation, "", key)
 	if err != nil {

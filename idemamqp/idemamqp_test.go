@@ -197,72 +197,81 @@ func (c *counter) action(a idemamqp.Action) int {
 // Three consumers (each its own connection and engine, one store) on one
 // queue; 1,000 messages, 30% of them published two to four times with the
 // same MessageId. Every message has its effect exactly once, and every
-// copy is acknowledged.
+// copy is acknowledged. On each path: alone (Run, 8 handlers at once), or
+// in batches of up to 16 (RunBatch, 4 handlers of a batch at once), where a
+// producer's copies meet in one batch, in two batches of one consumer, or
+// in two consumers.
 func TestThreeConsumersExactlyOnce(t *testing.T) {
 	t.Parallel()
-	for _, sk := range stores() {
-		t.Run(sk.name, func(t *testing.T) {
-			t.Parallel()
-			s := sk.new(t)
-			pubConn := dial(t)
-			work, dead := queues(t, pubConn)
-			cnt := newCounter()
-			for i := range 3 {
-				conn := dial(t)
-				delay, err := idemamqp.DeclareDelay(channel(t, conn), work, 50*time.Millisecond)
-				if err != nil {
-					t.Fatal(err)
+	for _, pa := range paths {
+		for _, sk := range stores() {
+			t.Run(pa.name+"/"+sk.name, func(t *testing.T) {
+				t.Parallel()
+				s := sk.new(t)
+				pubConn := dial(t)
+				work, dead := queues(t, pubConn)
+				cnt := newCounter()
+				for i := range 3 {
+					conn := dial(t)
+					delay, err := idemamqp.DeclareDelay(channel(t, conn), work, 50*time.Millisecond)
+					if err != nil {
+						t.Fatal(err)
+					}
+					e := engine(t, s, idem.Config{Owner: "consumer-" + strconv.Itoa(i), Lease: 5 * time.Second})
+					c, err := idemamqp.New(e, &idemamqp.Config{Operation: "effect", Delay: delay, Settled: cnt.settled},
+						func(ctx context.Context, d amqp.Delivery) error {
+							time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+							cnt.effect(d.MessageId)
+							return nil
+						})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if pa.batch {
+						runBatch(t, conn, c, idemamqp.BatchArgs{ConsumeArgs: idemamqp.ConsumeArgs{Queue: work, Concurrency: 4}, Size: 16})
+					} else {
+						run(t, conn, c, work, 8)
+					}
 				}
-				e := engine(t, s, idem.Config{Owner: "consumer-" + strconv.Itoa(i), Lease: 5 * time.Second})
-				c, err := idemamqp.New(e, &idemamqp.Config{Operation: "effect", Delay: delay, Settled: cnt.settled},
-					func(ctx context.Context, d amqp.Delivery) error {
-						time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-						cnt.effect(d.MessageId)
-						return nil
-					})
-				if err != nil {
-					t.Fatal(err)
+				pub := channel(t, pubConn)
+				const n = 1000
+				var ids []string
+				for i := range n {
+					id := "m-" + strconv.Itoa(i)
+					copies := 1
+					if i%10 < 3 {
+						copies = 2 + rand.IntN(3)
+					}
+					for range copies {
+						ids = append(ids, id)
+					}
 				}
-				run(t, conn, c, work, 8)
-			}
-			pub := channel(t, pubConn)
-			const n = 1000
-			var ids []string
-			for i := range n {
-				id := "m-" + strconv.Itoa(i)
-				copies := 1
-				if i%10 < 3 {
-					copies = 2 + rand.IntN(3)
+				rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+				for _, id := range ids {
+					publish(t, pub, work, id, []byte(`{"id":"`+id+`"}`))
 				}
-				for range copies {
-					ids = append(ids, id)
+				eventually(t, 60*time.Second, "every copy acknowledged", func() bool {
+					return cnt.action(idemamqp.Acked) == len(ids)
+				})
+				cnt.mu.Lock()
+				defer cnt.mu.Unlock()
+				if len(cnt.effects) != n {
+					t.Errorf("%d messages had an effect, want %d", len(cnt.effects), n)
 				}
-			}
-			rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-			for _, id := range ids {
-				publish(t, pub, work, id, []byte(`{"id":"`+id+`"}`))
-			}
-			eventually(t, 60*time.Second, "every copy acknowledged", func() bool {
-				return cnt.action(idemamqp.Acked) == len(ids)
+				for id, k := range cnt.effects {
+					if k != 1 {
+						t.Errorf("%s had its effect %d times", id, k)
+					}
+				}
+				if cnt.actions[idemamqp.Rejected] != 0 || cnt.actions[idemamqp.Requeued] != 0 {
+					t.Errorf("settlements %v", cnt.actions)
+				}
+				if d := depth(t, pub, dead); d != 0 {
+					t.Errorf("%d messages dead-lettered", d)
+				}
+				t.Logf("%d copies of %d messages: %v", len(ids), n, cnt.actions)
 			})
-			cnt.mu.Lock()
-			defer cnt.mu.Unlock()
-			if len(cnt.effects) != n {
-				t.Errorf("%d messages had an effect, want %d", len(cnt.effects), n)
-			}
-			for id, k := range cnt.effects {
-				if k != 1 {
-					t.Errorf("%s had its effect %d times", id, k)
-				}
-			}
-			if cnt.actions[idemamqp.Rejected] != 0 || cnt.actions[idemamqp.Requeued] != 0 {
-				t.Errorf("settlements %v", cnt.actions)
-			}
-			if d := depth(t, pub, dead); d != 0 {
-				t.Errorf("%d messages dead-lettered", d)
-			}
-			t.Logf("%d copies of %d messages: %v", len(ids), n, cnt.actions)
-		})
+		}
 	}
 }
 

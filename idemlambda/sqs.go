@@ -111,7 +111,7 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 			id, ok, err := recordIdentity(k, m)
 			switch {
 			case err != nil:
-				vs[i] = consume.Verdict{Action: consume.DeadLetter, Err: err}
+				vs[i] = noKey(eng, err)
 			case !ok:
 				unprotected = append(unprotected, i)
 			default:
@@ -159,8 +159,15 @@ func unprotectedVerdict(err error) consume.Verdict {
 	return consume.Verdict{Action: consume.Done}
 }
 
+// noKey is the verdict of a record whose identity could not be derived
+// (err, from recordIdentity): consume.Decide's for "no usable key".
+func noKey(eng *idem.Engine, err error) consume.Verdict {
+	return consume.Decide(idem.Result[struct{}]{}, consume.NoKey(err), eng.Config().Clock.Now())
+}
+
 // recordIdentity derives the identity of one record (of any source); ok is
-// false when it has no key and runs unprotected.
+// false when it has no key and runs unprotected (without RaiseOnMissingKey),
+// and an error means no usable key (see noKey).
 func recordIdentity[M any](k *keyer, m M) (idem.Identity, bool, error) {
 	raw, err := json.Marshal(m)
 	if err != nil {
@@ -178,7 +185,7 @@ func recordIdentity[M any](k *keyer, m M) (idem.Identity, bool, error) {
 func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run func(context.Context) error) consume.Verdict {
 	id, ok, err := recordIdentity(k, m)
 	if err != nil {
-		return consume.Verdict{Action: consume.DeadLetter, Err: err}
+		return noKey(eng, err)
 	}
 	if !ok {
 		return unprotectedVerdict(run(ctx))

@@ -485,8 +485,8 @@ func TestStreamBadKey(t *testing.T) {
 				Settled: func(r rec, v consume.Verdict) {
 					if r.seq == rs[1].seq {
 						missing = v.Err
-						if c.raise && v.Action != consume.DeadLetter {
-							t.Errorf("%s: the record without a key settled as %v", c.name, v.Action)
+						if c.raise && (v.Action != consume.DeadLetter || !errors.Is(v.Err, consume.ErrNoKey)) {
+							t.Errorf("%s: the record without a key settled as %v (%v), want consume.NoKey's dead letter", c.name, v.Action, v.Err)
 						}
 					}
 				},

@@ -50,10 +50,11 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 	ds, errs := make([]Disposition, len(msgs)), make([]error, len(msgs))
 	ids := make([]idem.Identity, 0, len(msgs))
 	at := make([]int, 0, len(msgs)) // at[j]: the message of ids[j]
+	clock := w.e.Config().Clock
 	for i, m := range msgs {
 		id, err := w.identity(m)
 		if err != nil {
-			ds[i], errs[i] = w.settle(m, Termed, err)
+			ds[i], errs[i] = w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, clock.Now()))
 			continue
 		}
 		ids = append(ids, id)
@@ -64,7 +65,6 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 	}
 	hb := w.heartbeats(ctx, msgs, at)
 	defer hb.stop() // also when an fn panics: no heartbeat forever
-	clock := w.e.Config().Clock
 	idem.DoBatchWith(ctx, w.e, ids, idem.BatchOptions[T]{
 		Concurrency: w.cfg.Concurrency,
 		// Each message is settled as soon as its own outcome is recorded,
@@ -160,14 +160,17 @@ func (b *batchBeat) stop() { close(b.done); <-b.exit }
 
 // BatchConfig configures [ConsumeBatch].
 type BatchConfig struct {
-	// Size is the most messages in one batch. Default 16.
+	// Size is the most messages in one batch. Default 16
+	// (consume.DefaultBatchSize, as for every idem consumer).
 	Size int
 	// Wait is how long, after a batch's first message, ConsumeBatch waits
-	// for each further one before it runs the batch it has. Default 2ms.
+	// for each further one before it runs the batch it has. Default 2ms
+	// (consume.DefaultBatchWait).
 	Wait time.Duration
 	// Batches is how many batches run at once, each in a goroutine of its
 	// own, while the next is collected. The pull asks the server for up
-	// to Size × (Batches+1) messages (PullMaxMessages). Default 2.
+	// to Size × (Batches+1) messages (PullMaxMessages). Default 2
+	// (consume.DefaultBatches).
 	Batches int
 }
 
@@ -176,17 +179,10 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 	if c != nil {
 		out = *c
 	}
-	if out.Size == 0 {
-		out.Size = 16
-	}
-	if out.Wait == 0 {
-		out.Wait = 2 * time.Millisecond
-	}
-	if out.Batches == 0 {
-		out.Batches = 2
-	}
+	b := consume.Batching{Size: out.Size, Wait: out.Wait, Batches: out.Batches}.WithDefaults()
+	out.Size, out.Wait, out.Batches = b.Size, b.Wait, b.Batches
 	if out.Size < 0 || out.Wait < 0 || out.Batches < 0 {
-		return out, fmt.Errorf("%w: BatchConfig Size %d, Wait %v and Batches %d must be positive (defaults 16, 2ms, 2)", ErrInvalidConfig, out.Size, out.Wait, out.Batches)
+		return out, fmt.Errorf("%w: BatchConfig Size %d, Wait %v and Batches %d must be positive (defaults %d, %v, %d)", ErrInvalidConfig, out.Size, out.Wait, out.Batches, consume.DefaultBatchSize, consume.DefaultBatchWait, consume.DefaultBatches)
 	}
 	return out, nil
 }

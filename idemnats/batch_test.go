@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -51,84 +50,6 @@ func consumeBatches(t *testing.T, c jetstream.Consumer, cfg *idemnats.BatchConfi
 			t.Errorf("ConsumeBatch: %v", err)
 		}
 	})
-}
-
-// TestBatchExactlyOnceAcrossConsumers is TestExactlyOnceAcrossConsumers
-// through the batch path: three workers each consume in batches of 16
-// (ConsumeBatch, WrapBatch), so a producer's copies meet in one batch, in
-// two batches of one worker, or in two workers at once.
-func TestBatchExactlyOnceAcrossConsumers(t *testing.T) {
-	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			js, s, subj := stream(t)
-			st := b.store(t)
-			ctx := context.Background()
-			const orders = 1000
-			var published int
-			for i := range orders {
-				id := fmt.Sprintf("order-%d", i)
-				n := 1
-				if i%10 < 3 {
-					n = 2 + rand.IntN(2)
-				}
-				for p := range n {
-					publish(t, js, subj, id, p)
-					published++
-				}
-			}
-			cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 1000})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var mu sync.Mutex
-			effects := make(map[string]int)
-			var settled atomic.Int64
-			for w := range 3 {
-				e := newEngine(t, st, idem.Config{Owner: "worker-" + strconv.Itoa(w), Lease: 10 * time.Second})
-				p, err := idemnats.WrapBatch(e, &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second, Concurrency: 4},
-					func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
-						if rand.IntN(10) == 0 {
-							time.Sleep(time.Millisecond)
-						}
-						mu.Lock()
-						effects[m.Headers().Get("Order-Id")]++
-						mu.Unlock()
-						return struct{}{}, nil
-					})
-				if err != nil {
-					t.Fatal(err)
-				}
-				consumeBatches(t, cons, &idemnats.BatchConfig{Size: 16}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
-					ds, errs := p(ctx, msgs)
-					for _, d := range ds {
-						if d == idemnats.Acked {
-							settled.Add(1)
-						}
-					}
-					return ds, errs
-				})
-			}
-			deadline := time.Now().Add(60 * time.Second)
-			for settled.Load() < int64(published) {
-				if time.Now().After(deadline) {
-					t.Fatalf("only %d of %d deliveries acked", settled.Load(), published)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(effects) != orders {
-				t.Fatalf("%d orders had an effect, want %d", len(effects), orders)
-			}
-			for id, n := range effects {
-				if n != 1 {
-					t.Errorf("order %s took effect %d times", id, n)
-				}
-			}
-		})
-	}
 }
 
 // TestBatchKeysAlone: in one batch, a message without a key is terminated
@@ -195,8 +116,8 @@ func TestBatchKeysAlone(t *testing.T) {
 						t.Errorf("message %d settled %d times", i, n)
 					}
 				}
-				if !errors.Is(errs[1], idemnats.ErrNoKey) && errs[1] == nil {
-					t.Errorf("the keyless message's error: %v", errs[1])
+				if !errors.Is(errs[1], verdict.ErrNoKey) {
+					t.Errorf("the keyless message's error: %v, want consume.ErrNoKey", errs[1])
 				}
 				if !errors.Is(errs[3], idem.ErrTerminal) {
 					t.Errorf("the declined order's error: %v, want ErrTerminal", errs[3])
@@ -288,130 +209,6 @@ func TestBatchOneWriteFailsAlone(t *testing.T) {
 		if rec, err := m.Get(ctx, rid.StoreKey.String()); err != nil || rec.Status != store.StatusCompleted {
 			t.Errorf("%s: record %+v, %v; want COMPLETED", order, rec, err)
 		}
-	}
-}
-
-// TestBatchZombieDoesNotAck is TestZombieDoesNotAck through the batch
-// path: in a batch of two, one handler stalls past its lease while the
-// other finishes; the message is redelivered to a healthy worker (also
-// batched), which takes the key over and completes. The stalled handler's
-// Complete is refused and its message is left, not acked, while the other
-// message of its batch is acked by its own verdict, as soon as its own
-// outcome is recorded: while the zombie still stalls.
-func TestBatchZombieDoesNotAck(t *testing.T) {
-	t.Parallel()
-	js, s, subj := stream(t)
-	ctx := context.Background()
-	publish(t, js, subj, "order-z", 0)
-	publish(t, js, subj, "order-ok", 0)
-	const ackWait = 500 * time.Millisecond
-	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "z", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memstore.New(&memstore.Config{SweepInterval: -1})
-	defer st.Close()
-	var mu sync.Mutex
-	effects := map[string]int{}
-	release := make(chan struct{})
-	started := make(chan struct{})
-	fn := func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
-		order := m.Headers().Get("Order-Id")
-		mu.Lock()
-		effects[order]++
-		mu.Unlock()
-		if m.Headers().Get("Zombie") == "" {
-			return struct{}{}, nil
-		}
-		close(started)
-		<-release // stalls past AckWait and past its lease
-		return struct{}{}, nil
-	}
-	mk := func(owner string) idemnats.ProcessBatch {
-		p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Owner: owner, Lease: time.Second}),
-			&idemnats.Config{Operation: "ship", Key: orderKey, AckWait: ackWait}, fn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	zombie, healthy := mk("zombie"), mk("healthy")
-
-	var first []*recording
-	for len(first) < 2 {
-		for _, m := range fetchN(t, cons, 2-len(first), time.Second) {
-			if m.Headers().Get("Order-Id") == "order-z" {
-				m.Headers().Set("Zombie", "1")
-			}
-			first = append(first, &recording{Msg: m})
-		}
-	}
-	type answer struct {
-		ds   []idemnats.Disposition
-		errs []error
-	}
-	done := make(chan answer, 1)
-	// A deadline marked EndsAtDeadline gives the claims a lease of that
-	// length and no renewal: the zombie loses its key when the deadline
-	// passes, as a paused process would.
-	zctx, cancel := context.WithTimeout(idem.EndsAtDeadline(ctx), 300*time.Millisecond)
-	defer cancel()
-	go func() {
-		ds, errs := zombie(zctx, []jetstream.Msg{first[0], first[1]})
-		done <- answer{ds, errs}
-	}()
-	<-started
-	// JetStream redelivers order-z after AckWait; the healthy worker takes
-	// the lapsed claim over and completes it. order-ok was acked by its
-	// own verdict meanwhile, while the zombie stalls: it does not come
-	// back.
-	deadline := time.Now().Add(10 * time.Second)
-	for acked := false; !acked; {
-		if time.Now().After(deadline) {
-			t.Fatal("order-z never acked by the healthy worker")
-		}
-		msgs := fetchN(t, cons, 1, 5*time.Second)
-		ds, errs := healthy(ctx, msgs)
-		for i, m := range msgs {
-			if m.Headers().Get("Order-Id") != "order-z" {
-				continue
-			}
-			if md, _ := m.Metadata(); md.NumDelivered < 2 {
-				t.Fatalf("delivery %d, want a redelivery", md.NumDelivered)
-			}
-			if ds[i] != idemnats.Acked {
-				t.Fatalf("healthy worker: %v, %v; want acked", ds[i], errs[i])
-			}
-			acked = true
-		}
-	}
-	for _, r := range first {
-		if r.Headers().Get("Order-Id") == "order-ok" && r.acks.Load() != 1 {
-			t.Fatalf("order-ok acked %d times while the zombie stalls, want once", r.acks.Load())
-		}
-	}
-	close(release)
-	a := <-done
-	for i, r := range first {
-		order := r.Headers().Get("Order-Id")
-		n := r.acks.Load() + r.terms.Load() + r.naks.Load()
-		if order == "order-z" {
-			if a.ds[i] != idemnats.Left || !errors.Is(a.errs[i], idem.ErrLeaseLost) {
-				t.Fatalf("zombie: %v, %v; want left with ErrLeaseLost", a.ds[i], a.errs[i])
-			}
-			if n != 0 {
-				t.Fatalf("zombie settled its delivery %d times", n)
-			}
-			continue
-		}
-		if a.ds[i] != idemnats.Acked || r.acks.Load() != 1 || n != 1 {
-			t.Fatalf("the zombie's other message: %v, %v (acks %d, settled %d); want acked once", a.ds[i], a.errs[i], r.acks.Load(), n)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if effects["order-z"] != 2 || effects["order-ok"] != 1 {
-		t.Fatalf("effects %v; want order-z twice (the zombie's, which the store could not record, and the takeover's) and order-ok once", effects)
 	}
 }
 

@@ -16,7 +16,8 @@
 //	consume.Retry       Nak, so the message comes again at once
 //	consume.Leave       nothing: JetStream redelivers after AckWait
 //
-// A message without a key is terminated. Leave is an uncertain outcome (the
+// A message without a usable key is terminated too: its verdict is
+// Decide's for consume.NoKey's error, DeadLetter. Leave is an uncertain outcome (the
 // claim is kept until its lease ends) or a zombie's: the key was taken over
 // while fn ran, and an ack would settle a delivery the new holder is still
 // working on.

@@ -179,7 +179,7 @@ type wrapper[T any] struct {
 func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition, error) {
 	id, err := w.identity(m)
 	if err != nil {
-		return w.settle(m, Termed, err)
+		return w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, w.e.Config().Clock.Now()))
 	}
 	res, err := idem.DoIdentity(ctx, w.e, id, func(ctx context.Context) (T, error) {
 		stop := w.heartbeat(ctx, m)
@@ -191,12 +191,12 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 
 // identity is m's key (clientkey.Key of the operation and the message's
 // key, as idemctl find and the console derive it) and fingerprint (the
-// message data's digest); an error means m cannot be keyed and is
-// terminated.
+// message data's digest); an error means m cannot be keyed, and
+// consume.Decide settles it (DeadLetter: terminated).
 func (w *wrapper[T]) identity(m jetstream.Msg) (idem.Identity, error) {
 	key, err := w.cfg.Key(m)
 	if err != nil {
-		return idem.Identity{}, fmt.Errorf("idemnats: no key: %w", err)
+		return idem.Identity{}, consume.NoKey(fmt.Errorf("idemnats: no key: %w", err))
 	}
 	if key == "" {
 		// Config.Key found none: the data is the key, as idem.Request

@@ -109,79 +109,81 @@ func publish(t testing.TB, js jetstream.JetStream, subj, order string, pub int) 
 
 // TestExactlyOnceAcrossConsumers: three workers on one durable consumer, 1,000
 // orders of which 30% are published two or more times; every order's
-// effect happens exactly once and every delivery is settled.
+// effect happens exactly once and every delivery is settled. On each path:
+// alone (Consume, Wrap), or in batches of 16 (ConsumeBatch, WrapBatch,
+// Concurrency 4), where a producer's copies meet in one batch, in two
+// batches of one worker, or in two workers at once.
 func TestExactlyOnceAcrossConsumers(t *testing.T) {
 	t.Parallel()
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			js, s, subj := stream(t)
-			st := b.store(t)
-			ctx := context.Background()
-			const orders = 1000
-			var published int
-			for i := range orders {
-				id := fmt.Sprintf("order-%d", i)
-				n := 1
-				if i%10 < 3 {
-					n = 2 + rand.IntN(2)
-				}
-				for p := range n {
-					publish(t, js, subj, id, p)
-					published++
-				}
-			}
-			cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 1000})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var mu sync.Mutex
-			effects := make(map[string]int)
-			var settled atomic.Int64
-			for w := range 3 {
-				e := newEngine(t, st, idem.Config{Owner: "worker-" + strconv.Itoa(w), Lease: 10 * time.Second})
-				p, err := idemnats.Wrap(e, &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
-					func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
-						if rand.IntN(10) == 0 {
-							time.Sleep(time.Millisecond)
-						}
-						mu.Lock()
-						effects[m.Headers().Get("Order-Id")]++
-						mu.Unlock()
-						return struct{}{}, nil
-					})
-				if err != nil {
-					t.Fatal(err)
-				}
-				cc, err := cons.Consume(func(m jetstream.Msg) {
-					if d, _ := p(ctx, m); d == idemnats.Acked {
-						settled.Add(1)
+	for _, pa := range paths {
+		for _, b := range backends() {
+			t.Run(pa.name+"/"+b.name, func(t *testing.T) {
+				t.Parallel()
+				js, s, subj := stream(t)
+				st := b.store(t)
+				ctx := context.Background()
+				const orders = 1000
+				var published int
+				for i := range orders {
+					id := fmt.Sprintf("order-%d", i)
+					n := 1
+					if i%10 < 3 {
+						n = 2 + rand.IntN(2)
 					}
-				})
+					for p := range n {
+						publish(t, js, subj, id, p)
+						published++
+					}
+				}
+				cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 1000})
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(cc.Stop)
-			}
-			deadline := time.Now().Add(60 * time.Second)
-			for settled.Load() < int64(published) {
-				if time.Now().After(deadline) {
-					t.Fatalf("only %d of %d deliveries acked", settled.Load(), published)
+				var mu sync.Mutex
+				effects := make(map[string]int)
+				var settled atomic.Int64
+				for w := range 3 {
+					e := newEngine(t, st, idem.Config{Owner: "worker-" + strconv.Itoa(w), Lease: 10 * time.Second})
+					p := pa.wrap(t, e, &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second, Concurrency: 4},
+						func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
+							if rand.IntN(10) == 0 {
+								time.Sleep(time.Millisecond)
+							}
+							mu.Lock()
+							effects[m.Headers().Get("Order-Id")]++
+							mu.Unlock()
+							return struct{}{}, nil
+						})
+					pa.consume(t, cons, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+						ds, errs := p(ctx, msgs)
+						for _, d := range ds {
+							if d == idemnats.Acked {
+								settled.Add(1)
+							}
+						}
+						return ds, errs
+					})
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(effects) != orders {
-				t.Fatalf("%d orders had an effect, want %d", len(effects), orders)
-			}
-			for id, n := range effects {
-				if n != 1 {
-					t.Errorf("order %s took effect %d times", id, n)
+				deadline := time.Now().Add(60 * time.Second)
+				for settled.Load() < int64(published) {
+					if time.Now().After(deadline) {
+						t.Fatalf("only %d of %d deliveries acked", settled.Load(), published)
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
-			}
-			t.Logf("%d publishes of %d orders, each effect once", published, orders)
-		})
+				mu.Lock()
+				defer mu.Unlock()
+				if len(effects) != orders {
+					t.Fatalf("%d orders had an effect, want %d", len(effects), orders)
+				}
+				for id, n := range effects {
+					if n != 1 {
+						t.Errorf("order %s took effect %d times", id, n)
+					}
+				}
+				t.Logf("%d publishes of %d orders, each effect once", published, orders)
+			})
+		}
 	}
 }
 
@@ -213,77 +215,133 @@ func fetchOne(t testing.TB, c jetstream.Consumer, wait time.Duration) jetstream.
 
 // TestZombieDoesNotAck: a worker whose AckWait ran out, whose message was
 // redelivered to another worker and completed there, finishes late; its
-// Complete is refused and it must not ack.
+// Complete is refused and it must not ack. On the batch path, in a batch
+// of two, the other message of the zombie's batch is acked by its own
+// verdict, as soon as its own outcome is recorded: while the zombie still
+// stalls.
 func TestZombieDoesNotAck(t *testing.T) {
 	t.Parallel()
-	js, s, subj := stream(t)
-	ctx := context.Background()
-	publish(t, js, subj, "order-z", 0)
-	const ackWait = 500 * time.Millisecond
-	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "z", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memstore.New(&memstore.Config{SweepInterval: -1})
-	defer st.Close()
-	var effects atomic.Int32
-	release := make(chan struct{})
-	started := make(chan struct{})
-	fn := func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
-		effects.Add(1)
-		if m.Headers().Get("Zombie") == "" {
-			return struct{}{}, nil
-		}
-		close(started)
-		<-release // stalls past AckWait and past its lease
-		return struct{}{}, nil
-	}
-	mk := func(owner string) idemnats.Process {
-		p, err := idemnats.Wrap(newEngine(t, st, idem.Config{Owner: owner, Lease: time.Second}),
-			&idemnats.Config{Operation: "ship", Key: orderKey, AckWait: ackWait}, fn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	zombie, healthy := mk("zombie"), mk("healthy")
+	for _, pa := range paths {
+		t.Run(pa.name, func(t *testing.T) {
+			t.Parallel()
+			js, s, subj := stream(t)
+			ctx := context.Background()
+			orders := []string{"order-z"}
+			if pa.batch {
+				orders = append(orders, "order-ok")
+			}
+			for _, o := range orders {
+				publish(t, js, subj, o, 0)
+			}
+			const ackWait = 500 * time.Millisecond
+			cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "z", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := memstore.New(&memstore.Config{SweepInterval: -1})
+			defer st.Close()
+			var mu sync.Mutex
+			effects := map[string]int{}
+			release := make(chan struct{})
+			started := make(chan struct{})
+			fn := func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
+				mu.Lock()
+				effects[m.Headers().Get("Order-Id")]++
+				mu.Unlock()
+				if m.Headers().Get("Zombie") == "" {
+					return struct{}{}, nil
+				}
+				close(started)
+				<-release // stalls past AckWait and past its lease
+				return struct{}{}, nil
+			}
+			mk := func(owner string) idemnats.ProcessBatch {
+				return pa.wrap(t, newEngine(t, st, idem.Config{Owner: owner, Lease: time.Second}),
+					&idemnats.Config{Operation: "ship", Key: orderKey, AckWait: ackWait}, fn)
+			}
+			zombie, healthy := mk("zombie"), mk("healthy")
 
-	first := &recording{Msg: fetchOne(t, cons, time.Second)}
-	first.Headers().Set("Zombie", "1")
-	type answer struct {
-		d   idemnats.Disposition
-		err error
-	}
-	done := make(chan answer, 1)
-	// A deadline marked EndsAtDeadline gives the claim a lease of that
-	// length and no renewal: the zombie loses the key when the deadline
-	// passes, as a paused process would.
-	zctx, cancel := context.WithTimeout(idem.EndsAtDeadline(ctx), 300*time.Millisecond)
-	defer cancel()
-	go func() {
-		d, err := zombie(zctx, first)
-		done <- answer{d, err}
-	}()
-	<-started
-	// JetStream redelivers after AckWait; the healthy worker takes the
-	// lapsed claim over and completes.
-	second := &recording{Msg: fetchOne(t, cons, 5*time.Second)}
-	if md, _ := second.Metadata(); md.NumDelivered < 2 {
-		t.Fatalf("delivery %d, want a redelivery", md.NumDelivered)
-	}
-	if d, err := healthy(ctx, second); d != idemnats.Acked {
-		t.Fatalf("healthy worker: %v, %v; want acked", d, err)
-	}
-	close(release)
-	a := <-done
-	if a.d != idemnats.Left || !errors.Is(a.err, idem.ErrLeaseLost) {
-		t.Fatalf("zombie: %v, %v; want left with ErrLeaseLost", a.d, a.err)
-	}
-	if n := first.acks.Load() + first.terms.Load() + first.naks.Load(); n != 0 {
-		t.Fatalf("zombie settled its delivery %d times", n)
-	}
-	if n := effects.Load(); n != 2 {
-		t.Fatalf("%d effects, want 2 (the zombie's, which the store could not record, and the takeover's)", n)
+			var first []jetstream.Msg
+			for len(first) < len(orders) {
+				for _, m := range fetchN(t, cons, len(orders)-len(first), time.Second) {
+					if m.Headers().Get("Order-Id") == "order-z" {
+						m.Headers().Set("Zombie", "1")
+					}
+					first = append(first, &recording{Msg: m})
+				}
+			}
+			type answer struct {
+				ds   []idemnats.Disposition
+				errs []error
+			}
+			done := make(chan answer, 1)
+			// A deadline marked EndsAtDeadline gives the claims a lease of
+			// that length and no renewal: the zombie loses its key when the
+			// deadline passes, as a paused process would.
+			zctx, cancel := context.WithTimeout(idem.EndsAtDeadline(ctx), 300*time.Millisecond)
+			defer cancel()
+			go func() {
+				ds, errs := zombie(zctx, first)
+				done <- answer{ds, errs}
+			}()
+			<-started
+			// JetStream redelivers order-z after AckWait; the healthy worker
+			// takes the lapsed claim over and completes it. order-ok was
+			// acked by its own verdict meanwhile, while the zombie stalls:
+			// it does not come back.
+			deadline := time.Now().Add(10 * time.Second)
+			for acked := false; !acked; {
+				if time.Now().After(deadline) {
+					t.Fatal("order-z never acked by the healthy worker")
+				}
+				msgs := fetchN(t, cons, 1, 5*time.Second)
+				ds, errs := healthy(ctx, msgs)
+				for i, m := range msgs {
+					if m.Headers().Get("Order-Id") != "order-z" {
+						continue
+					}
+					if md, _ := m.Metadata(); md.NumDelivered < 2 {
+						t.Fatalf("delivery %d, want a redelivery", md.NumDelivered)
+					}
+					if ds[i] != idemnats.Acked {
+						t.Fatalf("healthy worker: %v, %v; want acked", ds[i], errs[i])
+					}
+					acked = true
+				}
+			}
+			for _, m := range first {
+				if r := m.(*recording); r.Headers().Get("Order-Id") == "order-ok" && r.acks.Load() != 1 {
+					t.Fatalf("order-ok acked %d times while the zombie stalls, want once", r.acks.Load())
+				}
+			}
+			close(release)
+			a := <-done
+			for i, m := range first {
+				r := m.(*recording)
+				n := r.acks.Load() + r.terms.Load() + r.naks.Load()
+				if r.Headers().Get("Order-Id") == "order-z" {
+					if a.ds[i] != idemnats.Left || !errors.Is(a.errs[i], idem.ErrLeaseLost) {
+						t.Fatalf("zombie: %v, %v; want left with ErrLeaseLost", a.ds[i], a.errs[i])
+					}
+					if n != 0 {
+						t.Fatalf("zombie settled its delivery %d times", n)
+					}
+					continue
+				}
+				if a.ds[i] != idemnats.Acked || r.acks.Load() != 1 || n != 1 {
+					t.Fatalf("the zombie's other message: %v, %v (acks %d, settled %d); want acked once", a.ds[i], a.errs[i], r.acks.Load(), n)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := map[string]int{"order-z": 2} // the zombie's, which the store could not record, and the takeover's
+			if pa.batch {
+				want["order-ok"] = 1
+			}
+			if fmt.Sprint(effects) != fmt.Sprint(want) {
+				t.Fatalf("effects %v; want %v", effects, want)
+			}
+		})
 	}
 }
 
