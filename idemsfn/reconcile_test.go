@@ -177,7 +177,12 @@ func TestReconcilerRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	reports := make(chan idemsfn.Report)
-	rc := reconciler(t, s, &idemsfn.ReconcilerConfig{Interval: 10 * time.Second, OnRun: func(rep idemsfn.Report, err error) {
+	// The interval is the record's expected completion: the clock's
+	// Advance fires the next run at the timer's own time (the first run's
+	// + Interval), which must be past the record's lease; with a shorter
+	// interval the run could read the clock before Advance reached its
+	// end and find the record still waiting.
+	rc := reconciler(t, s, &idemsfn.ReconcilerConfig{Interval: time.Minute, OnRun: func(rep idemsfn.Report, err error) {
 		if err != nil {
 			t.Error(err)
 		}
