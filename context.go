@@ -92,7 +92,9 @@ type endsAtDeadlineKey struct{}
 // invocation that timed out (idemlambda marks every invocation so). The
 // claim of an operation run in such a context holds until the deadline and
 // is not renewed: its holder is gone there, so a retry takes the key over
-// as soon as the deadline has passed. Without the mark a deadline only sets
+// once the deadline has passed (on the store's clock: within the error
+// bound of the engines' readings of it, about a second on DynamoDB; see
+// Config.ClockSync). Without the mark a deadline only sets
 // the first lease, which the engine renews while the operation runs.
 //
 // Never mark the context of a caller who merely stops waiting at its
