@@ -91,6 +91,9 @@ func (d *doctor) run(ctx context.Context, probes int) {
 		d.ok("configuration", "the store's own check passed")
 	}
 	d.roundTrip(ctx, s, probes)
+	if t, ok := s.(store.ServerTimer); ok {
+		d.clock(ctx, t)
+	}
 	if b, ok := s.(diskFreer); ok {
 		d.disk(b.DiskFree())
 	}
@@ -100,6 +103,30 @@ func (d *doctor) run(ctx context.Context, probes int) {
 	if r, ok := s.(replicator); ok {
 		d.replication(ctx, r)
 	}
+}
+
+// maxClockOffset is the engine's default Config.MaxClockOffset: beyond it
+// an engine takes over no claim (docs/state-machine.md, "One clock").
+const maxClockOffset = time.Minute
+
+// clock compares this machine's clock (idemctl's) with the store's: an
+// engine corrects its timestamps by the offset, but takes over no claim
+// whose lease has passed while the offset is beyond MaxClockOffset.
+func (d *doctor) clock(ctx context.Context, t store.ServerTimer) {
+	before := d.c.now()
+	at, err := t.ServerTime(ctx)
+	if err != nil {
+		d.problem("clock", "cannot read the store's clock: "+err.Error(), openFix(err))
+		return
+	}
+	after := d.c.now()
+	offset := at.Sub(before.Add(after.Sub(before) / 2)).Round(time.Millisecond)
+	if offset > maxClockOffset || offset < -maxClockOffset {
+		d.problem("clock", fmt.Sprintf("this machine's clock is %v from the store's, beyond the %v within which an engine here takes over claims whose lease has passed (it still runs nothing twice)", offset, maxClockOffset),
+			"synchronise this machine's clock (NTP), or raise Config.MaxClockOffset")
+		return
+	}
+	d.ok("clock", "%v from the store's (engines correct their timestamps by it)", offset)
 }
 
 // replicator is a store that says how its masters replicate

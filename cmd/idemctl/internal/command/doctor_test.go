@@ -24,7 +24,13 @@ import (
 // code, stdout and stderr.
 func doctorOn(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
-	f := &fixture{t: t, clock: clocktest.New(time.Now()), getenv: map[string]string{}}
+	return doctorAt(t, time.Now(), url, args...)
+}
+
+// doctorAt is doctorOn with idemctl's clock at now.
+func doctorAt(t *testing.T, now time.Time, url string, args ...string) (int, string, string) {
+	t.Helper()
+	f := &fixture{t: t, clock: clocktest.New(now), getenv: map[string]string{}}
 	var out, errb syncBuffer
 	env := f.env(&out, &errb)
 	env.OpenReadOnly = func(ctx context.Context, url string) (store.Store, func() error, error) {
@@ -86,9 +92,17 @@ type checkedPG struct {
 	durabler
 }
 
+func (c checkedPG) ServerTime(ctx context.Context) (time.Time, error) {
+	return c.Store.(store.ServerTimer).ServerTime(ctx)
+}
+
 type checkedRedis struct {
 	withCheck
 	replicator
+}
+
+func (c checkedRedis) ServerTime(ctx context.Context) (time.Time, error) {
+	return c.Store.(store.ServerTimer).ServerTime(ctx)
 }
 
 // wantDoctor checks doctor's exit code and that its output has each of want.
@@ -183,7 +197,12 @@ func TestDoctorBolt(t *testing.T) {
 func TestDoctorRedis(t *testing.T) {
 	addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
 	code, out, _ := doctorOn(t, fmt.Sprintf("redis://%s/0?prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
-	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       round trip", "ok       replicas", "0 online, WaitReplicas 0", "no problems found")
+	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       round trip", "ok       clock", "ok       replicas", "0 online, WaitReplicas 0", "no problems found")
+
+	// This machine's clock 5 minutes ahead of the store's: an engine here
+	// would take over no claim.
+	code, out, _ = doctorAt(t, time.Now().Add(5*time.Minute), fmt.Sprintf("redis://%s/0?prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
+	wantDoctor(t, code, out, ExitError, "PROBLEM  clock", "from the store's, beyond the 1m0s", "fix: synchronise this machine's clock")
 
 	// WaitReplicas above the replicas the server has: every write fails.
 	code, out, _ = doctorOn(t, fmt.Sprintf("redis://%s/0?waitreplicas=1&prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
@@ -212,7 +231,7 @@ func TestDoctorPostgres(t *testing.T) {
 	f.must("migrate")
 
 	code, out, _ := doctorOn(t, url)
-	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       synchronous_commit", "ok       standbys", "no problems found")
+	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       clock", "ok       synchronous_commit", "ok       standbys", "no problems found")
 
 	code, out, _ = doctorOn(t, url+"&synchronous_commit=off")
 	wantDoctor(t, code, out, ExitError, "PROBLEM  synchronous_commit", "off: a crash of the server can lose outcomes", "ALTER ROLE")
