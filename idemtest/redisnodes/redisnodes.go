@@ -211,6 +211,14 @@ func Start(t testing.TB, args ...string) string {
 	return start(t, t.TempDir(), freePort(t, false), args...)
 }
 
+// StartIn is Start with the server's folder dir (a t.TempDir of the
+// test's), where it keeps its pid file, so that Kill(t, dir) can end it
+// while the test runs.
+func StartIn(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	return start(t, dir, freePort(t, false), append([]string{"--pidfile", filepath.Join(dir, "pid")}, args...)...)
+}
+
 // StartCluster starts a Redis Cluster of the test's own with masters
 // masters and no replicas (each a server as Start starts them, with
 // cluster-enabled), creates it with redis-cli --cluster create, waits until

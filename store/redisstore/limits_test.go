@@ -3,10 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,63 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
-	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
-
-// redisProc is a redis-server of the test's own on a free loopback port,
-// run with args (no persistence), stopped by its PID when the test ends or
-// by kill.
-type redisProc struct {
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startRedis(t *testing.T, args ...string) *redisProc {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		testenv.Missing(t, "no redis-server on PATH")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	dir := t.TempDir()
-	cmd := exec.Command(bin, append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--daemonize", "no", "--logfile", dir + "/log"}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &redisProc{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(r.done) }()
-	t.Cleanup(r.kill)
-	c := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1})
-	defer c.Close()
-	for i := 0; c.Ping(context.Background()).Err() != nil; i++ {
-		if i == 500 {
-			log, _ := os.ReadFile(dir + "/log")
-			t.Fatalf("redis-server on %s does not answer: %s", r.addr, log)
-		}
-		time.Sleep(10 * time.Millisecond) // another process starting
-	}
-	return r
-}
-
-// kill SIGKILLs the server and waits until it is gone.
-func (r *redisProc) kill() {
-	select {
-	case <-r.done:
-		return
-	default:
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.done
-}
 
 // waitCounter counts the WAIT commands a client sends, alone or in a
 // pipeline.
@@ -102,9 +46,10 @@ func (c *waitCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // through the engine too) sends no WAIT, while a new claim still waits and
 // fails as unavailable. The WAITs are counted through the client's hook.
 func TestReplayDoesNotWaitForReplicas(t *testing.T) {
-	primary := startRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := startRedis(t, "--replicaof", strings.Replace(primary.addr, ":", " ", 1))
-	rc := newClient(t, replica.addr)
+	primary := redisnodes.Start(t, "--repl-diskless-sync-delay", "0")
+	replicaDir := t.TempDir()
+	replica := redisnodes.StartIn(t, replicaDir, "--replicaof", strings.Replace(primary, ":", " ", 1))
+	rc := newClient(t, replica)
 	for i := 0; ; i++ {
 		info, err := rc.Info(context.Background(), "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
@@ -115,7 +60,7 @@ func TestReplayDoesNotWaitForReplicas(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // another process syncing
 	}
-	pc := newClient(t, primary.addr, func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = 0, 0 })
+	pc := newClient(t, primary, func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = 0, 0 })
 	replicas := func() string {
 		info, err := pc.Info(context.Background(), "replication").Result()
 		if err != nil {
@@ -165,11 +110,11 @@ func TestReplayDoesNotWaitForReplicas(t *testing.T) {
 		t.Fatalf("after a new claim: %d WAITs, want 3", n)
 	}
 
-	if r, err := s.Replication(ctx); err != nil || r.WaitReplicas != 1 || len(r.Masters) != 1 || r.Masters[0] != (redisstore.MasterReplication{Addr: primary.addr, Role: "master", Online: 1}) {
+	if r, err := s.Replication(ctx); err != nil || r.WaitReplicas != 1 || len(r.Masters) != 1 || r.Masters[0] != (redisstore.MasterReplication{Addr: primary, Role: "master", Online: 1}) {
 		t.Fatalf("replication with the replica up: %+v %v", r, err)
 	}
 
-	replica.kill()
+	redisnodes.Kill(t, replicaDir)
 	for i := 0; !strings.Contains(replicas(), "connected_slaves:0"); i++ {
 		if i == 1000 {
 			t.Fatalf("the primary still counts its replica: %s", replicas())
@@ -221,9 +166,9 @@ func TestReplayDoesNotWaitForReplicas(t *testing.T) {
 // record; the engine runs nothing; the record another client holds stays
 // as it was, and calls work again once a connection is free.
 func TestMaxClientsIsUnavailable(t *testing.T) {
-	r := startRedis(t, "--maxclients", "3")
+	r := redisnodes.Start(t, "--maxclients", "3")
 	ctx := context.Background()
-	a := newClient(t, r.addr, func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout, o.PoolSize = 0, 0, 1 })
+	a := newClient(t, r, func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout, o.PoolSize = 0, 0, 1 })
 	sa, err := redisstore.New(a, &redisstore.Config{Prefix: "limits:"})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +183,7 @@ func TestMaxClientsIsUnavailable(t *testing.T) {
 	// Two more connections take the server's last places.
 	var held []net.Conn
 	for range 2 {
-		c, err := net.Dial("tcp", r.addr)
+		c, err := net.Dial("tcp", r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +202,7 @@ func TestMaxClientsIsUnavailable(t *testing.T) {
 		}
 	}()
 
-	b := newClient(t, r.addr, func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = 0, 0 })
+	b := newClient(t, r, func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = 0, 0 })
 	sb, err := redisstore.New(b, &redisstore.Config{Prefix: "limits:"})
 	if err != nil {
 		t.Fatal(err)
