@@ -14,31 +14,24 @@ import (
 // pipeline), so that no script holds Redis for long.
 const batchMax = 128
 
-// scripted sends a batch of writes (the single-key script whose batch form
-// is bsc, with args(i) — width arguments — on keys[i]) as one invocation
-// of bsc per node and per batchMax records, a node's invocations in one
-// pipeline with its WAIT when Config.WaitReplicas is set; by the script's
-// SHA-1, and once more with its source (EVAL) on NOSCRIPT. It hands each
-// record's reply to answer: the single-key script's reply (v), or the
-// invocation's error (err), with the WAIT of its pipeline.
+// scripted sends a batch of writes (one(i): the arguments of the
+// single-key script sc for keys[i]) as one invocation of its batch form
+// bsc per node and per batchMax records (batch(i): the record's arguments
+// after its key in bsc's ARGV, which starts with the number of records),
+// a node's invocations in one pipeline with its WAIT when
+// Config.WaitReplicas is set; by the script's SHA-1, and once more with
+// its source (EVAL) on NOSCRIPT. It hands each record's reply to answer:
+// the single-key script's reply (v), or the invocation's error (err), with
+// the WAIT of its pipeline.
 //
 // On Redis Cluster the records are grouped by master (Store.groups), and
 // an invocation the cluster refuses as a whole because a slot moved (a
 // redirect, or a key no longer local) goes again one script per key
 // through the cluster client's pipeline, which follows redirects.
-func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, keys []string, errs []error, width int, args func(i int) []any, wrote func(v any) bool, answer func(i int, v any, err error, w *redis.IntCmd)) {
+func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, keys []string, errs []error, one, batch func(i int) []any, answer func(i int, v any, err error, w *redis.IntCmd)) {
 	var moved []int // records to send again one by one
 	run := func(g group, idx []int, source bool) (noscript []int) {
-		// With wrote (claims) and WaitReplicas, the invocations go on a
-		// connection of their own and WAIT follows only if a record was
-		// written: a batch of replays waits for no replica (see send).
-		var conn *redis.Conn
 		pipe := g.pipe()
-		if s.cfg.WaitReplicas > 0 && wrote != nil && g.conn != nil {
-			conn = g.conn()
-			defer conn.Close()
-			pipe = conn.Pipeline()
-		}
 		var chunks [][]int
 		for len(idx) > 0 {
 			n := min(len(idx), batchMax)
@@ -46,32 +39,25 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 		}
 		cmds := make([]*redis.Cmd, len(chunks))
 		for c, chunk := range chunks {
-			a := make([]any, 0, 2+len(chunk)*(1+width))
-			a = append(a, len(chunk), width)
+			var a []any
 			for _, i := range chunk {
+				ai := batch(i)
+				if a == nil {
+					a = make([]any, 0, 1+len(chunk)*(1+len(ai)))
+					a = append(a, len(chunk))
+				}
 				a = append(a, s.rkey(keys[i]))
-				a = append(a, args(i)...)
+				a = append(a, ai...)
 			}
-			first := []string{s.rkey(keys[chunk[0]])}
-			if source {
-				cmds[c] = pipe.Eval(ctx, scriptSources[bsc], first, a...)
-			} else {
-				cmds[c] = bsc.EvalSha(ctx, pipe, first, a...)
-			}
+			cmds[c] = scriptCmd(ctx, bsc, s.rkey(keys[chunk[0]]), a, source)
+			_ = pipe.Process(ctx, cmds[c])
 		}
 		var w *redis.IntCmd
-		if s.cfg.WaitReplicas > 0 && conn == nil { // on the pipeline's connection: see send
+		if s.cfg.WaitReplicas > 0 { // on the pipeline's connection: see send
 			w = s.waitCmd(ctx)
 			_ = pipe.Process(ctx, w)
 		}
 		_, _ = pipe.Exec(ctx) // errors are per command
-		type reply struct {
-			chunk []int
-			vs    []any
-			err   error
-		}
-		replies := make([]reply, 0, len(chunks))
-		written := false
 		for c, chunk := range chunks {
 			vs, err := cmds[c].Slice()
 			switch {
@@ -84,21 +70,11 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 			case err == nil && len(vs) != len(chunk):
 				err = fmt.Errorf("redisstore: the batch script answered %d replies for %d records", len(vs), len(chunk))
 			}
-			if err == nil && conn != nil && !written {
-				written = slices.ContainsFunc(vs, wrote)
-			}
-			replies = append(replies, reply{chunk, vs, err})
-		}
-		if written {
-			w = s.waitCmd(ctx)
-			_ = conn.Process(ctx, w)
-		}
-		for _, r := range replies {
-			for j, i := range r.chunk {
-				if r.err != nil {
-					answer(i, nil, r.err, w)
+			for j, i := range chunk {
+				if err != nil {
+					answer(i, nil, err, w)
 				} else {
-					answer(i, r.vs[j], nil, w)
+					answer(i, vs[j], nil, w)
 				}
 			}
 		}
@@ -118,11 +94,9 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 		for j, i := range moved {
 			sub[j] = keys[i]
 		}
-		var wroteCmd func(*redis.Cmd) bool
-		if wrote != nil {
-			wroteCmd = func(c *redis.Cmd) bool { v, err := c.Result(); return err == nil && wrote(v) }
-		}
-		s.batch(ctx, op, sc, sub, subErrs, func(j int) []any { return args(moved[j]) }, wroteCmd, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
+		s.pipelined(ctx, op, sub, subErrs, func(j int, source bool) *redis.Cmd {
+			return scriptCmd(ctx, sc, s.rkey(sub[j]), one(moved[j]), source)
+		}, nil, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
 			v, err := cmd.Result()
 			answer(moved[j], v, err, w)
 		})
@@ -134,6 +108,70 @@ func (s *Store) scripted(ctx context.Context, op string, sc, bsc *redis.Script, 
 	}
 }
 
+// pipelined sends one command per key (cmd(i, source) for keys[i];
+// source asks a script's command to carry its source rather than its
+// SHA-1) in one pipeline per group (see groups), each with its WAIT when
+// Config.WaitReplicas is set, sends those Redis had no script for
+// (NOSCRIPT) once more with source, as a single call does (the documented
+// ACL has no SCRIPT LOAD), and hands each command to answer (with the
+// WAIT of its pipeline). When wrote is given (claims, which may write
+// nothing: see send), a group's pipeline goes down a connection of its
+// own and its WAIT follows on that connection only if wrote says one of
+// its commands wrote.
+func (s *Store) pipelined(ctx context.Context, op string, keys []string, errs []error, cmd func(i int, source bool) *redis.Cmd, wrote func(redis.Cmder) bool, answer func(i int, cmd *redis.Cmd, w *redis.IntCmd)) {
+	run := func(g group, idx []int, source bool) (noscript []int) {
+		var conn *redis.Conn
+		pipe := g.pipe
+		if s.cfg.WaitReplicas > 0 && wrote != nil && g.conn != nil {
+			conn = g.conn()
+			defer conn.Close()
+			pipe = conn.Pipeline
+		}
+		p := pipe()
+		cmds := make([]*redis.Cmd, len(idx))
+		for j, i := range idx {
+			cmds[j] = cmd(i, source)
+			_ = p.Process(ctx, cmds[j])
+		}
+		var w *redis.IntCmd
+		if s.cfg.WaitReplicas > 0 && conn == nil { // on the pipeline's connection: see send
+			w = s.waitCmd(ctx)
+			_ = p.Process(ctx, w)
+		}
+		_, _ = p.Exec(ctx) // errors are per command
+		if conn != nil && slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return wrote(c) }) {
+			w = s.waitCmd(ctx)
+			_ = conn.Process(ctx, w)
+		}
+		for j, i := range idx {
+			if err := cmds[j].Err(); err != nil && noScript(err.Error()) {
+				noscript = append(noscript, i)
+				continue
+			}
+			answer(i, cmds[j], w)
+		}
+		return noscript
+	}
+	for _, g := range s.groups(ctx, op, keys, errs, false) {
+		// Those not executed (NOSCRIPT: Redis ran none of them, so the
+		// order of the keys still holds) go again with the source, which
+		// also caches the script for the next batch.
+		if again := run(g, g.idx, false); len(again) > 0 {
+			run(g, again, true)
+		}
+	}
+}
+
+// scriptCmd is the command that runs sc on key with args: by its SHA-1,
+// or, with source, its source.
+func scriptCmd(ctx context.Context, sc *redis.Script, key string, args []any, source bool) *redis.Cmd {
+	a := evalArgs(sc, key, args)
+	if source {
+		toSource(a, sc)
+	}
+	return redis.NewCmd(ctx, a...)
+}
+
 // slotMoved reports whether a whole invocation was refused because a key
 // is not, or no longer, served by the node it was sent to.
 func slotMoved(msg string) bool {
@@ -142,7 +180,7 @@ func slotMoved(msg string) bool {
 }
 
 // raised returns the message of an error a batch script raised for one
-// record: its reply {-2, message} (batch.lua).
+// record: its reply {-2, message} (complete.lua).
 func raised(v []any) (string, bool) {
 	if len(v) != 2 {
 		return "", false

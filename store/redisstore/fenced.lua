@@ -9,26 +9,12 @@
 -- holds another claim or is in another status (the client decodes it, and
 -- also answers expired from it); an error 'idem: ...' when the stored
 -- record is damaged or the key holds another type.
-local k, t = KEYS[1], ARGV[2]
-local v = redis.pcall('GET', k)
-if not v then return 1 end
-if type(v) == 'table' then return redis.error_reply('idem: the key holds another type than a record') end
-if string.sub(v, 1, #t) ~= t then return v end
-local p = #t + 1
-local st = string.byte(v, p) - 48
-local q = string.find(v, ';', p + 1, true)
-local e = q and tonumber(string.sub(v, p + 1, q - 1))
-if not e then return redis.error_reply('idem: record expiry not a number') end
-if tonumber(ARGV[3]) >= e then return 1 end
-if st ~= tonumber(ARGV[4]) then return v end
-local op = ARGV[1]
-local r = string.find(v, ':', q + 1, true)
-local n = r and tonumber(string.sub(v, q + 1, r - 1))
-if not n then return redis.error_reply('idem: record layout not recognised') end
+--fence.lua--
+local k, t, op = KEYS[1], ARGV[2], ARGV[1]
+local v, q, r, n = held(k, t, tonumber(ARGV[3]), tonumber(ARGV[4]))
+if not v then return q end
 if op == 'settle' then
-  -- Keep the claim's fields (lease, created, fingerprint, ref); replace
-  -- status, expiry, completion time and payload.
-  redis.call('SET', k, t .. ARGV[5] .. ARGV[6] .. ';' .. string.sub(v, q + 1, r + n) .. ARGV[7], 'PXAT', ARGV[6])
+  return settle(k, t, v, q, r, n, ARGV[5], ARGV[6], ARGV[7])
 elseif op == 'release' then
   redis.call('DEL', k)
 elseif op == 'extend' then

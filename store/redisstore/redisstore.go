@@ -93,34 +93,34 @@ import (
 //go:embed claim.lua
 var claimSrc string
 
-//go:embed fenced.lua
-var fencedSrc string
+//go:embed fence.lua
+var fenceSrc string
 
-//go:embed batch.lua
-var batchSrc string
+//go:embed fenced.lua
+var fencedMain string
+
+//go:embed complete.lua
+var completeMain string
 
 var (
-	claimScript  = redis.NewScript(claimSrc)
-	fencedScript = redis.NewScript(fencedSrc)
+	claimScript = redis.NewScript(claimSrc)
 
-	// claimBatchSrc and fencedBatchSrc run claim.lua and fenced.lua for
-	// every record of a batch on one node, in one invocation (batch.lua).
-	claimBatchSrc     = batchSource(claimSrc)
-	fencedBatchSrc    = batchSource(fencedSrc)
-	claimBatchScript  = redis.NewScript(claimBatchSrc)
-	fencedBatchScript = redis.NewScript(fencedBatchSrc)
+	// fencedSrc and completeSrc decide each write by the same code
+	// (fence.lua): one write, and a batch of Completes in one invocation.
+	fencedSrc      = withFence(fencedMain)
+	completeSrc    = withFence(completeMain)
+	fencedScript   = redis.NewScript(fencedSrc)
+	completeScript = redis.NewScript(completeSrc)
 
 	// scriptSources are the sources [Store.evalsha] and [Store.script]
 	// send on NOSCRIPT.
-	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc,
-		claimBatchScript: claimBatchSrc, fencedBatchScript: fencedBatchSrc}
+	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc, completeScript: completeSrc}
 )
 
-// batchSource is batch.lua around the body of the single-key script src
-// (its lines after the shebang): the same code decides each record.
-func batchSource(src string) string {
-	_, body, _ := strings.Cut(src, "\n")
-	return strings.Replace(batchSrc, "--BODY--\n", body, 1)
+// withFence is the script src with fence.lua in place of its line
+// "--fence.lua--".
+func withFence(src string) string {
+	return strings.Replace(src, "--fence.lua--\n", fenceSrc, 1)
 }
 
 // Config configures a [Store]. A nil *Config means all defaults.
@@ -397,6 +397,12 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // claimScripted claims p.Key with the claim script.
 func (s *Store) claimScripted(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	cmd, w := s.script(ctx, claimScript, s.rkey(p.Key), claimScriptWrote, s.claimArgs(p)...)
+	return s.claimAnswer(p, cmd, w)
+}
+
+// claimAnswer reads the claim script's reply to p, and the WAIT that
+// followed it when it wrote.
+func (s *Store) claimAnswer(p store.ClaimParams, cmd *redis.Cmd, w *redis.IntCmd) (store.ClaimResult, error) {
 	v, err := cmd.Slice()
 	if err != nil {
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
@@ -413,23 +419,16 @@ func (s *Store) claimScripted(ctx context.Context, p store.ClaimParams) (store.C
 // replay, a conflict), and waits for no replica (see [Store.send]).
 func claimWrote(r reply) bool { return r.kind == '_' }
 
+// claimSetWrote is claimWrote for a SET NX GET sent as a *redis.Cmd (in
+// a batch).
+func claimSetWrote(c redis.Cmder) bool { return c.Err() == redis.Nil }
+
 // claimScriptWrote tells from the claim script's reply whether it wrote:
 // {1, fence, takeover}.
 func claimScriptWrote(c redis.Cmder) bool {
-	v, err := c.(*redis.Cmd).Result()
-	return err == nil && claimReplyWrote(v)
+	v, err := c.(*redis.Cmd).Slice()
+	return err == nil && len(v) > 0 && v[0] == int64(1)
 }
-
-// claimReplyWrote reports whether a claim script's reply (one record's,
-// also in a batch) says it wrote (a new claim or a takeover): {1, fence,
-// takeover}.
-func claimReplyWrote(reply any) bool {
-	v, ok := reply.([]any)
-	return ok && len(v) > 0 && v[0] == int64(1)
-}
-
-// claimWidth is the number of arguments claimArgs gives the claim script.
-const claimWidth = 4
 
 func (s *Store) claimArgs(p store.ClaimParams) []any {
 	hold := "0"
@@ -495,11 +494,13 @@ func scriptCorrupt(key string, v []any) error {
 	return &store.CorruptError{Key: key, Reason: reason}
 }
 
-// ClaimBatch implements [store.BatchClaimer]: the claim script decides
-// every key, all of a batch's keys in one invocation of its batch form
-// (batch.lua; on Redis Cluster one per master, and one per 128 keys), so
-// the batch is one round trip and one script call (plus one more if the
-// script must be loaded first). The keys are decided in order, so a key
+// ClaimBatch implements [store.BatchClaimer] as Claim does, for every
+// claim in one pipeline: one SET NX GET per claim (no script), so that a
+// batch of new keys and duplicates costs Redis what hand-written SET NX
+// commands would, in one round trip. The claims whose record may have to
+// be taken over (expired, or its lease passed), and every later claim of
+// the same key, which must see what the first decides, go in a second
+// pipeline through the claim script, in order, as Claim sends one. A key
 // named twice sees its first claim. Results and errors are per key, in the
 // order of ps; a failed claim has a nil-Record result and an error.
 func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store.ClaimResult, []error) {
@@ -509,27 +510,61 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	for i, p := range ps {
 		keys[i] = p.Key
 	}
-	s.scripted(ctx, "claim", claimScript, claimBatchScript, keys, errs, claimWidth, func(i int) []any { return s.claimArgs(ps[i]) },
-		claimReplyWrote,
-		func(i int, v any, err error, w *redis.IntCmd) {
-			if err != nil {
-				errs[i] = s.translate("claim", ps[i].Key, err)
-				return
+	var again []int              // the claims the claim script decides
+	var scripted map[string]bool // their keys
+	s.pipelined(ctx, "claim", keys, errs, func(i int, _ bool) *redis.Cmd {
+		p := ps[i]
+		return redis.NewCmd(ctx, "set", s.rkey(p.Key), encodeClaim(p), "nx", "get", "pxat", p.ExpiresAt)
+	}, claimSetWrote, func(i int, cmd *redis.Cmd, w *redis.IntCmd) {
+		p := ps[i]
+		v, err := cmd.Text()
+		switch {
+		case err == redis.Nil: // written
+			res[i], _ = store.ApplyClaim(nil, p)
+			errs[i] = s.waited("claim", p.Key, w)
+			return
+		case err != nil:
+			errs[i] = s.translate("claim", p.Key, err)
+			return
+		case scripted[p.Key]:
+			again = append(again, i)
+			return
+		}
+		rec, err := decodeValue(p.Key, v)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		r, write := store.ApplyClaim(rec, p)
+		if write != nil { // expired, or its lease passed: the script decides
+			if scripted == nil {
+				scripted = map[string]bool{}
 			}
-			vs, ok := v.([]any)
-			if msg, raised := raised(vs); raised {
-				errs[i] = s.errorReply("claim", ps[i].Key, reply{kind: '-', str: msg})
-				return
-			}
-			if !ok || len(vs) == 0 {
-				errs[i] = scriptCorrupt(ps[i].Key, vs)
-				return
-			}
-			res[i], errs[i] = s.claimResult(ps[i], vs)
-			if errs[i] == nil && res[i].Acquired {
-				errs[i] = s.waited("claim", ps[i].Key, w)
-			}
-		})
+			scripted[p.Key] = true
+			again = append(again, i)
+			return
+		}
+		res[i] = r // a conflict, or the caller's own claim
+	})
+	if len(again) == 0 {
+		return res, errs
+	}
+	slices.Sort(again) // the groups of a cluster answer one after the other
+	sub, subErrs := make([]string, len(again)), make([]error, len(again))
+	for j, i := range again {
+		sub[j] = keys[i]
+	}
+	s.pipelined(ctx, "claim", sub, subErrs, func(j int, source bool) *redis.Cmd {
+		return scriptCmd(ctx, claimScript, s.rkey(sub[j]), s.claimArgs(ps[again[j]]), source)
+	}, claimScriptWrote, func(j int, cmd *redis.Cmd, w *redis.IntCmd) {
+		i := again[j]
+		res[i], errs[i] = s.claimAnswer(ps[i], cmd, w)
+	})
+	for j, i := range again {
+		if subErrs[j] != nil {
+			errs[i] = subErrs[j]
+		}
+	}
 	return res, errs
 }
 
@@ -578,66 +613,10 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 	return out
 }
 
-// batch sends the writes of a batch (sc with args(i) on keys[i]) in one
-// pipeline per group, each with its WAIT when Config.WaitReplicas is set,
-// by the script's SHA-1, and sends those Redis had no script for once more
-// with the script's source (EVAL, as a single call does: the documented
-// ACL has no SCRIPT LOAD), and hands each reply to answer (with the WAIT
-// of its pipeline). When wrote is given (claims, which may write nothing:
-// see send), a group's pipeline goes down a connection of its own and its
-// WAIT follows on that connection only if wrote says one of its replies
-// is of a write.
-func (s *Store) batch(ctx context.Context, op string, sc *redis.Script, keys []string, errs []error, args func(i int) []any, wrote func(*redis.Cmd) bool, answer func(i int, cmd *redis.Cmd, w *redis.IntCmd)) {
-	run := func(g group, idx []int, source bool) (noscript []int) {
-		var conn *redis.Conn
-		pipe := g.pipe
-		if s.cfg.WaitReplicas > 0 && wrote != nil && g.conn != nil {
-			conn = g.conn()
-			defer conn.Close()
-			pipe = conn.Pipeline
-		}
-		p := pipe()
-		cmds := make([]*redis.Cmd, len(idx))
-		for j, i := range idx {
-			if source {
-				cmds[j] = p.Eval(ctx, scriptSources[sc], []string{s.rkey(keys[i])}, args(i)...)
-			} else {
-				cmds[j] = sc.EvalSha(ctx, p, []string{s.rkey(keys[i])}, args(i)...)
-			}
-		}
-		var w *redis.IntCmd
-		if s.cfg.WaitReplicas > 0 && conn == nil { // on the pipeline's connection: see send
-			w = s.waitCmd(ctx)
-			_ = p.Process(ctx, w)
-		}
-		_, _ = p.Exec(ctx) // errors are per command
-		if conn != nil && slices.ContainsFunc(cmds, wrote) {
-			w = s.waitCmd(ctx)
-			_ = conn.Process(ctx, w)
-		}
-		for j, i := range idx {
-			if err := cmds[j].Err(); err != nil && noScript(err.Error()) {
-				noscript = append(noscript, i)
-				continue
-			}
-			answer(i, cmds[j], w)
-		}
-		return noscript
-	}
-	for _, g := range s.groups(ctx, op, keys, errs, false) {
-		// Those not executed (NOSCRIPT: Redis ran none of them, so the
-		// order of the keys still holds) go again with the source, which
-		// also caches the script for the next batch.
-		if again := run(g, g.idx, false); len(again) > 0 {
-			run(g, again, true)
-		}
-	}
-}
-
 // CompleteBatch implements [store.BatchCompleter]: the Completes in one
-// invocation of the fenced script's batch form (batch.lua; on Redis
-// Cluster one per master, and one per 128 writes), the same fenced code as
-// Complete's deciding each, so each keeps its own condition and answer.
+// invocation of complete.lua (on Redis Cluster one per master, and one per
+// 128 writes), which decides each by the code that decides Complete's
+// (fence.lua), so each keeps its own condition and answer.
 func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
 	errs := make([]error, len(ps))
 	keys := make([]string, 0, len(ps))
@@ -653,10 +632,14 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 		return errs
 	}
 	sent := make([]error, len(keys))
-	s.scripted(ctx, "complete", fencedScript, fencedBatchScript, keys, sent, 7, func(j int) []any {
+	s.scripted(ctx, "complete", fencedScript, completeScript, keys, sent, func(j int) []any {
 		p := ps[idx[j]]
 		return append(s.fencedArgs("settle", p.ClaimRef), "2", p.ExpiresAt, completeTail(p.Now, p.Result))
-	}, nil, func(j int, v any, err error, w *redis.IntCmd) {
+	}, func(j int) []any {
+		p := ps[idx[j]]
+		a := s.fencedArgs("", p.ClaimRef)[1:] // tag, now, from
+		return append(a, p.ExpiresAt, completeTail(p.Now, p.Result))
+	}, func(j int, v any, err error, w *redis.IntCmd) {
 		sent[j] = s.fencedAnswer("complete", ps[idx[j]].ClaimRef, v, err, w)
 	})
 	for j, i := range idx {
@@ -691,8 +674,8 @@ func (s *Store) fencedArgs(op string, c store.ClaimRef) []any {
 
 // fencedAnswer reads the fenced script's reply to one write of a batch
 // (v, or the error of its command or invocation), as fenced reads its
-// own; {-2, message} is the error the script raised for this write alone
-// (batch.lua).
+// own; {-2, message} is the error the script met for this write alone
+// (complete.lua).
 func (s *Store) fencedAnswer(name string, c store.ClaimRef, v any, err error, w *redis.IntCmd) error {
 	if err != nil {
 		return s.translate(name, c.Key, err)

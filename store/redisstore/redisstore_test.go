@@ -176,56 +176,76 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	}
 }
 
+// TestClaimBatch: a batch of claims is one pipeline of SET NX GET, one
+// per claim, and no script: new keys acquired, held and completed keys
+// answered with their live records. A record whose lease passed goes to
+// the claim script in a second pipeline (loaded on NOSCRIPT), and a later
+// claim of its key in the same batch with it, so that it sees the
+// takeover.
 func TestClaimBatch(t *testing.T) {
 	s, c := newStore(t, redisstore.Config{})
-	c.ScriptFlush(context.Background())
+	ctx := context.Background()
+	c.ScriptFlush(ctx)
 	var cnt counter
 	c.AddHook(&cnt)
 	now := time.Now().Add(time.Hour).UnixMilli()
 	mk := func(i int, owner string) store.ClaimParams {
 		return store.ClaimParams{Key: fmt.Sprintf("b#%02d", i), Owner: owner, Fingerprint: "fp", Now: now, LeaseUntil: now + 10_000, ExpiresAt: now + 60_000}
 	}
-	// Five keys held by someone else, one completed.
+	// Five keys held by someone else, one completed; one whose lease has
+	// passed.
 	for i := range 5 {
-		if _, err := s.Claim(context.Background(), mk(i, "other")); err != nil {
+		if _, err := s.Claim(ctx, mk(i, "other")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(context.Background(), store.CompleteParams{ClaimRef: store.ClaimRef{Key: "b#00", Fence: 1, Owner: "other", Now: now}, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "b#00", Fence: 1, Owner: "other", Now: now}, ExpiresAt: now + 60_000, Result: []byte("done")}); err != nil {
 		t.Fatal(err)
 	}
-	ps := make([]store.ClaimParams, 10)
-	for i := range ps {
+	stale := mk(10, "gone")
+	stale.Now, stale.LeaseUntil = now-20_000, now-10_000
+	if _, err := s.Claim(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]store.ClaimParams, 12)
+	for i := range 10 {
 		ps[i] = mk(i, "batch")
 	}
-	pipes := cnt.pipes.Load()
-	res, errs := s.ClaimBatch(context.Background(), ps)
+	ps[10], ps[11] = mk(10, "batch"), mk(10, "batch-b")
+	pipes, piped := cnt.pipes.Load(), cnt.piped.Load()
+	res, errs := s.ClaimBatch(ctx, ps)
 	for i := range ps {
 		if errs[i] != nil {
 			t.Fatalf("claim %d: %v", i, errs[i])
 		}
-		if res[i].Acquired != (i >= 5) {
+		if res[i].Acquired != (i >= 5 && i <= 10) {
 			t.Errorf("claim %d: acquired %v", i, res[i].Acquired)
 		}
 	}
 	if string(res[0].Record.Result) != "done" || res[1].Record.Owner != "other" {
 		t.Errorf("conflicts did not return the live records: %+v, %+v", res[0].Record, res[1].Record)
 	}
-	// Scripts were flushed: one pipeline of EVALSHA, SCRIPT LOAD, one more pipeline.
-	if n := cnt.pipes.Load() - pipes; n != 2 {
-		t.Errorf("batch used %d pipelines, want 2 (the first missed the script)", n)
+	if !res[10].Takeover || res[10].Record.Fence != 2 {
+		t.Errorf("the claim of a record whose lease passed: %+v, want a takeover at fence 2", res[10])
 	}
-	pipes = cnt.pipes.Load()
+	if r := res[11].Record; r == nil || r.Owner != "batch" || r.Fence != 2 {
+		t.Errorf("the key named again: %+v, want the takeover's claim", r)
+	}
+	// The SETs; then the claim script for the last two claims (twice:
+	// EVALSHA missed, scripts were flushed, then EVAL).
+	if p, n := cnt.pipes.Load()-pipes, cnt.piped.Load()-piped; p != 3 || n != 12+2+2 {
+		t.Errorf("batch: %d pipelines of %d commands, want 3 of 16 (12 SET, 2 EVALSHA, 2 EVAL)", p, n)
+	}
 	for i := range ps {
 		ps[i].Owner = "batch-2"
 	}
-	piped := cnt.piped.Load()
-	res, errs = s.ClaimBatch(context.Background(), ps)
+	pipes, piped = cnt.pipes.Load(), cnt.piped.Load()
+	res, errs = s.ClaimBatch(ctx, ps)
 	if n := cnt.pipes.Load() - pipes; n != 1 || errors.Join(errs...) != nil || res[7].Acquired {
 		t.Errorf("second batch: %d pipelines, errs %v; want 1 pipeline and all conflicts", n, errs)
 	}
-	if n := cnt.piped.Load() - piped; n != 1 {
-		t.Errorf("second batch: %d commands, want 1 (the batch script, once for the ten keys)", n)
+	if n := cnt.piped.Load() - piped; n != int64(len(ps)) {
+		t.Errorf("second batch: %d commands, want %d (a SET NX GET each)", n, len(ps))
 	}
 }
 
