@@ -22,7 +22,9 @@ import (
 //
 // BenchmarkBatchRedisCPU sets the store's batch path (ClaimBatch of n new
 // keys, then CompleteBatch of them) beside a hand-written pipelined SET NX
-// + SET per message (a pipeline of n SET NX, then one of n SET), and
+// + SET per message (a pipeline of n SET NX, then one of n SET), and its
+// two halves apart at n = 16 (ClaimBatch beside the SET NX pipeline,
+// CompleteBatch of keys claimed before the turn beside the SET pipeline);
 // duplicates (ClaimBatch of n completed keys) beside a pipeline of n SET
 // NX GET; and the single path (Claim + Complete, Claim of a completed
 // key, at 16 in flight) beside SET NX + SET and SET NX GET at 16 in
@@ -106,6 +108,63 @@ func BenchmarkBatchRedisCPU(b *testing.B) {
 			})
 		})
 	}
+	// The two halves of new/batch/n=16 apart: the claims alone (against
+	// the SET NX alone), and the Completes of keys claimed before the
+	// turn (against the SET alone).
+	const half = 16
+	b.Run(fmt.Sprintf("claim/batch/n=%d", half), func(b *testing.B) {
+		lk, rk := keys()
+		sides(b, a, func(from, to int) error {
+			for i := from; i < to; i += half {
+				if _, err := claimBatch(ctx, s, lk, i, min(i+half, to)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func(from, to int) error {
+			for i := from; i < to; i += half {
+				if err := setNX(ctx, c, rk, i, min(i+half, to)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	b.Run(fmt.Sprintf("complete/batch/n=%d", half), func(b *testing.B) {
+		lk, rk := keys()
+		cs := make([]store.CompleteParams, 0, b.N)
+		for i := 0; i < b.N; i += half {
+			claimed, err := claimBatch(ctx, s, lk, i, min(i+half, b.N))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cs = append(cs, claimed...)
+			if err := setNX(ctx, c, rk, i, min(i+half, b.N)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sides(b, a, func(from, to int) error {
+			for i := from; i < to; i += half {
+				for j, err := range s.CompleteBatch(ctx, cs[i:min(i+half, to)]) {
+					if err != nil {
+						return fmt.Errorf("complete %s: %v", cs[i+j].Key, err)
+					}
+				}
+			}
+			return nil
+		}, func(from, to int) error {
+			for i := from; i < to; i += half {
+				p := c.Pipeline()
+				for j := i; j < min(i+half, to); j++ {
+					p.Set(ctx, rk(j), rawVal, 0)
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
 	const inFlight = 16
 	b.Run(fmt.Sprintf("new/single/c=%d", inFlight), func(b *testing.B) {
 		lk, rk := keys()
@@ -161,9 +220,9 @@ func claimParams(key string, i int) store.ClaimParams {
 		Now: now, LeaseUntil: now + 30_000, ExpiresAt: now + 3_600_000}
 }
 
-// claimComplete claims the keys key(from) … key(to-1) in one ClaimBatch
-// and completes them in one CompleteBatch.
-func claimComplete(ctx context.Context, s *redisstore.Store, key func(int) string, from, to int) error {
+// claimBatch claims the keys key(from) … key(to-1) in one ClaimBatch and
+// returns the Completes of their claims.
+func claimBatch(ctx context.Context, s *redisstore.Store, key func(int) string, from, to int) ([]store.CompleteParams, error) {
 	ps := make([]store.ClaimParams, 0, to-from)
 	for i := from; i < to; i++ {
 		ps = append(ps, claimParams(key(i), i))
@@ -172,10 +231,20 @@ func claimComplete(ctx context.Context, s *redisstore.Store, key func(int) strin
 	cs := make([]store.CompleteParams, len(ps))
 	for j, p := range ps {
 		if errs[j] != nil || !res[j].Acquired {
-			return fmt.Errorf("claim %s: %+v %v", p.Key, res[j], errs[j])
+			return nil, fmt.Errorf("claim %s: %+v %v", p.Key, res[j], errs[j])
 		}
 		cs[j] = store.CompleteParams{ClaimRef: store.ClaimRef{Key: p.Key, Fence: res[j].Record.Fence, Owner: p.Owner, Now: p.Now},
 			ExpiresAt: p.ExpiresAt, Result: rawVal}
+	}
+	return cs, nil
+}
+
+// claimComplete claims the keys key(from) … key(to-1) in one ClaimBatch
+// and completes them in one CompleteBatch.
+func claimComplete(ctx context.Context, s *redisstore.Store, key func(int) string, from, to int) error {
+	cs, err := claimBatch(ctx, s, key, from, to)
+	if err != nil {
+		return err
 	}
 	for j, err := range s.CompleteBatch(ctx, cs) {
 		if err != nil {
@@ -185,9 +254,8 @@ func claimComplete(ctx context.Context, s *redisstore.Store, key func(int) strin
 	return nil
 }
 
-// setNXSet is the hand-written baseline: a pipeline of SET NX, one per
-// key, then a pipeline of SET.
-func setNXSet(ctx context.Context, c *redis.Client, key func(int) string, from, to int) error {
+// setNX is the hand-written claim: a pipeline of SET NX, one per key.
+func setNX(ctx context.Context, c *redis.Client, key func(int) string, from, to int) error {
 	p := c.Pipeline()
 	nx := make([]*redis.BoolCmd, 0, to-from)
 	for i := from; i < to; i++ {
@@ -201,6 +269,16 @@ func setNXSet(ctx context.Context, c *redis.Client, key func(int) string, from, 
 			return fmt.Errorf("SET NX of a new key refused")
 		}
 	}
+	return nil
+}
+
+// setNXSet is the hand-written baseline: a pipeline of SET NX, one per
+// key, then a pipeline of SET.
+func setNXSet(ctx context.Context, c *redis.Client, key func(int) string, from, to int) error {
+	if err := setNX(ctx, c, key, from, to); err != nil {
+		return err
+	}
+	p := c.Pipeline()
 	for i := from; i < to; i++ {
 		p.Set(ctx, key(i), rawVal, 0)
 	}

@@ -242,12 +242,10 @@ func noScript(reply string) bool { return strings.HasPrefix(reply, "NOSCRIPT") }
 // decodes: arrays), and its source once more on NOSCRIPT; with
 // Config.WaitReplicas, followed by a WAIT (see [Store.send]).
 func (s *Store) script(ctx context.Context, sc *redis.Script, key string, wrote func(redis.Cmder) bool, args ...any) (*redis.Cmd, *redis.IntCmd) {
-	a := evalArgs(sc, key, args)
-	cmd := redis.NewCmd(ctx, a...)
+	cmd := scriptCmd(ctx, sc, key, args, false)
 	w := s.send(ctx, key, cmd, wrote)
 	if err := cmd.Err(); err != nil && noScript(err.Error()) {
-		toSource(a, sc)
-		cmd = redis.NewCmd(ctx, a...)
+		cmd = scriptCmd(ctx, sc, key, args, true)
 		w = s.send(ctx, key, cmd, wrote)
 	}
 	return cmd, w
