@@ -170,3 +170,58 @@ func TestClusterBatchOneScriptPerMaster(t *testing.T) {
 		t.Errorf("complete: %d pipelines, %d commands for %d masters", p, n, masters)
 	}
 }
+
+// TestBatchesOnAFullRedis: on a Redis (noeviction) out of memory, every
+// claim of a batch (a new key and a duplicate alike: Redis refuses a SET
+// before it looks at the key) and every Complete of a batch fails on its
+// own as unavailable, never as a damaged record, and changes nothing; once
+// memory is freed the same batches go through.
+func TestBatchesOnAFullRedis(t *testing.T) {
+	t.Parallel()
+	_, admin := ownRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
+	s, err := redisstore.New(admin, &redisstore.Config{Prefix: "full:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	claim := func(key string) store.ClaimParams {
+		return store.ClaimParams{Key: key, Owner: "o", Fingerprint: "fp", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 600_000}
+	}
+	complete := func(key string) store.CompleteParams {
+		return store.CompleteParams{ClaimRef: store.ClaimRef{Key: key, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 600_000, Result: []byte("r")}
+	}
+	if _, errs := s.ClaimBatch(ctx, []store.ClaimParams{claim("done"), claim("held")}); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	if err := s.Complete(ctx, complete("done")); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, admin)
+	claims := []store.ClaimParams{claim("new"), claim("done")}
+	_, errs := s.ClaimBatch(ctx, claims)
+	for i, err := range errs {
+		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("claim %s on a full Redis: %v, want unavailable", claims[i].Key, err)
+		}
+	}
+	for i, err := range s.CompleteBatch(ctx, []store.CompleteParams{complete("held"), complete("new")}) {
+		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("complete %d on a full Redis: %v, want unavailable", i, err)
+		}
+	}
+	if _, err := s.Get(ctx, "new"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused claim: %v, want no record", err)
+	}
+	if r, err := s.Get(ctx, "held"); err != nil || r.Status != store.StatusInProgress {
+		t.Errorf("the refused Complete's record: %+v, %v; want IN_PROGRESS", r, err)
+	}
+	unfill(t, admin)
+	res, errs := s.ClaimBatch(ctx, claims)
+	if errors.Join(errs...) != nil || !res[0].Acquired || res[1].Acquired || res[1].Record.Status != store.StatusCompleted {
+		t.Fatalf("claims after memory was freed: %+v, %v", res, errs)
+	}
+	if err := errors.Join(s.CompleteBatch(ctx, []store.CompleteParams{complete("held"), complete("new")})...); err != nil {
+		t.Fatalf("Completes after memory was freed: %v", err)
+	}
+}

@@ -232,8 +232,9 @@ func TestClaimBatch(t *testing.T) {
 		t.Errorf("the key named again: %+v, want the takeover's claim", r)
 	}
 	// The SETs; then the claim script for the last two claims (twice:
-	// EVALSHA missed, scripts were flushed, then EVAL).
-	if p, n := cnt.pipes.Load()-pipes, cnt.piped.Load()-piped; p != 3 || n != 12+2+2 {
+	// EVALSHA missed, scripts were flushed, then EVAL; once if another
+	// client of the server loaded it meanwhile).
+	if p, n := cnt.pipes.Load()-pipes, cnt.piped.Load()-piped; !(p == 3 && n == 12+2+2 || p == 2 && n == 12+2) {
 		t.Errorf("batch: %d pipelines of %d commands, want 3 of 16 (12 SET, 2 EVALSHA, 2 EVAL)", p, n)
 	}
 	for i := range ps {
