@@ -53,21 +53,8 @@ func BenchmarkBatchRedisCPU(b *testing.B) {
 	for _, n := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("new/batch/n=%d", n), func(b *testing.B) {
 			lk, rk := keys()
-			sides(b, a, func(from, to int) error {
-				for i := from; i < to; i += n {
-					if err := claimComplete(ctx, s, lk, i, min(i+n, to)); err != nil {
-						return err
-					}
-				}
-				return nil
-			}, func(from, to int) error {
-				for i := from; i < to; i += n {
-					if err := setNXSet(ctx, c, rk, i, min(i+n, to)); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			sides(b, a, inBatches(n, func(from, to int) error { return claimComplete(ctx, s, lk, from, to) }),
+				inBatches(n, func(from, to int) error { return setNXSet(ctx, c, rk, from, to) }))
 		})
 	}
 	for _, n := range []int{1, 4, 16, 64} {
@@ -114,21 +101,8 @@ func BenchmarkBatchRedisCPU(b *testing.B) {
 	const half = 16
 	b.Run(fmt.Sprintf("claim/batch/n=%d", half), func(b *testing.B) {
 		lk, rk := keys()
-		sides(b, a, func(from, to int) error {
-			for i := from; i < to; i += half {
-				if _, err := claimBatch(ctx, s, lk, i, min(i+half, to)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, func(from, to int) error {
-			for i := from; i < to; i += half {
-				if err := setNX(ctx, c, rk, i, min(i+half, to)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		sides(b, a, inBatches(half, func(from, to int) error { _, err := claimBatch(ctx, s, lk, from, to); return err }),
+			inBatches(half, func(from, to int) error { return setNX(ctx, c, rk, from, to) }))
 	})
 	b.Run(fmt.Sprintf("complete/batch/n=%d", half), func(b *testing.B) {
 		lk, rk := keys()
@@ -301,6 +275,19 @@ func completed(b *testing.B, ctx context.Context, s *redisstore.Store, c *redis.
 		if _, err := p.Exec(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// inBatches returns a side of a row that calls f on [from, to) in
+// batches of n.
+func inBatches(n int, f func(from, to int) error) func(from, to int) error {
+	return func(from, to int) error {
+		for i := from; i < to; i += n {
+			if err := f(i, min(i+n, to)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 
