@@ -13,14 +13,20 @@ import (
 
 // The stored response is byte for byte what proto.Marshal of its Any gives
 // (so records written before and after read alike), and readAny reads back
-// what it wrote, as proto.Unmarshal of an Any does.
+// what it wrote, as proto.Unmarshal of an Any does. Appended to a used
+// buffer (a pooled one), the bytes before it stay as they were.
 func TestEncodeResponseIsTheAnyEncoding(t *testing.T) {
 	big, _ := structpb.NewStruct(map[string]any{"order": "o-1", "amount": 25.0, "lines": []any{"a", "b"}, "z": map[string]any{"y": true}})
 	for _, m := range []proto.Message{big, &emptypb.Empty{}, wrapperspb.String(string(make([]byte, 300)))} {
-		got, err := encodeResponse(m)
+		prefix := []byte("earlier")
+		out, err := appendResponse(append(make([]byte, 0, 8), prefix...), m)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !bytes.HasPrefix(out, prefix) {
+			t.Fatalf("%T: the buffer's bytes were overwritten: %q", m, out)
+		}
+		got := out[len(prefix):]
 		v, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
@@ -34,7 +40,7 @@ func TestEncodeResponseIsTheAnyEncoding(t *testing.T) {
 			t.Errorf("%T: encoded %x, want %x", m, got, want)
 		}
 		url, value, err := readAny(got)
-		if err != nil || url != a.GetTypeUrl() || !bytes.Equal(value, a.GetValue()) {
+		if err != nil || string(url) != a.GetTypeUrl() || !bytes.Equal(value, a.GetValue()) {
 			t.Errorf("%T: read back %q %x, %v; want %q %x", m, url, value, err, a.GetTypeUrl(), a.GetValue())
 		}
 	}
