@@ -2,9 +2,11 @@ package idemrpc
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -46,5 +48,30 @@ func TestEncodeResponseIsTheAnyEncoding(t *testing.T) {
 	}
 	if _, _, err := readAny([]byte{0x0a, 0x05, 'a'}); err == nil {
 		t.Error("a truncated Any read without an error")
+	}
+}
+
+// decodeResponse gives back the stored message, and a *ResponseError
+// naming the type URL when the type is unknown or the value damaged.
+func TestDecodeResponse(t *testing.T) {
+	g := &Guard{cfg: Config{Types: protoregistry.GlobalTypes}}
+	in := wrapperspb.String("receipt")
+	b, err := appendResponse(nil, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := g.decodeResponse("k", b)
+	if err != nil || !proto.Equal(out, in) {
+		t.Fatalf("decoded %v, %v; want %v", out, err, in)
+	}
+	url := "type.googleapis.com/google.protobuf.StringValue"
+	var re *ResponseError
+	unknown := &Guard{cfg: Config{Types: new(protoregistry.Types)}}
+	if _, err := unknown.decodeResponse("k", b); !errors.As(err, &re) || re.Type != url || re.Key != "k" {
+		t.Errorf("unknown type: %v", err)
+	}
+	damaged := append(bytes.Clone(b[:len(b)-1]), 0xff)
+	if _, err := g.decodeResponse("k", damaged); !errors.As(err, &re) || re.Type != url {
+		t.Errorf("damaged value: %v", err)
 	}
 }

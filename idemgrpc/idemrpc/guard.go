@@ -314,6 +314,9 @@ func appendResponse(b []byte, m proto.Message) ([]byte, error) {
 // cached are not computed again.
 var sized = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
 
+// intoNew decodes into a new message: there is nothing to reset first.
+var intoNew = proto.UnmarshalOptions{Merge: true}
+
 const typeURLPrefix = "type.googleapis.com/"
 
 // decodeResponse decodes a stored response (an Any, see appendResponse)
@@ -332,7 +335,7 @@ func (g *Guard) decodeResponse(key string, b []byte) (proto.Message, error) {
 		return nil, &ResponseError{Key: key, Type: url, Err: err}
 	}
 	m := mt.New().Interface()
-	if err := proto.Unmarshal(value, m); err != nil {
+	if err := intoNew.Unmarshal(value, m); err != nil {
 		return nil, &ResponseError{Key: key, Type: url, Err: err}
 	}
 	return m, nil
