@@ -162,15 +162,22 @@ func validateName(name string) error {
 		return &KeyError{Field: "operation", Value: name, Reason: "longer than 128 characters"}
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '_' || c == ':' || c == '-'
-		if !ok {
+		if !nameByte[name[i]] {
 			return &KeyError{Field: "operation", Value: name, Reason: "only A-Z a-z 0-9 . _ : - are allowed"}
 		}
 	}
 	return nil
 }
+
+// nameByte says which bytes an operation name may hold: A-Z a-z 0-9 . _ : -
+// (a table: names are checked on every call).
+var nameByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+	}
+	return t
+}()
 
 func validateTenant(t string) error {
 	if len(t) > MaxTenantLen {
