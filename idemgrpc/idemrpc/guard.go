@@ -92,10 +92,10 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 	if err != nil {
 		return Outcome{}, err
 	}
-	// One allocation holds the call's state; the transport's closures
-	// stay out of it.
+	// One allocation holds the call's state, which the engine runs as it
+	// is (no closure around it).
 	r := &run{g: g, method: c.Method, statusOf: c.StatusOf, handler: handler}
-	res, err := idem.DoIdentity(ctx, g.eng, id, r.op)
+	res, err := idem.DoRunner[[]byte](ctx, g.eng, id, r)
 	if r.buf != nil {
 		// The engine keeps a copy of the encoded response (JSONCodec,
 		// RawCodec): the buffer is free again.
@@ -132,8 +132,8 @@ type run struct {
 	buf      *[]byte // the pooled buffer the response was encoded into, if any
 }
 
-// op runs the handler and encodes its response for the store.
-func (r *run) op(ctx context.Context) ([]byte, error) {
+// Run runs the handler and encodes its response for the store.
+func (r *run) Run(ctx context.Context) ([]byte, error) {
 	r.ran = true
 	r.resp, r.herr = r.handler(ctx)
 	if r.herr != nil {
