@@ -106,12 +106,12 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 	now, lease, lerr := e.leaseFor(ctx)
 	keep := e.cache != nil && cacheable[T]()
 	for i, id := range ids {
-		t := &typedCall[T]{fn: func(ctx context.Context) (T, error) { return fn(ctx, i) }, keep: keep}
+		t := &typedCall[T]{fn: runFunc[T](func(ctx context.Context) (T, error) { return fn(ctx, i) }), keep: keep}
 		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
 		if e.tracer != nil {
 			t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
 			sp := t.span
-			t.fn = func(ctx context.Context) (T, error) { return fn(sp.Context(ctx), i) }
+			t.fn = runFunc[T](func(ctx context.Context) (T, error) { return fn(sp.Context(ctx), i) })
 		}
 		if out, hit, err := t.cached(store.Millis(now)); hit || lerr != nil {
 			if !hit {

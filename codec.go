@@ -21,6 +21,10 @@ type Codec interface {
 // []byte a base64 string a third larger, and re-encode raw JSON — and
 // decoded back into a *[]byte or *json.RawMessage as a copy of the stored
 // bytes. Bytes inside another type (a struct field) are JSON as usual.
+//
+// With JSONCodec or [RawCodec] the engine keeps a copy of such a result,
+// not the operation's slice: an operation may reuse its buffer (a pooled
+// one) once its call has returned.
 type JSONCodec struct{}
 
 // Marshal returns the bytes of a []byte or json.RawMessage (or a pointer to

@@ -83,6 +83,32 @@ func TestBytesResultsAreStoredRaw(t *testing.T) {
 	}
 }
 
+// TestBytesResultIsCopied: with JSONCodec and RawCodec the engine keeps a
+// copy of a []byte result, not the operation's slice, so an operation may
+// reuse its buffer once the call has returned (idemrpc encodes responses
+// into pooled buffers): a replay, from the store or the local cache, gets
+// the bytes as they were returned.
+func TestBytesResultIsCopied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, cfg := range []idem.Config{{}, {Codec: idem.RawCodec{}}, {Cache: &idem.CacheConfig{MaxEntries: 10}}} {
+		en := setup(t, cfg)
+		buf := []byte("response-1")
+		r := idem.Request{Operation: "reuse", Key: "k"}
+		if _, err := idem.Do(ctx, en.eng, r, func(context.Context) ([]byte, error) { return buf, nil }); err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, "XXXXXXXXXX") // the buffer reused by the next call
+		res, err := idem.Do(ctx, en.eng, r, func(context.Context) ([]byte, error) { t.Fatal("ran again"); return nil, nil })
+		if err != nil || !res.Replayed || string(res.Value) != "response-1" {
+			t.Fatalf("codec %T, cache %v: replay %q, %v", cfg.Codec, cfg.Cache != nil, res.Value, err)
+		}
+		if got := storedResult(t, en, r); string(got) != "response-1" {
+			t.Fatalf("codec %T: stored %q", cfg.Codec, got)
+		}
+	}
+}
+
 // TestJSONCodecBytes pins the codec itself: []byte and json.RawMessage
 // (and pointers to them) as they are, everything else, bytes in a struct
 // included, as encoding/json.

@@ -69,8 +69,27 @@ func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err erro
 // When fn succeeds but its outcome cannot be recorded, the value is still
 // returned; the failure is logged and counted (observe.OutcomeCompleteFailed).
 func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error)) (Result[T], error) {
-	return doTyped(ctx, e, id, fn, nil)
+	return doTyped(ctx, e, id, runFunc[T](fn), nil)
 }
+
+// Runner is an operation given as a value: [DoRunner] calls its Run where
+// [DoIdentity] calls its func. An adapter that keeps a call's state in one
+// value of its own (idemrpc's Guard) passes that value as it is, where a
+// func would be one more allocation per call: a closure around it.
+type Runner[T any] interface {
+	Run(ctx context.Context) (T, error)
+}
+
+// DoRunner is [DoIdentity] for an operation given as a [Runner]: every
+// rule of DoIdentity holds, with op.Run for fn.
+func DoRunner[T any](ctx context.Context, e *Engine, id Identity, op Runner[T]) (Result[T], error) {
+	return doTyped(ctx, e, id, op, nil)
+}
+
+// runFunc is a func as a [Runner].
+type runFunc[T any] func(context.Context) (T, error)
+
+func (f runFunc[T]) Run(ctx context.Context) (T, error) { return f(ctx) }
 
 // DoCompleting is [Do] for an operation that records its own success, in
 // the same transaction as its own writes (idempg.DoTx is built on it):
@@ -115,7 +134,7 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 // doTyped is the typed layer of every call: it runs fn, or completing, an
 // operation that may record its own success (DoCompleting), so that a
 // plain Do pays nothing for it.
-func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
+func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn Runner[T], completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(id.StoreKey.Operation, observe.OutcomeUnprotected)
 		var sp observe.Span
@@ -191,9 +210,9 @@ func typedAnswer[T any](e *Engine, key string, out outcome, err error, ran bool,
 }
 
 // callOp calls fn, or completing with c.
-func callOp[T any](ctx context.Context, fn func(context.Context) (T, error), completing func(context.Context, *Completion[T]) (T, error), c *Completion[T]) (T, error) {
+func callOp[T any](ctx context.Context, fn Runner[T], completing func(context.Context, *Completion[T]) (T, error), c *Completion[T]) (T, error) {
 	if fn != nil {
-		return fn(ctx)
+		return fn.Run(ctx)
 	}
 	return completing(ctx, c)
 }
@@ -201,7 +220,7 @@ func callOp[T any](ctx context.Context, fn func(context.Context) (T, error), com
 // typedCall is a call of an operation returning T.
 type typedCall[T any] struct {
 	holder
-	fn         func(context.Context) (T, error)
+	fn         Runner[T]
 	completing func(context.Context, *Completion[T]) (T, error) // may record its own success (DoCompleting)
 	keep       bool                                             // the local cache may keep the value itself (see cacheable)
 	ran        bool                                             // fn was called

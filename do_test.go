@@ -137,3 +137,56 @@ func (c *countingCodec) Marshal(v any) ([]byte, error) {
 	c.marshals.Add(1)
 	return c.JSONCodec.Marshal(v)
 }
+
+// counter is a Runner: a call's state in a value of its own.
+type counter struct {
+	runs int
+	err  error
+	ran  idem.Claim // the claim of its last run, from its context
+}
+
+func (c *counter) Run(ctx context.Context) (string, error) {
+	c.runs++
+	c.ran, _ = idem.FromContext(ctx)
+	return fmt.Sprint("run ", c.runs), c.err
+}
+
+// DoRunner keeps DoIdentity's rules with op.Run for fn: run once under the
+// claim, replayed after; a terminal error stored and replayed; any other
+// error releases the key for a retry.
+func TestDoRunner(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	id := func(key string) idem.Identity {
+		t.Helper()
+		r := req(key)
+		i, err := r.Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	c := &counter{}
+	res, err := idem.DoRunner(ctx, en.eng, id("a"), c)
+	if err != nil || res.Replayed || res.Value != "run 1" || c.ran.Key != id("a").StoreKey.String() {
+		t.Fatalf("first call: %+v, %v, claim %+v", res, err, c.ran)
+	}
+	res, err = idem.DoRunner(ctx, en.eng, id("a"), c)
+	if err != nil || !res.Replayed || res.Value != "run 1" || c.runs != 1 {
+		t.Fatalf("second call: %+v, %v, %d runs", res, err, c.runs)
+	}
+	failed := &counter{err: idem.Terminal(errors.New("no"), "declined")}
+	for range 2 {
+		if _, err := idem.DoRunner(ctx, en.eng, id("b"), failed); !errors.Is(err, idem.ErrTerminal) || failed.runs != 1 {
+			t.Fatalf("terminal: %v, %d runs", err, failed.runs)
+		}
+	}
+	flaky := &counter{err: errors.New("try again")}
+	for range 2 {
+		_, _ = idem.DoRunner(ctx, en.eng, id("c"), flaky)
+	}
+	if flaky.runs != 2 {
+		t.Fatalf("a retryable error: %d runs, want 2 (the key released)", flaky.runs)
+	}
+}

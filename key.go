@@ -73,8 +73,20 @@ func NewStoreKey(name, tenant string, material []byte) (StoreKey, error) {
 
 // makeKey builds the store key in one allocation; Digest is a slice of it.
 func makeKey(name, tenant string, sum [sha256.Size]byte) StoreKey {
-	var hx [2 * sha256.Size]byte
-	hex.Encode(hx[:], sum[:])
+	k, _ := makeIdentity(name, tenant, sum, nil)
+	return k
+}
+
+// makeIdentity builds the store key and, when fp is not nil, the hex of
+// *fp after it, in one allocation: Digest and the fingerprint returned are
+// slices of it.
+func makeIdentity(name, tenant string, sum [sha256.Size]byte, fp *[sha256.Size]byte) (StoreKey, string) {
+	var hx [4 * sha256.Size]byte
+	n := 2 * sha256.Size
+	hex.Encode(hx[:n], sum[:])
+	if fp != nil {
+		hex.Encode(hx[n:], fp[:])
+	}
 	var b strings.Builder
 	b.Grow(len(name) + 1 + len(tenant) + 1 + len(hx))
 	b.WriteString(name)
@@ -83,9 +95,34 @@ func makeKey(name, tenant string, sum [sha256.Size]byte) StoreKey {
 		b.WriteString(tenant)
 	}
 	b.WriteByte('#')
-	b.Write(hx[:])
+	if fp != nil {
+		b.Write(hx[:])
+	} else {
+		b.Write(hx[:n])
+	}
 	s := b.String()
-	return StoreKey{Operation: name, Tenant: tenant, Digest: s[len(s)-len(hx):], s: s}
+	fingerprint := ""
+	if fp != nil {
+		s, fingerprint = s[:len(s)-n], s[len(s)-n:]
+	}
+	return StoreKey{Operation: name, Tenant: tenant, Digest: s[len(s)-n:], s: s}, fingerprint
+}
+
+// NewIdentity derives the identity of a call whose fingerprint the caller
+// hashed itself (an RPC adapter's request encoding): the store key from the
+// operation name, an optional tenant and the key material, hashed, as
+// [NewStoreKey] derives it, and the fingerprint, the hex of fingerprint.
+// Both are built in one allocation. It fails with a [*KeyError] as
+// NewStoreKey does.
+func NewIdentity(name, tenant string, material []byte, fingerprint [sha256.Size]byte) (Identity, error) {
+	if err := validateName(name); err != nil {
+		return Identity{}, err
+	}
+	if err := validateTenant(tenant); err != nil {
+		return Identity{}, err
+	}
+	k, fp := makeIdentity(name, tenant, sha256.Sum256(material), &fingerprint)
+	return Identity{StoreKey: k, Fingerprint: fp}, nil
 }
 
 // Digest returns the lowercase hex SHA-256 of b.
@@ -125,15 +162,22 @@ func validateName(name string) error {
 		return &KeyError{Field: "operation", Value: name, Reason: "longer than 128 characters"}
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '_' || c == ':' || c == '-'
-		if !ok {
+		if !nameByte[name[i]] {
 			return &KeyError{Field: "operation", Value: name, Reason: "only A-Z a-z 0-9 . _ : - are allowed"}
 		}
 	}
 	return nil
 }
+
+// nameByte says which bytes an operation name may hold: A-Z a-z 0-9 . _ : -
+// (a table: names are checked on every call).
+var nameByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+	}
+	return t
+}()
 
 func validateTenant(t string) error {
 	if len(t) > MaxTenantLen {
@@ -190,7 +234,6 @@ type Identity struct {
 // Identity derives the store key and fingerprint of r. It fails with a
 // [*KeyError] or a [*PayloadError] naming what is wrong.
 func (r *Request) Identity() (Identity, error) {
-	fp := ""
 	var fpSum [sha256.Size]byte
 	if r.Payload != nil {
 		b := r.Payload
@@ -202,28 +245,30 @@ func (r *Request) Identity() (Identity, error) {
 			b = c
 		}
 		fpSum = sha256.Sum256(b)
-		fp = hex.EncodeToString(fpSum[:])
 	}
-	var k StoreKey
 	if r.Key != "" {
 		if len(r.Key) > MaxKeyLen {
 			return Identity{}, &KeyError{Field: "key", Value: r.Key, Reason: "longer than 4096 bytes"}
 		}
-		var err error
-		if k, err = NewStoreKey(r.Operation, r.Tenant, []byte(r.Key)); err != nil {
+		if r.Payload != nil {
+			return NewIdentity(r.Operation, r.Tenant, []byte(r.Key), fpSum)
+		}
+		k, err := NewStoreKey(r.Operation, r.Tenant, []byte(r.Key))
+		if err != nil {
 			return Identity{}, err
 		}
-	} else {
-		if r.Payload == nil {
-			return Identity{}, &KeyError{Field: "key", Value: "", Reason: "empty, and there is no payload to derive it from"}
-		}
-		if err := validateName(r.Operation); err != nil {
-			return Identity{}, err
-		}
-		if err := validateTenant(r.Tenant); err != nil {
-			return Identity{}, err
-		}
-		k = makeKey(r.Operation, r.Tenant, fpSum)
+		return Identity{StoreKey: k}, nil
 	}
-	return Identity{StoreKey: k, Fingerprint: fp}, nil
+	if r.Payload == nil {
+		return Identity{}, &KeyError{Field: "key", Value: "", Reason: "empty, and there is no payload to derive it from"}
+	}
+	if err := validateName(r.Operation); err != nil {
+		return Identity{}, err
+	}
+	if err := validateTenant(r.Tenant); err != nil {
+		return Identity{}, err
+	}
+	// The key is the payload's digest: the fingerprint is the same hex.
+	k := makeKey(r.Operation, r.Tenant, fpSum)
+	return Identity{StoreKey: k, Fingerprint: k.Digest}, nil
 }

@@ -1,6 +1,8 @@
 package idem_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -106,4 +108,59 @@ func FuzzParseStoreKey(f *testing.F) {
 			t.Fatalf("parsed scope %q does not validate: %v", k.Scope(), err)
 		}
 	})
+}
+
+// NewIdentity derives the store key NewStoreKey derives and the hex of the
+// fingerprint given; Request.Identity derives the same for a key and a
+// payload, and for a payload alone a key whose digest is the fingerprint.
+func TestNewIdentity(t *testing.T) {
+	t.Parallel()
+	fp := sha256.Sum256([]byte("request"))
+	for _, tenant := range []string{"", "acme"} {
+		id, err := idem.NewIdentity("charge", tenant, []byte("order-42"), fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := idem.NewStoreKey("charge", tenant, []byte("order-42"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.StoreKey != k || id.StoreKey.String() != k.String() || id.Fingerprint != hex.EncodeToString(fp[:]) {
+			t.Errorf("tenant %q: NewIdentity = %+v %q, want %+v %x", tenant, id.StoreKey, id.Fingerprint, k, fp)
+		}
+		if back, err := idem.ParseStoreKey(id.StoreKey.String()); err != nil || back != k {
+			t.Errorf("tenant %q: ParseStoreKey(%q) = %+v %v", tenant, id.StoreKey.String(), back, err)
+		}
+	}
+	if _, err := idem.NewIdentity("has space", "", []byte("k"), fp); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("bad operation: %v, want ErrInvalidKey", err)
+	}
+	if _, err := idem.NewIdentity("charge", "ten#ant", []byte("k"), fp); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("bad tenant: %v, want ErrInvalidKey", err)
+	}
+
+	payload := []byte(`{"b":1, "a":2}`)
+	canon := sha256.Sum256([]byte(`{"a":2,"b":1}`))
+	r := idem.Request{Operation: "charge", Tenant: "acme", Key: "order-42", Payload: payload}
+	id, err := r.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := idem.NewStoreKey("charge", "acme", []byte("order-42"))
+	if id.StoreKey != k || id.Fingerprint != hex.EncodeToString(canon[:]) {
+		t.Errorf("key and payload: %+v %q", id.StoreKey, id.Fingerprint)
+	}
+	r = idem.Request{Operation: "charge", Payload: payload}
+	id, err = r.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Fingerprint != hex.EncodeToString(canon[:]) || id.StoreKey.String() != "charge#"+id.Fingerprint {
+		t.Errorf("payload alone: %q %q", id.StoreKey.String(), id.Fingerprint)
+	}
+	r = idem.Request{Operation: "charge", Key: "order-42"}
+	k, _ = idem.NewStoreKey("charge", "", []byte("order-42"))
+	if id, err = r.Identity(); err != nil || id.StoreKey != k || id.Fingerprint != "" {
+		t.Errorf("key alone: %+v %q %v", id.StoreKey, id.Fingerprint, err)
+	}
 }

@@ -118,6 +118,15 @@ func RPCWithTenant(operation, tenant, key string) (idem.StoreKey, error) {
 	return idem.NewStoreKey(operation, tenant, []byte(key))
 }
 
+// RPCIdentity is the identity of a call under idemrpc: the store key of
+// [RPCWithTenant] and the fingerprint, the hex of fingerprint (the SHA-256
+// of the call's request material, which idemrpc hashes itself), built in
+// one allocation ([idem.NewIdentity]).
+func RPCIdentity(operation, tenant, key string, fingerprint [sha256.Size]byte) (idem.Identity, error) {
+	var buf [256]byte // the key material, on the stack unless it is long
+	return idem.NewIdentity(operation, tenant, append(buf[:0], key...), fingerprint)
+}
+
 // Key returns the store key of an explicit key: an [idem.Request]'s Key
 // (idem.Do, Begin, idemsfn's Starter.Start), a message id (idemnats'
 // Nats-Msg-Id, idemamqp's MessageId) or what an adapter's Config.Key

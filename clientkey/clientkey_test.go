@@ -83,6 +83,12 @@ func TestFunctionsAreTheMaterialRule(t *testing.T) {
 	eq(k, err, clientkey.Material{Kind: clientkey.KindGateway, Principal: "p", Method: "PUT", Route: "/x", Key: "k"})
 	k, err = clientkey.RPCWithTenant("a.B.C", clientkey.RPCTenant("p"), "k")
 	eq(k, err, clientkey.Material{Kind: clientkey.KindRPC, Method: "/a.B/C", Principal: "p", Key: "k"})
+	fp := sha256.Sum256([]byte("request"))
+	rid, err := clientkey.RPCIdentity("a.B.C", clientkey.RPCTenant("p"), "k", fp)
+	eq(rid.StoreKey, err, clientkey.Material{Kind: clientkey.KindRPC, Method: "/a.B/C", Principal: "p", Key: "k"})
+	if rid.Fingerprint != hex.EncodeToString(fp[:]) {
+		t.Fatalf("RPCIdentity's fingerprint %q", rid.Fingerprint)
+	}
 	id, err := (&idem.Request{Operation: "orders", Tenant: "t", Key: "k"}).Identity()
 	eq(id.StoreKey, err, clientkey.Material{Kind: clientkey.KindKey, Operation: "orders", Tenant: "t", Key: "k"})
 	id, err = (&idem.Request{Operation: "orders", Payload: []byte(`[1, 2]`)}).Identity()

@@ -33,38 +33,73 @@ const PushbackMetadata = "grpc-retry-pushback-ms"
 // that should run once per execution, not once per retry.
 func UnaryServerInterceptor(g *idemrpc.Guard) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		var raw any
-		out, err := g.Do(ctx, idemrpc.Call{
-			Method: info.FullMethod,
-			// The entries the Guard reads, not a copy of all of them
-			// (metadata.FromIncomingContext copies every entry).
-			Metadata: func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) },
-			Request:  req,
-			StatusOf: StatusOf,
-		}, func(ctx context.Context) (proto.Message, error) {
-			var err error
-			raw, err = handler(ctx, req)
-			m, _ := raw.(proto.Message)
+		if _, ok := req.(proto.Message); !ok {
+			return unaryOther(ctx, g, req, info, handler)
+		}
+		// The protobuf codec's call: the handler's answer is a
+		// proto.Message (or nil), the Outcome's Response.
+		out, err := g.Do(ctx, call(ctx, req, info), func(ctx context.Context) (proto.Message, error) {
+			resp, err := handler(ctx, req)
+			m, _ := resp.(proto.Message)
 			return m, err
 		})
-		if out.Ran {
-			if out.Terminal != nil {
-				return nil, status.FromProto(out.Terminal).Err()
+		if out.Ran && out.Terminal == nil {
+			if out.Response == nil {
+				return nil, err
 			}
-			return raw, err
+			return out.Response, err
 		}
-		if out.Replayed {
-			_ = grpc.SetHeader(ctx, replayedMD)
-		}
-		if err != nil {
-			st := g.Status(ctx, info.FullMethod, err)
-			if ms, ok := retryDelayMillis(st); ok {
-				_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackMetadata, ms))
-			}
-			return nil, status.FromProto(st).Err()
-		}
-		return out.Response, nil
+		return answer(ctx, g, info, out, err)
 	}
+}
+
+// unaryOther is the interceptor for a call of another codec than
+// protobuf's: the Guard runs it only when it does not cover it, and its
+// answer, no proto.Message, goes back as it is.
+func unaryOther(ctx context.Context, g *idemrpc.Guard, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	var raw any
+	out, err := g.Do(ctx, call(ctx, req, info), func(ctx context.Context) (proto.Message, error) {
+		var err error
+		raw, err = handler(ctx, req)
+		m, _ := raw.(proto.Message)
+		return m, err
+	})
+	if out.Ran && out.Terminal == nil {
+		return raw, err
+	}
+	return answer(ctx, g, info, out, err)
+}
+
+// call is the Guard's view of a call.
+func call(ctx context.Context, req any, info *grpc.UnaryServerInfo) idemrpc.Call {
+	return idemrpc.Call{
+		Method: info.FullMethod,
+		// The entries the Guard reads, not a copy of all of them
+		// (metadata.FromIncomingContext copies every entry).
+		Metadata: func(name string) []string { return metadata.ValueFromIncomingContext(ctx, name) },
+		Request:  req,
+		StatusOf: StatusOf,
+	}
+}
+
+// answer is the interceptor's answer to a call whose handler did not
+// answer it itself: a stored terminal error (of this call's handler, or
+// replayed), a replayed response, or a refusal.
+func answer(ctx context.Context, g *idemrpc.Guard, info *grpc.UnaryServerInfo, out idemrpc.Outcome, err error) (any, error) {
+	if out.Terminal != nil {
+		return nil, status.FromProto(out.Terminal).Err()
+	}
+	if out.Replayed {
+		_ = grpc.SetHeader(ctx, replayedMD)
+	}
+	if err != nil {
+		st := g.Status(ctx, info.FullMethod, err)
+		if ms, ok := retryDelayMillis(st); ok {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackMetadata, ms))
+		}
+		return nil, status.FromProto(st).Err()
+	}
+	return out.Response, nil
 }
 
 var replayedMD = metadata.Pairs(idemrpc.ReplayedMetadata, "true")

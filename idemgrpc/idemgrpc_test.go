@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -584,5 +585,57 @@ func TestClientKey(t *testing.T) {
 	}
 	if n := e.orders.Creates.Load(); n != 3 {
 		t.Errorf("handler ran %d times, want 3", n)
+	}
+}
+
+// A call of another codec than protobuf's (its request and response no
+// proto.Message) runs through the Guard where it does not cover the call
+// (another method, or no key where none is required), and the handler's
+// answer goes back as it is; a covered call with a key is refused with
+// INTERNAL, the handler not run. A protobuf call's response goes back as
+// the very message the handler returned.
+func TestOtherCodec(t *testing.T) {
+	t.Parallel()
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	eng, err := idem.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemrpc.New(eng, &idemrpc.Config{Files: ordertest.Files, Methods: map[string]idemrpc.Method{ordertest.Create: {}},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	icpt := idemgrpc.UnaryServerInterceptor(g)
+	var runs int
+	handler := func(_ context.Context, req any) (any, error) {
+		runs++
+		if m, ok := req.(*structpb.Struct); ok {
+			return m, nil
+		}
+		return "answer to " + req.(string), nil
+	}
+	keyed := metadata.NewIncomingContext(context.Background(), metadata.Pairs(idemrpc.DefaultKeyMetadata, "k"))
+	for name, c := range map[string]struct {
+		ctx    context.Context
+		method string
+	}{
+		"method not covered": {keyed, ordertest.Get},
+		"no key":             {context.Background(), ordertest.Create},
+	} {
+		res, err := icpt(c.ctx, "req", &grpc.UnaryServerInfo{FullMethod: c.method}, handler)
+		if err != nil || res != "answer to req" {
+			t.Errorf("%s: %v, %v; want the handler's answer", name, res, err)
+		}
+		in := ordertest.Order("o-1", 1)
+		if res, err := icpt(c.ctx, in, &grpc.UnaryServerInfo{FullMethod: c.method}, handler); err != nil || res != any(in) {
+			t.Errorf("%s, protobuf: %v, %v; want the handler's own message", name, res, err)
+		}
+	}
+	before := runs
+	res, err := icpt(keyed, "req", &grpc.UnaryServerInfo{FullMethod: ordertest.Create}, handler)
+	if status.Code(err) != codes.Internal || res != nil || runs != before {
+		t.Errorf("covered call with a key: %v, %v, %d runs; want INTERNAL and no run", res, err, runs-before)
 	}
 }

@@ -48,6 +48,8 @@ type options struct {
 	dialOptions []grpc.DialOption
 	// bare serves without any interceptor (benchmarks' baseline).
 	bare bool
+	// register registers more services on the server.
+	register func(*grpc.Server)
 }
 
 func newEnv(t testing.TB, st store.Store, o options) *env {
@@ -81,6 +83,9 @@ func newEnv(t testing.TB, st store.Store, o options) *env {
 		e.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(idemgrpc.StreamServerInterceptor(g)))
 	}
 	e.srv.RegisterService(&ordertest.ServiceDesc, e.orders)
+	if o.register != nil {
+		o.register(e.srv)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

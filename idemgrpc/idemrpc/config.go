@@ -150,6 +150,10 @@ type Guard struct {
 	eng     *idem.Engine
 	cfg     Config
 	methods map[string]*method
+	// pooled: the engine's codec keeps a copy of a []byte result
+	// (idem.JSONCodec, idem.RawCodec), so responses are encoded into
+	// pooled buffers.
+	pooled bool
 	// byLevel caches the methods ByIdempotencyLevel found covered.
 	byLevel sync.Map // full name → *method
 }
@@ -204,6 +208,10 @@ func New(eng *idem.Engine, cfg *Config) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{eng: eng, cfg: c, methods: make(map[string]*method, len(c.Methods))}
+	switch eng.Config().Codec.(type) {
+	case idem.JSONCodec, idem.RawCodec:
+		g.pooled = true
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {
 		m, err := newMethod(name, c.Methods[name])
 		if err != nil {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"unsafe"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -91,35 +92,19 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 	if err != nil {
 		return Outcome{}, err
 	}
-	var (
-		ran      bool
-		resp     proto.Message
-		herr     error
-		terminal *spb.Status
-	)
-	res, err := idem.DoIdentity(ctx, g.eng, id, func(ctx context.Context) ([]byte, error) {
-		ran = true
-		resp, herr = handler(ctx)
-		if herr != nil {
-			var err error
-			terminal, err = g.outcomeError(herr, c.StatusOf)
-			return nil, err
-		}
-		if resp == nil {
-			herr = fmt.Errorf("idemrpc: %s returned a nil response and a nil error", c.Method)
-			return nil, herr
-		}
-		b, err := encodeResponse(resp)
-		if err != nil {
-			// The handler did its work: a retry must not run it again.
-			return nil, idem.Terminal(err, CodeResponseUnencodable)
-		}
-		return b, nil
-	})
-	if ran {
+	// One allocation holds the call's state, which the engine runs as it
+	// is (no closure around it).
+	r := &run{g: g, method: c.Method, statusOf: c.StatusOf, handler: handler}
+	res, err := idem.DoRunner[[]byte](ctx, g.eng, id, r)
+	if r.buf != nil {
+		// The engine keeps a copy of the encoded response (JSONCodec,
+		// RawCodec): the buffer is free again.
+		buffers.Put(r.buf)
+	}
+	if r.ran {
 		// The handler answered; what the engine made of it (stored,
 		// released, kept) it logs itself.
-		return Outcome{Response: resp, Ran: true, Terminal: terminal}, herr
+		return Outcome{Response: r.resp, Ran: true, Terminal: r.terminal}, r.herr
 	}
 	if err != nil {
 		var te *idem.TerminalError
@@ -130,6 +115,50 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 		return Outcome{}, err
 	}
 	return Outcome{Response: out, Replayed: true}, nil
+}
+
+// run is a covered call's handler, run by the engine, and what it
+// answered.
+type run struct {
+	g        *Guard
+	method   string
+	statusOf func(error) *spb.Status
+	handler  Handler
+
+	ran      bool
+	resp     proto.Message
+	herr     error
+	terminal *spb.Status
+	buf      *[]byte // the pooled buffer the response was encoded into, if any
+}
+
+// Run runs the handler and encodes its response for the store.
+func (r *run) Run(ctx context.Context) ([]byte, error) {
+	r.ran = true
+	r.resp, r.herr = r.handler(ctx)
+	if r.herr != nil {
+		var err error
+		r.terminal, err = r.g.outcomeError(r.herr, r.statusOf)
+		return nil, err
+	}
+	if r.resp == nil {
+		r.herr = fmt.Errorf("idemrpc: %s returned a nil response and a nil error", r.method)
+		return nil, r.herr
+	}
+	var dst []byte
+	if r.g.pooled {
+		r.buf = buffers.Get().(*[]byte)
+		dst = (*r.buf)[:0]
+	}
+	b, err := appendResponse(dst, r.resp)
+	if err != nil {
+		// The handler did its work: a retry must not run it again.
+		return nil, idem.Terminal(err, CodeResponseUnencodable)
+	}
+	if r.buf != nil && cap(b) <= maxPooled {
+		*r.buf = b
+	}
+	return b, nil
 }
 
 // outcomeError is what the engine gets of a handler's error: a terminal
@@ -180,15 +209,11 @@ func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.M
 	if err != nil {
 		return idem.Identity{}, err
 	}
-	k, err := clientkey.RPCWithTenant(m.operation, tenant, key)
-	if err != nil {
-		return idem.Identity{}, err
-	}
 	// One buffer, reused from call to call, takes the fields in order, the
 	// request's deterministic encoding marshalled into it in place after a
 	// length patched in afterwards: no copy of the request's bytes.
-	bp := fpBuffers.Get().(*[]byte)
-	defer fpBuffers.Put(bp)
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
 	b := field((*bp)[:0], m.name)
 	at := len(b)
 	b = binary.BigEndian.AppendUint64(b, 0)
@@ -213,22 +238,23 @@ func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.M
 			b = append(b, v...)
 		}
 	}
-	if cap(b) <= maxPooledFingerprint {
+	if cap(b) <= maxPooled {
 		*bp = b
 	}
-	sum := sha256.Sum256(b)
-	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(sum[:])}, nil
+	// The store key is clientkey.RPC's, which idemctl find and the console
+	// use too; it and the fingerprint take one allocation.
+	return clientkey.RPCIdentity(m.operation, tenant, key, sha256.Sum256(b))
 }
 
 // deterministic is the encoding of everything the Guard hashes or stores:
 // stable for one message definition and one protobuf-go version.
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
-// fpBuffers are the buffers fingerprints are built in; one that grew past
-// maxPooledFingerprint (a large request) is not kept.
-var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+// buffers are the buffers fingerprints are built in and responses encoded
+// into; one that grew past maxPooled (a large message) is not kept.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-const maxPooledFingerprint = 64 << 10
+const maxPooled = 64 << 10
 
 // field appends s, after its length, so that no two field lists hash alike.
 func field(b []byte, s string) []byte {
@@ -254,16 +280,16 @@ func (g *Guard) tenant(ctx context.Context) (string, error) {
 	return clientkey.RPCTenant(p), nil
 }
 
-// encodeResponse encodes a response for the store: a google.protobuf.Any
-// of its deterministic encoding, so a replay finds its type again. The Any
-// (type_url = 1, value = 2, in field order, as deterministic marshalling
-// writes it) is written by hand around the response's encoding, which is
-// marshalled once, into the one buffer returned.
-func encodeResponse(m proto.Message) ([]byte, error) {
+// appendResponse appends the encoding of a response for the store to b: a
+// google.protobuf.Any of its deterministic encoding, so a replay finds its
+// type again. The Any (type_url = 1, value = 2, in field order, as
+// deterministic marshalling writes it) is written by hand around the
+// response's encoding, which is marshalled once, in place.
+func appendResponse(b []byte, m proto.Message) ([]byte, error) {
 	name := m.ProtoReflect().Descriptor().FullName()
 	size := deterministic.Size(m)
 	urlLen := len(typeURLPrefix) + len(name)
-	b := make([]byte, 0, 2+protowire.SizeVarint(uint64(urlLen))+urlLen+protowire.SizeVarint(uint64(size))+size)
+	b = slices.Grow(b, 2+protowire.SizeVarint(uint64(urlLen))+urlLen+protowire.SizeVarint(uint64(size))+size)
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(urlLen))
 	b = append(b, typeURLPrefix...)
@@ -274,7 +300,7 @@ func encodeResponse(m proto.Message) ([]byte, error) {
 	b = protowire.AppendTag(b, 2, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	start := len(b)
-	b, err := deterministic.MarshalAppend(b, m)
+	b, err := sized.MarshalAppend(b, m)
 	if err != nil {
 		return nil, err
 	}
@@ -284,22 +310,32 @@ func encodeResponse(m proto.Message) ([]byte, error) {
 	return b, nil
 }
 
+// sized is deterministic marshalling after a Size call: the sizes it
+// cached are not computed again.
+var sized = proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+
+// intoNew decodes into a new message: there is nothing to reset first.
+var intoNew = proto.UnmarshalOptions{Merge: true}
+
 const typeURLPrefix = "type.googleapis.com/"
 
-// decodeResponse decodes a stored response (an Any, see encodeResponse)
+// decodeResponse decodes a stored response (an Any, see appendResponse)
 // into a new message of its type (Config.Types). The Any is read in place:
-// the value is decoded from the stored bytes, not from a copy.
+// the type URL and the value are read from b, not from copies. b is the
+// call's own copy of the stored bytes (idem.Result.Value), never written
+// to, so the type URL may stay a view of it.
 func (g *Guard) decodeResponse(key string, b []byte) (proto.Message, error) {
-	url, value, err := readAny(b)
+	rawURL, value, err := readAny(b)
 	if err != nil {
 		return nil, &ResponseError{Key: key, Err: err}
 	}
+	url := unsafe.String(unsafe.SliceData(rawURL), len(rawURL))
 	mt, err := g.cfg.Types.FindMessageByURL(url)
 	if err != nil {
 		return nil, &ResponseError{Key: key, Type: url, Err: err}
 	}
 	m := mt.New().Interface()
-	if err := proto.Unmarshal(value, m); err != nil {
+	if err := intoNew.Unmarshal(value, m); err != nil {
 		return nil, &ResponseError{Key: key, Type: url, Err: err}
 	}
 	return m, nil
@@ -307,22 +343,23 @@ func (g *Guard) decodeResponse(key string, b []byte) (proto.Message, error) {
 
 // readAny reads the type URL and value of an encoded google.protobuf.Any,
 // as proto.Unmarshal would (the last of a repeated field wins; unknown
-// fields are skipped), without allocating the Any or copying its value.
-func readAny(b []byte) (url string, value []byte, err error) {
+// fields are skipped), without allocating the Any or copying its fields:
+// both are slices of b.
+func readAny(b []byte) (url, value []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return "", nil, protowire.ParseError(n)
+			return nil, nil, protowire.ParseError(n)
 		}
 		b = b[n:]
 		switch {
 		case (num == 1 || num == 2) && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return "", nil, protowire.ParseError(n)
+				return nil, nil, protowire.ParseError(n)
 			}
 			if num == 1 {
-				url = string(v)
+				url = v
 			} else {
 				value = v
 			}
@@ -330,7 +367,7 @@ func readAny(b []byte) (url string, value []byte, err error) {
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return "", nil, protowire.ParseError(n)
+				return nil, nil, protowire.ParseError(n)
 			}
 			b = b[n:]
 		}
