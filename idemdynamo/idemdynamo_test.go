@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 var transport = &http.Transport{MaxIdleConnsPerHost: 64}
@@ -44,22 +44,12 @@ func TestMain(m *testing.M) {
 // endpoint is DynamoDB Local's address (see testenv for when tests skip).
 func endpoint(t testing.TB) string {
 	t.Helper()
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	return ep
+	return testenv.DynamoDB(t)
 }
 
+// newClient returns a client for ep over the tests' shared transport.
 func newClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(ep),
-		HTTPClient:   &http.Client{Transport: transport},
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idem tests"}, nil
-		}),
-	}, opts...)
+	return dynamotest.NewClient(ep, transport, opts...)
 }
 
 // fixture is a fresh idem table and a fresh orders table (pk "id"), both
@@ -74,11 +64,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	c := newClient(endpoint(t))
 	ctx := context.Background()
-	suffix := fmt.Sprintf("%x", rand.Uint64())
-	f := &fixture{c: c, cfg: dynamostore.Config{Table: "idem_tx_" + suffix}, orders: "orders_" + suffix}
-	if err := dynamostore.CreateTable(ctx, c, f.cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	f := &fixture{c: c, cfg: dynamotest.Table(t, c, "idem_tx_", dynamostore.Config{}), orders: dynamotest.Name("orders_")}
 	if _, err := c.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            aws.String(f.orders),
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
@@ -88,10 +74,8 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, table := range []string{f.cfg.Table, f.orders} {
-			if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
-				t.Errorf("delete table %s: %v", table, err)
-			}
+		if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(f.orders)}); err != nil {
+			t.Errorf("delete table %s: %v", f.orders, err)
 		}
 	})
 	return f

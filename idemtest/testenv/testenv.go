@@ -50,3 +50,25 @@ func RedisCluster(t testing.TB) []string {
 	}
 	return strings.Split(v, ",")
 }
+
+// DynamoDB returns the endpoint of DynamoDB Local (IDEM_DYNAMODB_ENDPOINT,
+// which scripts/dynamodb-local sets), or calls Missing.
+func DynamoDB(t testing.TB) string {
+	t.Helper()
+	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
+	if ep == "" {
+		Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
+	}
+	return ep
+}
+
+// S3 returns the endpoint of the S3 server under test (IDEM_S3_ENDPOINT,
+// which scripts/s3rver sets), or calls Missing.
+func S3(t testing.TB) string {
+	t.Helper()
+	ep := os.Getenv("IDEM_S3_ENDPOINT")
+	if ep == "" {
+		Missing(t, "no S3 server: IDEM_S3_ENDPOINT is not set (make test starts s3rver with scripts/s3rver)")
+	}
+	return ep
+}

@@ -3,8 +3,6 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 // rawTable creates a table by hand, with key (HASH, then RANGE when
@@ -24,7 +23,7 @@ import (
 func rawTable(t *testing.T, c *dynamodb.Client, ttlAttr string, key ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	name := fmt.Sprintf("idem_check_%d_%x", tableSeq.Add(1), rand.Uint32())
+	name := dynamotest.Name("idem_check_")
 	in := &dynamodb.CreateTableInput{TableName: aws.String(name), BillingMode: types.BillingModePayPerRequest}
 	for i, k := range key {
 		kt := types.KeyTypeHash

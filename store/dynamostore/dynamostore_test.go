@@ -27,6 +27,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
@@ -49,42 +50,19 @@ func TestMain(m *testing.M) {
 // endpoint is DynamoDB Local's address (see testenv for when tests skip).
 func endpoint(t testing.TB) string {
 	t.Helper()
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	return ep
+	return testenv.DynamoDB(t)
 }
 
-// newClient returns a client for ep with static local credentials.
+// newClient returns a client for ep over the tests' shared transport.
 func newClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(ep),
-		HTTPClient:   &http.Client{Transport: transport},
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idem tests"}, nil
-		}),
-	}, opts...)
+	return dynamotest.NewClient(ep, transport, opts...)
 }
-
-var tableSeq atomic.Uint64
 
 // newTable creates a fresh table for cfg (its Table name is filled in)
 // and deletes it when the test ends.
 func newTable(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) dynamostore.Config {
 	t.Helper()
-	cfg.Table = fmt.Sprintf("idem_test_%d_%x", tableSeq.Add(1), rand.Uint32())
-	ctx := context.Background()
-	if err := dynamostore.CreateTable(ctx, c, cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.Table)}); err != nil {
-			t.Errorf("delete table %s: %v", cfg.Table, err)
-		}
-	})
-	return cfg
+	return dynamotest.Table(t, c, "idem_test_", cfg)
 }
 
 func newStore(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) *dynamostore.Store {

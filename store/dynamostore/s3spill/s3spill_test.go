@@ -31,6 +31,7 @@ import (
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/dynamostore/s3spill"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
@@ -55,24 +56,14 @@ func TestMain(m *testing.M) {
 // when tests skip).
 func env(t testing.TB) (dynamo, s3ep string) {
 	t.Helper()
-	dynamo, s3ep = os.Getenv("IDEM_DYNAMODB_ENDPOINT"), os.Getenv("IDEM_S3_ENDPOINT")
-	if dynamo == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	if s3ep == "" {
-		testenv.Missing(t, "no S3 server: IDEM_S3_ENDPOINT is not set (make test starts s3rver with scripts/s3rver)")
-	}
-	return dynamo, s3ep
+	return testenv.DynamoDB(t), testenv.S3(t)
 }
 
+// creds are the keys s3rver accepts.
 func creds() aws.CredentialsProvider {
 	return aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 		return aws.Credentials{AccessKeyID: "S3RVER", SecretAccessKey: "S3RVER", Source: "idem tests"}, nil
 	})
-}
-
-func dynamoClient(ep string) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep), HTTPClient: &http.Client{Transport: transport}, Credentials: creds()})
 }
 
 // s3Client is a path-style client for ep (s3rver serves no virtual hosts).
@@ -103,20 +94,12 @@ func setup(t testing.TB, cfg dynamostore.Config, spillEP string, opts ...func(*s
 	t.Helper()
 	dep, sep := env(t)
 	ctx := context.Background()
-	f := &fixture{dyn: dynamoClient(dep), s3: s3Client(sep), bkt: name("b")}
+	f := &fixture{dyn: dynamotest.NewClient(dep, transport), s3: s3Client(sep), bkt: name("b")}
 	if _, err := f.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(f.bkt)}); err != nil {
 		t.Fatalf("create bucket: %v", err)
 	}
 	t.Cleanup(func() { emptyBucket(t, f.s3, f.bkt) })
-	cfg.Table = strings.ReplaceAll(name("t"), "-", "_")
-	if err := dynamostore.CreateTable(ctx, f.dyn, cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := f.dyn.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.Table)}); err != nil {
-			t.Errorf("delete table: %v", err)
-		}
-	})
+	cfg = dynamotest.Table(t, f.dyn, "idem_t_", cfg)
 	f.table = cfg.Table
 	sc := f.s3
 	if spillEP != "" || len(opts) > 0 {
