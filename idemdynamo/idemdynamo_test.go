@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
-	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemdynamo"
@@ -27,30 +24,7 @@ import (
 	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
-var transport = &http.Transport{MaxIdleConnsPerHost: 64}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	transport.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// endpoint is DynamoDB Local's address (see testenv for when tests skip).
-func endpoint(t testing.TB) string {
-	t.Helper()
-	return testenv.DynamoDB(t)
-}
-
-// newClient returns a client for ep over the tests' shared transport.
-func newClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	return dynamotest.NewClient(ep, transport, opts...)
-}
+func TestMain(m *testing.M) { dynamotest.Main(m) }
 
 // fixture is a fresh idem table and a fresh orders table (pk "id"), both
 // deleted when the test ends.
@@ -62,7 +36,7 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	ctx := context.Background()
 	f := &fixture{c: c, cfg: dynamotest.Table(t, c, "idem_tx_", dynamostore.Config{}), orders: dynamotest.Name("orders_")}
 	if _, err := c.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -289,12 +263,12 @@ func TestDoTxTakesNinetyNineWrites(t *testing.T) {
 // the lost reply as a process killed right after sending would.
 func lossyClient(t *testing.T) (*dynamodb.Client, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := faultproxy.New(strings.TrimPrefix(endpoint(t), "http://"))
+	p, err := faultproxy.New(strings.TrimPrefix(testenv.DynamoDB(t), "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return newClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), p
+	return dynamotest.NewClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), p
 }
 
 // The transaction is sent and its reply lost (a process that died right
@@ -463,7 +437,7 @@ func TestWriteUnitsPerCall(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	var cap capacity
-	c := newClient(endpoint(t), cap.option)
+	c := dynamotest.NewClient(testenv.DynamoDB(t), cap.option)
 	s := f.store(t, c)
 	e := engine(t, s, nil)
 	ctx := context.Background()

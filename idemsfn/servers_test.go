@@ -228,7 +228,7 @@ var tokenKey = []byte("idemsfn-test-token-key-0123456789")
 // dynamoClient returns a client of DynamoDB Local.
 func dynamoClient(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	return dynamotest.Client(t, transport)
+	return dynamotest.Client(t)
 }
 
 // newDynamoStore returns a dynamostore on a fresh table of DynamoDB Local,

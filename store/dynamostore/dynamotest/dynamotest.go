@@ -1,6 +1,6 @@
-// Package dynamotest gives tests a client of DynamoDB Local and fresh
-// tables on it: the setup the tests of dynamostore, s3spill, idemsfn and
-// idemdynamo share. A test without DynamoDB Local skips outside CI and
+// Package dynamotest gives tests a client of DynamoDB Local, fresh tables
+// on it and a TestMain that checks for leaked goroutines: the setup the
+// tests of dynamostore, s3spill, idemsfn and idemdynamo share. A test without DynamoDB Local skips outside CI and
 // fails in CI ([testenv.DynamoDB]). Test-only: no production package
 // imports it.
 package dynamotest
@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
@@ -27,23 +29,42 @@ var Credentials aws.CredentialsProvider = aws.CredentialsProviderFunc(func(conte
 	return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idem tests"}, nil
 })
 
+// Transport carries the requests of every client [NewClient] makes, and
+// may carry a test's other AWS clients (S3, Step Functions): one
+// transport, so that [Main] can close its idle connections before it
+// looks for leaked goroutines.
+var Transport = &http.Transport{MaxIdleConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
+
+// Main is the TestMain of a package that tests against DynamoDB Local: it
+// runs the tests, closes [Transport]'s idle connections, and fails the
+// run when goroutines leaked (goleak).
+func Main(m *testing.M) {
+	code := m.Run()
+	Transport.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // NewClient returns a client of the DynamoDB endpoint ep (region
-// us-east-1, [Credentials]) whose requests go through rt; a test package
-// shares one transport among its clients so that its TestMain can close
-// the idle connections before goleak looks. opts apply last.
-func NewClient(ep string, rt http.RoundTripper, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+// us-east-1, [Credentials], over [Transport]). opts apply last.
+func NewClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
 	return dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(ep),
-		HTTPClient:   &http.Client{Transport: rt},
+		HTTPClient:   &http.Client{Transport: Transport},
 		Credentials:  Credentials,
 	}, opts...)
 }
 
 // Client is [NewClient] for DynamoDB Local ([testenv.DynamoDB]).
-func Client(t testing.TB, rt http.RoundTripper, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+func Client(t testing.TB, opts ...func(*dynamodb.Options)) *dynamodb.Client {
 	t.Helper()
-	return NewClient(testenv.DynamoDB(t), rt, opts...)
+	return NewClient(testenv.DynamoDB(t), opts...)
 }
 
 var seq atomic.Uint64

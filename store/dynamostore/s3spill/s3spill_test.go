@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
@@ -36,21 +34,11 @@ import (
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
-// transport is shared by every test client, so TestMain can close its idle
-// connections before checking for leaked goroutines.
-var transport = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+// transport is the one the test clients share (dynamotest.Main closes its
+// idle connections before it looks for leaked goroutines).
+var transport = dynamotest.Transport
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	transport.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dynamotest.Main(m) }
 
 // env returns DynamoDB Local's and s3rver's endpoints (see testenv for
 // when tests skip).
@@ -94,7 +82,7 @@ func setup(t testing.TB, cfg dynamostore.Config, spillEP string, opts ...func(*s
 	t.Helper()
 	dep, sep := env(t)
 	ctx := context.Background()
-	f := &fixture{dyn: dynamotest.NewClient(dep, transport), s3: s3Client(sep), bkt: name("b")}
+	f := &fixture{dyn: dynamotest.NewClient(dep), s3: s3Client(sep), bkt: name("b")}
 	if _, err := f.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(f.bkt)}); err != nil {
 		t.Fatalf("create bucket: %v", err)
 	}
