@@ -41,8 +41,10 @@ var (
 
 // Errors of input validation.
 var (
-	// ErrInvalidKey: a scope, tenant, key or store key is malformed. The
-	// error is a [*KeyError].
+	// ErrInvalidKey: a scope, tenant, key or store key is malformed, or
+	// an idempotency key as a transport received it (an Idempotency-Key
+	// header, gRPC metadata). The error is a [*KeyError], wherever the key
+	// was validated.
 	ErrInvalidKey = errors.New("idem: invalid key")
 	// ErrInvalidPayload: a JSON payload could not be canonicalised. The
 	// error is a [*PayloadError].
@@ -209,10 +211,20 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // Is makes errors.Is(err, ErrStore) true.
 func (e *StoreError) Is(target error) bool { return target == ErrStore }
 
-// KeyError describes a malformed scope, tenant, key or store key.
+// KeyError says why an idempotency key, or a part of its scope, is
+// invalid: what was wrong, the value as received, and why. It is the one
+// error of key validation: the engine returns it, and so do
+// clientkey.ParseHeader, idemhttp.ParseHeader and idemrpc.ParseKey, which
+// read a key as a transport received it. Each transport maps it to its own
+// answer (idemhttp: 400 with a problem+json body; idemrpc:
+// INVALID_ARGUMENT).
 type KeyError struct {
-	// Field names what was wrong: "operation", "tenant", "key", "store key".
-	Field  string
+	// Field names what was wrong: "operation", "tenant", "key", "store
+	// key", or where a transport read the key: "Idempotency-Key header"
+	// (clientkey, idemhttp), "idempotency key" (idemrpc).
+	Field string
+	// Value is the value as received (all of them, joined, when a key was
+	// sent more than once).
 	Value  string
 	Reason string
 }

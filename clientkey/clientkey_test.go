@@ -133,9 +133,9 @@ func TestMaterialErrorsNameThePart(t *testing.T) {
 			t.Errorf("%+v: %v, want idem.ErrInvalidKey", m, err)
 		}
 	}
-	var he *clientkey.HeaderError
-	if _, err := (clientkey.Material{Kind: clientkey.KindGateway, Method: "POST", Route: "/o", Key: `"order-42`}).StoreKey(); !errors.As(err, &he) || !errors.Is(err, idem.ErrInvalidKey) {
-		t.Errorf("an unterminated header value: %v, want a HeaderError", err)
+	var ke *idem.KeyError
+	if _, err := (clientkey.Material{Kind: clientkey.KindGateway, Method: "POST", Route: "/o", Key: `"order-42`}).StoreKey(); !errors.As(err, &ke) || ke.Field != clientkey.HeaderField || !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("an unterminated header value: %v, want an idem.KeyError about the header", err)
 	}
 	if _, err := (clientkey.Material{Kind: clientkey.KindJSON, Operation: "o", Key: "order-42"}).StoreKey(); !errors.Is(err, idem.ErrInvalidPayload) {
 		t.Errorf("json that is none: %v, want idem.ErrInvalidPayload", err)

@@ -11,59 +11,51 @@ import (
 // characters.
 const MaxHeaderLen = 255
 
-// HeaderError is an Idempotency-Key header value that carries no key.
-// It matches [idem.ErrInvalidKey].
-type HeaderError struct {
-	// Value is the value as received.
-	Value  string
-	Reason string
-}
+// HeaderField is the [idem.KeyError] Field of an Idempotency-Key header
+// value that carries no key.
+const HeaderField = "Idempotency-Key header"
 
-func (e *HeaderError) Error() string {
-	v := e.Value
-	if len(v) > 64 {
-		v = v[:64] + "..."
-	}
-	return fmt.Sprintf("clientkey: Idempotency-Key %q: %s", v, e.Reason)
-}
-
-// Is reports whether target is [idem.ErrInvalidKey].
-func (e *HeaderError) Is(target error) bool { return target == idem.ErrInvalidKey }
+// HeaderError is the error of a header value that carries no key.
+//
+// Deprecated: it is [idem.KeyError], the one error of key validation
+// (Field [HeaderField]); use that name.
+type HeaderError = idem.KeyError
 
 // ParseHeader reads the key of one Idempotency-Key header value as
 // idemhttp does: an RFC 8941 sf-string ("quoted", with \" and \\
 // escapes), or a bare token of RFC 9110 tchar, ':' and '/', for clients
 // that send a UUID unquoted; 1 to 255 printable ASCII characters. So the
 // header values "order-42" (quoted) and order-42 name one key. A value
-// that holds none fails with a *[HeaderError].
+// that holds none fails with an *[idem.KeyError] whose Field is
+// [HeaderField]; it matches [idem.ErrInvalidKey].
 func ParseHeader(raw string) (string, error) {
 	v := strings.Trim(raw, " \t")
 	if v == "" {
-		return "", &HeaderError{Value: raw, Reason: "empty"}
+		return "", badHeader(raw, "empty")
 	}
 	var key string
 	if v[0] == '"' {
 		k, rest, reason := parseString(v)
 		if reason != "" {
-			return "", &HeaderError{Value: raw, Reason: reason}
+			return "", badHeader(raw, reason)
 		}
 		if rest = strings.TrimLeft(rest, " \t"); rest != "" {
-			return "", &HeaderError{Value: raw, Reason: "unexpected text after the quoted key (a list or parameters?); send one quoted string"}
+			return "", badHeader(raw, "unexpected text after the quoted key (a list or parameters?); send one quoted string")
 		}
 		key = k
 	} else {
 		for i := 0; i < len(v); i++ {
 			if !isTokenChar(v[i]) {
-				return "", &HeaderError{Value: raw, Reason: fmt.Sprintf("character %q at offset %d is not allowed in an unquoted key; quote it as an RFC 8941 string", v[i], i)}
+				return "", badHeader(raw, fmt.Sprintf("character %q at offset %d is not allowed in an unquoted key; quote it as an RFC 8941 string", v[i], i))
 			}
 		}
 		key = v
 	}
 	switch {
 	case key == "":
-		return "", &HeaderError{Value: raw, Reason: "empty"}
+		return "", badHeader(raw, "empty")
 	case len(key) > MaxHeaderLen:
-		return "", &HeaderError{Value: raw, Reason: fmt.Sprintf("%d characters, over the limit of %d", len(key), MaxHeaderLen)}
+		return "", badHeader(raw, fmt.Sprintf("%d characters, over the limit of %d", len(key), MaxHeaderLen))
 	}
 	return key, nil
 }
@@ -103,4 +95,8 @@ func isTokenChar(c byte) bool {
 		return true
 	}
 	return strings.IndexByte("!#$%&'*+-.^_`|~:/", c) >= 0
+}
+
+func badHeader(raw, reason string) error {
+	return &idem.KeyError{Field: HeaderField, Value: raw, Reason: reason}
 }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemdynamo"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 // PlaceOrder is the event of a Lambda-style handler: the client's order,
@@ -62,7 +64,7 @@ func orderHandler(eng *idem.Engine, s *dynamostore.Store, orders string) func(co
 // DynamoDB Local at $IDEM_DYNAMODB_ENDPOINT; TestExampleDoTx runs it.
 func ExampleDoTx() {
 	ctx := context.Background()
-	client := newClient(os.Getenv("IDEM_DYNAMODB_ENDPOINT"))
+	client := dynamotest.NewClient(os.Getenv("IDEM_DYNAMODB_ENDPOINT"))
 	suffix := fmt.Sprintf("%x", rand.Uint32())
 	cfg := dynamostore.Config{Table: "idem_example_" + suffix}
 	orders := "orders_example_" + suffix
@@ -106,7 +108,7 @@ func ExampleDoTx() {
 }
 
 func TestExampleDoTx(t *testing.T) {
-	endpoint(t)
+	testenv.DynamoDB(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

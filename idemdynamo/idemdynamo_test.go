@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
-	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemdynamo"
@@ -25,42 +21,10 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
-var transport = &http.Transport{MaxIdleConnsPerHost: 64}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	transport.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// endpoint is DynamoDB Local's address (see testenv for when tests skip).
-func endpoint(t testing.TB) string {
-	t.Helper()
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	return ep
-}
-
-func newClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(ep),
-		HTTPClient:   &http.Client{Transport: transport},
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idem tests"}, nil
-		}),
-	}, opts...)
-}
+func TestMain(m *testing.M) { dynamotest.Main(m) }
 
 // fixture is a fresh idem table and a fresh orders table (pk "id"), both
 // deleted when the test ends.
@@ -72,13 +36,9 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	ctx := context.Background()
-	suffix := fmt.Sprintf("%x", rand.Uint64())
-	f := &fixture{c: c, cfg: dynamostore.Config{Table: "idem_tx_" + suffix}, orders: "orders_" + suffix}
-	if err := dynamostore.CreateTable(ctx, c, f.cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	f := &fixture{c: c, cfg: dynamotest.Table(t, c, "idem_tx_", dynamostore.Config{}), orders: dynamotest.Name("orders_")}
 	if _, err := c.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            aws.String(f.orders),
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
@@ -88,10 +48,8 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, table := range []string{f.cfg.Table, f.orders} {
-			if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
-				t.Errorf("delete table %s: %v", table, err)
-			}
+		if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(f.orders)}); err != nil {
+			t.Errorf("delete table %s: %v", f.orders, err)
 		}
 	})
 	return f
@@ -305,12 +263,12 @@ func TestDoTxTakesNinetyNineWrites(t *testing.T) {
 // the lost reply as a process killed right after sending would.
 func lossyClient(t *testing.T) (*dynamodb.Client, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := faultproxy.New(strings.TrimPrefix(endpoint(t), "http://"))
+	p, err := faultproxy.New(strings.TrimPrefix(testenv.DynamoDB(t), "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return newClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), p
+	return dynamotest.NewClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), p
 }
 
 // The transaction is sent and its reply lost (a process that died right
@@ -479,7 +437,7 @@ func TestWriteUnitsPerCall(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	var cap capacity
-	c := newClient(endpoint(t), cap.option)
+	c := dynamotest.NewClient(testenv.DynamoDB(t), cap.option)
 	s := f.store(t, c)
 	e := engine(t, s, nil)
 	ctx := context.Background()

@@ -13,7 +13,8 @@
 //     the handler handed off gets 202 (see below);
 //   - the same key with another request (method, path, query, configured
 //     headers, body) gets 422;
-//   - a malformed or repeated key gets 400, and so does a missing one when
+//   - a malformed or repeated key (an [*idem.KeyError], as every key
+//     error is) gets 400, and so does a missing one when
 //     Config.Required is set; a body over the limit gets 413 and one that
 //     stalls or trickles in past Config.BodyTimeout (or the server's
 //     ReadTimeout) gets 408, both before anything is stored; an unreachable

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 )
 
@@ -42,16 +44,16 @@ func TestParseKey(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := idemhttp.ParseHeader([]string{c.in})
-		var khe *idemhttp.KeyHeaderError
-		if !errors.As(err, &khe) || !errors.Is(err, idemhttp.ErrInvalidKey) || !strings.Contains(khe.Reason, c.reason) {
-			t.Errorf("ParseKey(%q) = %v; want a KeyHeaderError saying %q", c.in, err, c.reason)
+		var ke *idem.KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) || ke.Field != clientkey.HeaderField || !strings.Contains(ke.Reason, c.reason) {
+			t.Errorf("ParseHeader(%q) = %v; want an idem.KeyError saying %q", c.in, err, c.reason)
 		}
 	}
 	if _, err := idemhttp.ParseHeader(nil); !errors.Is(err, idemhttp.ErrMissingKey) {
 		t.Errorf("no header: %v", err)
 	}
 	_, err := idemhttp.ParseHeader([]string{`"a"`, `"a"`})
-	if !errors.Is(err, idemhttp.ErrInvalidKey) || !strings.Contains(err.Error(), "sent 2 times") {
+	if !errors.Is(err, idem.ErrInvalidKey) || !strings.Contains(err.Error(), "sent 2 times") {
 		t.Errorf("two headers: %v", err)
 	}
 }
@@ -68,7 +70,7 @@ func FuzzParseHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		key, err := idemhttp.ParseHeader([]string{v})
 		if err != nil {
-			if !errors.Is(err, idemhttp.ErrInvalidKey) {
+			if !errors.Is(err, idem.ErrInvalidKey) {
 				t.Fatalf("error %v is not ErrInvalidKey", err)
 			}
 			return

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
@@ -363,6 +364,39 @@ func TestReusedKeyWithAnotherRequestIs422(t *testing.T) {
 	// Another route or method is another key, not a reuse.
 	if r := en.do(t, "POST", "/refunds", `{"amount":11}`, "Idempotency-Key", "k"); r.status != 201 {
 		t.Fatalf("other route: %+v", r)
+	}
+}
+
+// A malformed or repeated header reaches Config.ErrorHandler as an
+// *idem.KeyError, the one error of key validation, matching
+// idem.ErrInvalidKey, and is answered 400 invalid-key.
+func TestInvalidKeyIsTheEngineKeyError(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	en := setup(t, idem.Config{}, &idemhttp.Config{Required: true, ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error, p idemhttp.Problem) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		idemhttp.WriteProblem(w, r, p)
+	}}, created)
+	problem(t, en.do(t, "POST", "/x", "{}", "Idempotency-Key", "a", "Idempotency-Key", "b"), 400, idemhttp.ProblemInvalidKey)
+	problem(t, en.do(t, "POST", "/x", "{}", "Idempotency-Key", `"unterminated`), 400, idemhttp.ProblemInvalidKey)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 2 {
+		t.Fatalf("ErrorHandler got %d errors, want 2", len(errs))
+	}
+	for _, err := range errs {
+		var ke *idem.KeyError
+		if !errors.As(err, &ke) || ke.Field != clientkey.HeaderField || ke.Reason == "" || !errors.Is(err, idem.ErrInvalidKey) {
+			t.Errorf("%v (%T), want an *idem.KeyError about the header matching idem.ErrInvalidKey", err, err)
+		}
+	}
+	if en.runs.Load() != 0 {
+		t.Errorf("handler ran %d times", en.runs.Load())
 	}
 }
 

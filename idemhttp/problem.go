@@ -116,7 +116,7 @@ func (e *PrincipalError) Unwrap() error { return e.Err }
 func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem {
 	var (
 		te  *idem.TerminalError
-		khe *KeyHeaderError
+		ke  *idem.KeyError
 		tle *BodyTooLargeError
 		bte *BodyTimeoutError
 		be  *BodyError
@@ -152,8 +152,8 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 	case errors.Is(err, ErrMissingKey):
 		return p(http.StatusBadRequest, ProblemMissingKey, "Idempotency-Key header missing",
 			"this endpoint requires an Idempotency-Key header")
-	case errors.As(err, &khe):
-		return p(http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key header", khe.Reason)
+	case errors.As(err, &ke):
+		return p(http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key header", ke.Reason)
 	case errors.As(err, &pe):
 		return p(http.StatusUnauthorized, ProblemUnauthenticated, "Caller not identified", pe.Err.Error())
 	case errors.As(err, &tle):

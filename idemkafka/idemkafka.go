@@ -506,7 +506,8 @@ func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop fun
 	for i, r := range recs {
 		id, err := w.identity(r)
 		if err != nil {
-			vs[i] = consume.Verdict{Action: consume.DeadLetter, Err: err}
+			// No usable key: consume.Decide's verdict, as for every consumer.
+			vs[i] = consume.Decide(idem.Result[T]{}, consume.NoKey(err), w.c.e.Config().Clock.Now())
 			continue
 		}
 		ids = append(ids, id)

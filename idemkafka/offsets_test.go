@@ -129,13 +129,21 @@ func TestDeadLetterTopic(t *testing.T) {
 	}
 	defer producer.Close()
 	var (
-		mu  sync.Mutex
-		ran = map[string]int{}
+		mu    sync.Mutex
+		ran   = map[string]int{}
+		noKey []consume.Verdict
 	)
 	group := "g-" + tp
 	c, err := idemkafka.New(memEngine(t), &idemkafka.Config{
 		Operation:  "ship",
 		DeadLetter: &idemkafka.DeadLetter{Client: producer, Topic: dlq},
+		Settled: func(r *kgo.Record, v consume.Verdict) {
+			if len(r.Key) == 0 {
+				mu.Lock()
+				noKey = append(noKey, v)
+				mu.Unlock()
+			}
+		},
 	}, func(ctx context.Context, r *kgo.Record) (struct{}, error) {
 		mu.Lock()
 		ran[fmt.Sprintf("%d/%s", r.Partition, r.Key)]++
@@ -156,6 +164,16 @@ func TestDeadLetterTopic(t *testing.T) {
 	mu.Lock()
 	if want := map[string]int{"0/declined": 1, "0/ok": 1, "1/ok": 1}; fmt.Sprint(ran) != fmt.Sprint(want) {
 		t.Errorf("ran %v, want %v", ran, want)
+	}
+	// The record without a key is settled by consume.Decide's verdict for
+	// "no usable key", as every consumer's is.
+	for _, v := range noKey {
+		if v.Action != consume.DeadLetter || !errors.Is(v.Err, consume.ErrNoKey) || !errors.Is(v.Err, idemkafka.ErrNoKey) {
+			t.Errorf("record without a key: %v %v, want DeadLetter with consume.ErrNoKey and idemkafka.ErrNoKey", v.Action, v.Err)
+		}
+	}
+	if len(noKey) == 0 {
+		t.Error("the record without a key was not settled")
 	}
 	mu.Unlock()
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemsfn"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
 )
 
@@ -252,12 +252,11 @@ func rawItem(t testing.TB, cfg dynamostore.Config, key idem.StoreKey) any {
 // way any client (Step Functions' integration among them) does.
 func dynamoRaw(t testing.TB, action string, request any) (int, []byte) {
 	t.Helper()
-	dynamoClient(t) // skips or fails without DynamoDB Local
 	body, err := json.Marshal(request)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hreq, _ := http.NewRequest(http.MethodPost, os.Getenv("IDEM_DYNAMODB_ENDPOINT"), bytes.NewReader(body))
+	hreq, _ := http.NewRequest(http.MethodPost, testenv.DynamoDB(t), bytes.NewReader(body))
 	hreq.Header.Set("X-Amz-Target", "DynamoDB_20120810."+action)
 	hreq.Header.Set("Content-Type", "application/x-amz-json-1.0")
 	// DynamoDB Local checks that a request is signed, not the signature.

@@ -3,38 +3,24 @@ package idemsfn_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net/http"
-	"os"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemsfn"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
-// transport is shared by every test client, so TestMain can close its idle
-// connections before checking for leaked goroutines.
-var transport = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+// transport is the one the test clients share (dynamotest.Main closes its
+// idle connections before it looks for leaked goroutines).
+var transport = dynamotest.Transport
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	transport.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dynamotest.Main(m) }
 
 var ctx = context.Background()
 

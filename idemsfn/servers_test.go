@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 	"github.com/seed-a1b882c0/idem/store/redisstore"
 )
@@ -227,14 +228,7 @@ var tokenKey = []byte("idemsfn-test-token-key-0123456789")
 // dynamoClient returns a client of DynamoDB Local.
 func dynamoClient(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	return dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(ep), Credentials: staticCredentials,
-		HTTPClient: &http.Client{Transport: transport},
-	})
+	return dynamotest.Client(t)
 }
 
 // newDynamoStore returns a dynamostore on a fresh table of DynamoDB Local,
@@ -242,15 +236,7 @@ func dynamoClient(t testing.TB) *dynamodb.Client {
 func newDynamoStore(t testing.TB, cfg dynamostore.Config) *dynamostore.Store {
 	t.Helper()
 	c := dynamoClient(t)
-	cfg.Table = unique("idemsfn_")
-	if err := dynamostore.CreateTable(ctx, c, cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.Table)}); err != nil {
-			t.Errorf("delete table %s: %v", cfg.Table, err)
-		}
-	})
+	cfg = dynamotest.Table(t, c, "idemsfn_", cfg)
 	s, err := dynamostore.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -181,7 +181,8 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) ([]*mes
 func (m *middleware) run(h message.HandlerFunc, msg *message.Message) (consume.Verdict, []*message.Message) {
 	id, err := m.identity(msg)
 	if err != nil {
-		return consume.Verdict{Action: consume.DeadLetter, Err: err}, nil
+		// No usable key: consume.Decide's verdict, as for every consumer.
+		return consume.Decide(idem.Result[[]produced]{}, consume.NoKey(err), m.e.Config().Clock.Now()), nil
 	}
 	// The lease is renewed while the handler runs, whatever deadline the
 	// message's context has.

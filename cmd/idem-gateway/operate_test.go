@@ -60,10 +60,7 @@ func TestKilledGatewaysStuckKeyIsFoundAndResolved(t *testing.T) {
 }
 
 func dynamoURL(t *testing.T, stamp int64) string {
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
+	ep := testenv.DynamoDB(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", "local")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 	return fmt.Sprintf("dynamodb://gwoperate_%d?region=us-east-1&endpoint=%s", stamp, ep)

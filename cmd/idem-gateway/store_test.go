@@ -92,10 +92,7 @@ func TestStoreURLsOpenWorkingStores(t *testing.T) {
 		open(t, fmt.Sprintf("postgres://%s@%s/test?table=gw_url_test", pgUser(), addr))
 	})
 	t.Run("dynamodb", func(t *testing.T) {
-		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-		if ep == "" {
-			testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-		}
+		ep := testenv.DynamoDB(t)
 		t.Setenv("AWS_ACCESS_KEY_ID", "local")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 		open(t, fmt.Sprintf("dynamodb://gw_url_%d?region=us-east-1&create=true&endpoint=%s", time.Now().UnixNano(), ep))

@@ -141,10 +141,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 }
 
 func TestBuiltFunctionAgainstRuntimeAPIStandIn(t *testing.T) {
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
+	ep := testenv.DynamoDB(t)
 	dir := t.TempDir()
 	binary := filepath.Join(dir, "bootstrap")
 	build := exec.Command("go", "build", "-o", binary, ".")

@@ -79,7 +79,8 @@
 //     the same call later", which is safe here since nothing ran, and
 //     the code retry policies usually list; idemhttp answers 503.
 //   - A missing key where one is required, or a malformed or repeated
-//     key: INVALID_ARGUMENT with a google.rpc.BadRequest naming
+//     key (an [*idem.KeyError], as every key error is):
+//     INVALID_ARGUMENT with a google.rpc.BadRequest naming
 //     idempotency-key: the request itself is wrong, whatever the state.
 //   - Config.Principal refuses the call: UNAUTHENTICATED.
 //   - A stored outcome that cannot be read (a damaged record, a response

@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemgrpc/idemrpc"
 )
 
 // FuzzParseKey: ParseKey accepts exactly one value of 1 to MaxKeyLen
 // printable ASCII bytes without leading or trailing space, returned as
-// sent; anything else is ErrMissingKey or a *KeyError whose message stays
+// sent; anything else is ErrMissingKey or an *idem.KeyError whose message stays
 // short, never a panic.
 func FuzzParseKey(f *testing.F) {
 	for _, s := range []string{"order-42", "", " a", "a ", "clé", "a\x00b", strings.Repeat("k", idemrpc.MaxKeyLen+1), "\"quoted\""} {
@@ -22,12 +23,12 @@ func FuzzParseKey(f *testing.F) {
 		values := []string{a, b}[:n%3] // none, one or two values
 		k, err := idemrpc.ParseKey(values)
 		if err != nil {
-			var ke *idemrpc.KeyError
+			var ke *idem.KeyError
 			switch {
 			case len(values) == 0 && !errors.Is(err, idemrpc.ErrMissingKey):
 				t.Fatalf("no value: %v, want ErrMissingKey", err)
-			case len(values) > 0 && (!errors.As(err, &ke) || !errors.Is(err, idemrpc.ErrInvalidKey)):
-				t.Fatalf("%q: %v, want a *KeyError", values, err)
+			case len(values) > 0 && (!errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey)):
+				t.Fatalf("%q: %v, want an *idem.KeyError", values, err)
 			}
 			if ke != nil && len(err.Error()) > 320+len(ke.Reason) { // the value cut to 64 bytes, quoted
 				t.Fatalf("error message of %d bytes: %.80q", len(err.Error()), err.Error())

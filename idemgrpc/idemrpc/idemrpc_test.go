@@ -32,7 +32,7 @@ func TestStatusFor(t *testing.T) {
 		delay time.Duration // of a RetryInfo detail, 0 for none
 	}{
 		{"missing key", idemrpc.ErrMissingKey, code.Code_INVALID_ARGUMENT, 0},
-		{"invalid key", &idemrpc.KeyError{Value: "", Reason: "empty"}, code.Code_INVALID_ARGUMENT, 0},
+		{"invalid key", &idem.KeyError{Field: idemrpc.KeyField, Value: "", Reason: "empty"}, code.Code_INVALID_ARGUMENT, 0},
 		{"principal", &idemrpc.PrincipalError{Err: errors.New("no token")}, code.Code_UNAUTHENTICATED, 0},
 		{"in progress", &idem.InProgressError{LeaseUntil: now.Add(2500 * time.Millisecond)}, code.Code_ABORTED, 2500 * time.Millisecond},
 		{"mismatch", &idem.MismatchError{}, code.Code_FAILED_PRECONDITION, 0},
@@ -77,9 +77,9 @@ func TestParseKey(t *testing.T) {
 		t.Errorf("no key: %v", err)
 	}
 	for _, v := range [][]string{{""}, {"a", "b"}, {strings.Repeat("k", idemrpc.MaxKeyLen+1)}, {"a\x00b"}, {"clé"}, {" a"}, {"a "}} {
-		var ke *idemrpc.KeyError
-		if _, err := idemrpc.ParseKey(v); !errors.As(err, &ke) || !errors.Is(err, idemrpc.ErrInvalidKey) || ke.Reason == "" {
-			t.Errorf("%q: %v, want a *KeyError", v, err)
+		var ke *idem.KeyError
+		if _, err := idemrpc.ParseKey(v); !errors.As(err, &ke) || !errors.Is(err, idem.ErrInvalidKey) || ke.Field != idemrpc.KeyField || ke.Reason == "" {
+			t.Errorf("%q: %v, want an *idem.KeyError", v, err)
 		}
 	}
 	if k := idemrpc.NewKey(); len(k) != 32 || k == idemrpc.NewKey() {
@@ -129,5 +129,50 @@ func TestDefaultTerminal(t *testing.T) {
 	want := "INVALID_ARGUMENT NOT_FOUND ALREADY_EXISTS PERMISSION_DENIED FAILED_PRECONDITION OUT_OF_RANGE"
 	if got := strings.Join(final, " "); got != want {
 		t.Errorf("terminal codes %s, want %s", got, want)
+	}
+}
+
+// A malformed or repeated key fails the Guard with an *idem.KeyError, the
+// one error of key validation, matching idem.ErrInvalidKey, before the
+// handler runs; StatusFor answers it INVALID_ARGUMENT with the message and
+// BadRequest detail it has always had.
+func TestInvalidKeyIsTheEngineKeyError(t *testing.T) {
+	t.Parallel()
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = mem.Close() })
+	eng, err := idem.New(mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemrpc.New(eng, &idemrpc.Config{Methods: map[string]idemrpc.Method{"/shop.v1.Orders/Create": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		keys    []string
+		message string
+	}{
+		{[]string{" k"}, `idemrpc: invalid idempotency key " k": leading or trailing space`},
+		{[]string{"a", "b"}, `idemrpc: invalid idempotency key "a, b": sent 2 times; send exactly one`},
+	} {
+		out, err := g.Do(context.Background(), idemrpc.Call{
+			Method:   "/shop.v1.Orders/Create",
+			Metadata: func(string) []string { return c.keys },
+			Request:  &spb.Status{},
+		}, func(context.Context) (proto.Message, error) {
+			t.Errorf("%q: the handler ran", c.keys)
+			return &spb.Status{}, nil
+		})
+		var ke *idem.KeyError
+		if out.Ran || !errors.As(err, &ke) || ke.Field != idemrpc.KeyField || !errors.Is(err, idem.ErrInvalidKey) {
+			t.Fatalf("%q: ran %v, %v (%T); want an *idem.KeyError matching idem.ErrInvalidKey", c.keys, out.Ran, err, err)
+		}
+		st := idemrpc.StatusFor(err, time.Now(), time.Second)
+		var br errdetails.BadRequest
+		if code.Code(st.GetCode()) != code.Code_INVALID_ARGUMENT || st.GetMessage() != c.message ||
+			len(st.GetDetails()) != 1 || st.GetDetails()[0].UnmarshalTo(&br) != nil ||
+			br.GetFieldViolations()[0].GetDescription() != ke.Reason {
+			t.Errorf("%q: status %v, want INVALID_ARGUMENT %q with a BadRequest saying %q", c.keys, st, c.message, ke.Reason)
+		}
 	}
 }

@@ -20,33 +20,25 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-var (
-	// ErrMissingKey: the method requires a key (Method.Required) and the
-	// call has none. Answered INVALID_ARGUMENT.
-	ErrMissingKey = errors.New("idemrpc: idempotency key required")
-	// ErrInvalidKey: the key is malformed or sent more than once. The
-	// error is a [*KeyError]. Answered INVALID_ARGUMENT.
-	ErrInvalidKey = errors.New("idemrpc: invalid idempotency key")
-)
+// ErrMissingKey: the method requires a key (Method.Required) and the call
+// has none. Answered INVALID_ARGUMENT.
+var ErrMissingKey = errors.New("idemrpc: idempotency key required")
 
-// KeyError says what is wrong with a call's idempotency key.
-type KeyError struct {
-	// Value is the key as received (all values, joined, when it was sent
-	// more than once).
-	Value  string
-	Reason string
-}
+// ErrInvalidKey is [idem.ErrInvalidKey], the same value: a malformed or
+// repeated key fails with an [*idem.KeyError] that matches it. Answered
+// INVALID_ARGUMENT.
+//
+// Deprecated: match [idem.ErrInvalidKey].
+var ErrInvalidKey = idem.ErrInvalidKey
 
-func (e *KeyError) Error() string {
-	v := e.Value
-	if len(v) > 64 {
-		v = v[:64] + "..."
-	}
-	return fmt.Sprintf("idemrpc: invalid idempotency key %q: %s", v, e.Reason)
-}
+// KeyField is the [idem.KeyError] Field of a malformed or repeated key.
+const KeyField = "idempotency key"
 
-// Is makes errors.Is(err, ErrInvalidKey) true.
-func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+// KeyError is the error of a malformed or repeated key.
+//
+// Deprecated: it is [idem.KeyError], the one error of key validation
+// (Field [KeyField]); use that name.
+type KeyError = idem.KeyError
 
 // PrincipalError is returned when Config.Principal refused the call.
 // Answered UNAUTHENTICATED.
@@ -98,27 +90,27 @@ func (e *ResponseError) Unwrap() error { return e.Err }
 // ParseKey parses the values of the key metadata entry of one call. The
 // key is 1 to [MaxKeyLen] bytes of printable ASCII, without leading or
 // trailing spaces, sent once. It returns [ErrMissingKey] when there is no
-// value, else a [*KeyError] naming the problem.
+// value, else an [*idem.KeyError] naming the problem (Field [KeyField]).
 func ParseKey(values []string) (string, error) {
 	switch len(values) {
 	case 0:
 		return "", ErrMissingKey
 	case 1:
 	default:
-		return "", &KeyError{Value: strings.Join(values, ", "), Reason: fmt.Sprintf("sent %d times; send exactly one", len(values))}
+		return "", &idem.KeyError{Field: KeyField, Value: strings.Join(values, ", "), Reason: fmt.Sprintf("sent %d times; send exactly one", len(values))}
 	}
 	k := values[0]
 	switch {
 	case k == "":
-		return "", &KeyError{Value: k, Reason: "empty"}
+		return "", &idem.KeyError{Field: KeyField, Value: k, Reason: "empty"}
 	case len(k) > MaxKeyLen:
-		return "", &KeyError{Value: k, Reason: fmt.Sprintf("%d bytes, over the limit of %d", len(k), MaxKeyLen)}
+		return "", &idem.KeyError{Field: KeyField, Value: k, Reason: fmt.Sprintf("%d bytes, over the limit of %d", len(k), MaxKeyLen)}
 	case k[0] == ' ' || k[len(k)-1] == ' ':
-		return "", &KeyError{Value: k, Reason: "leading or trailing space"}
+		return "", &idem.KeyError{Field: KeyField, Value: k, Reason: "leading or trailing space"}
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x20 || k[i] > 0x7e {
-			return "", &KeyError{Value: k, Reason: fmt.Sprintf("byte 0x%02x at offset %d is not printable ASCII", k[i], i)}
+			return "", &idem.KeyError{Field: KeyField, Value: k, Reason: fmt.Sprintf("byte 0x%02x at offset %d is not printable ASCII", k[i], i)}
 		}
 	}
 	return k, nil
@@ -141,7 +133,7 @@ func NewKey() string {
 func StatusFor(err error, now time.Time, storeRetryAfter time.Duration) *spb.Status {
 	var (
 		te  *idem.TerminalError
-		ke  *KeyError
+		ke  *idem.KeyError
 		pe  *PrincipalError
 		me  *MessageError
 		re  *ResponseError
@@ -173,7 +165,8 @@ func StatusFor(err error, now time.Time, storeRetryAfter time.Duration) *spb.Sta
 		return s(code.Code_INVALID_ARGUMENT, "this method requires an idempotency key",
 			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "idempotency-key", Description: "missing"}}})
 	case errors.As(err, &ke):
-		return s(code.Code_INVALID_ARGUMENT, ke.Error(),
+		// The message as this package has always sent it.
+		return s(code.Code_INVALID_ARGUMENT, "idemrpc: "+strings.TrimPrefix(ke.Error(), "idem: "),
 			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "idempotency-key", Description: ke.Reason}}})
 	case errors.As(err, &pe):
 		return s(code.Code_UNAUTHENTICATED, "caller not identified: "+pe.Err.Error())

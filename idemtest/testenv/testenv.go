@@ -50,3 +50,28 @@ func RedisCluster(t testing.TB) []string {
 	}
 	return strings.Split(v, ",")
 }
+
+// DynamoDB returns the endpoint of DynamoDB Local (IDEM_DYNAMODB_ENDPOINT,
+// which scripts/dynamodb-local sets), or calls Missing.
+func DynamoDB(t testing.TB) string {
+	t.Helper()
+	return endpoint(t, "IDEM_DYNAMODB_ENDPOINT", "no DynamoDB Local", "make test starts one with scripts/dynamodb-local")
+}
+
+// S3 returns the endpoint of the S3 server under test (IDEM_S3_ENDPOINT,
+// which scripts/s3rver sets), or calls Missing.
+func S3(t testing.TB) string {
+	t.Helper()
+	return endpoint(t, "IDEM_S3_ENDPOINT", "no S3 server", "make test starts s3rver with scripts/s3rver")
+}
+
+// endpoint returns the value of env, or calls Missing saying what is
+// missing and how to start it.
+func endpoint(t testing.TB, env, what, start string) string {
+	t.Helper()
+	ep := os.Getenv(env)
+	if ep == "" {
+		Missing(t, what+": "+env+" is not set ("+start+")")
+	}
+	return ep
+}

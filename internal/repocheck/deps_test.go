@@ -18,10 +18,13 @@ import (
 const repo = "github.com/seed-a1b882c0/idem"
 
 // isKit reports whether p is a test kit: store/storetest, idemtest/..., a
-// module's internal kit (internal/…test, such as idemgrpc's ordertest,
+// store module's kit (store/dynamostore/dynamotest, which the tests of the
+// modules that use DynamoDB share without the core taking on the AWS SDK),
+// a module's internal kit (internal/…test, such as idemgrpc's ordertest,
 // which only that module's tests import), or a test library.
 func isKit(p string) bool {
-	return p == repo+"/store/storetest" || p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
+	return p == repo+"/store/storetest" || p == repo+"/store/dynamostore/dynamotest" ||
+		p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
 		strings.HasPrefix(p, repo+"/") && strings.Contains(p, "/internal/") && strings.HasSuffix(p, "test") ||
 		strings.HasPrefix(p, "go.uber.org/goleak") || strings.HasPrefix(p, "github.com/anishathalye/porcupine")
 }

@@ -13,8 +13,10 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 // Reproduce: scripts/dynamodb-local run sh -c 'cd store/dynamostore && go test -run "^$" -bench . -benchmem -benchtime 2s'
@@ -22,7 +24,7 @@ import (
 // the figures measure the client and the request count, not AWS latency.
 
 func benchStore(b *testing.B) store.Store {
-	return newStore(b, newClient(endpoint(b)), dynamostore.Config{})
+	return newStore(b, dynamotest.NewClient(testenv.DynamoDB(b)), dynamostore.Config{})
 }
 
 func BenchmarkNewCall(b *testing.B) { benchkit.NewCallBenchmarks(b, benchStore, 1, 16) }
@@ -65,7 +67,7 @@ func BenchmarkRaw(b *testing.B) {
 	}
 	for _, conc := range []int{1, 16} {
 		b.Run(fmt.Sprintf("new/c=%d", conc), func(b *testing.B) {
-			c := newClient(endpoint(b))
+			c := dynamotest.NewClient(testenv.DynamoDB(b))
 			cfg := newTable(b, c, dynamostore.Config{})
 			benchkit.Run(b, conc, func(i int) error {
 				if err := put(c, cfg.Table, key(i)); err != nil {
@@ -77,7 +79,7 @@ func BenchmarkRaw(b *testing.B) {
 	}
 	for _, conc := range []int{1, 16} {
 		b.Run(fmt.Sprintf("dup/c=%d", conc), func(b *testing.B) {
-			c := newClient(endpoint(b))
+			c := dynamotest.NewClient(testenv.DynamoDB(b))
 			cfg := newTable(b, c, dynamostore.Config{})
 			const keys = 200
 			for i := range keys { // completed items, as the library's duplicates meet

@@ -3,8 +3,6 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 // rawTable creates a table by hand, with key (HASH, then RANGE when
@@ -24,7 +24,7 @@ import (
 func rawTable(t *testing.T, c *dynamodb.Client, ttlAttr string, key ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	name := fmt.Sprintf("idem_check_%d_%x", tableSeq.Add(1), rand.Uint32())
+	name := dynamotest.Name("idem_check_")
 	in := &dynamodb.CreateTableInput{TableName: aws.String(name), BillingMode: types.BillingModePayPerRequest}
 	for i, k := range key {
 		kt := types.KeyTypeHash
@@ -56,7 +56,7 @@ func rawTable(t *testing.T, c *dynamodb.Client, ttlAttr string, key ...string) s
 // matching idem.ErrInvalidConfig and store.ErrMisconfigured, whose message
 // says what to fix; a table made by CreateTable passes.
 func TestCheckFindsATableThatDoesNotMatch(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	ctx := context.Background()
 	check := func(cfg dynamostore.Config) error {
 		s, err := dynamostore.New(c, cfg)
@@ -115,7 +115,7 @@ func TestCheckFindsATableThatDoesNotMatch(t *testing.T) {
 // TestCheckOfAnUnreachableServerIsUnavailable: a Check that cannot ask is
 // not a configuration fault.
 func TestCheckOfAnUnreachableServerIsUnavailable(t *testing.T) {
-	c := newClient("http://127.0.0.1:1", func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	c := dynamotest.NewClient("http://127.0.0.1:1", func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 	s, err := dynamostore.New(c, dynamostore.Config{Table: "t"})
 	if err != nil {
 		t.Fatal(err)

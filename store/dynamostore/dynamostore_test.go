@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
-	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
@@ -27,64 +25,21 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
-// transport is shared by every test client, so TestMain can close its idle
-// connections before checking for leaked goroutines.
-var transport = &http.Transport{MaxIdleConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
+// transport is the one the test clients share (dynamotest.Main closes its
+// idle connections before it looks for leaked goroutines).
+var transport = dynamotest.Transport
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	transport.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// endpoint is DynamoDB Local's address (see testenv for when tests skip).
-func endpoint(t testing.TB) string {
-	t.Helper()
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	return ep
-}
-
-// newClient returns a client for ep with static local credentials.
-func newClient(ep string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(ep),
-		HTTPClient:   &http.Client{Transport: transport},
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "idem tests"}, nil
-		}),
-	}, opts...)
-}
-
-var tableSeq atomic.Uint64
+func TestMain(m *testing.M) { dynamotest.Main(m) }
 
 // newTable creates a fresh table for cfg (its Table name is filled in)
 // and deletes it when the test ends.
 func newTable(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) dynamostore.Config {
 	t.Helper()
-	cfg.Table = fmt.Sprintf("idem_test_%d_%x", tableSeq.Add(1), rand.Uint32())
-	ctx := context.Background()
-	if err := dynamostore.CreateTable(ctx, c, cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.Table)}); err != nil {
-			t.Errorf("delete table %s: %v", cfg.Table, err)
-		}
-	})
-	return cfg
+	return dynamotest.Table(t, c, "idem_test_", cfg)
 }
 
 func newStore(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) *dynamostore.Store {
@@ -99,7 +54,7 @@ func newStore(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) *dynamos
 const limit = 384 << 10
 
 func TestConformance(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 256}, func(t *testing.T) store.Store {
 		return newStore(t, c, dynamostore.Config{})
 	})
@@ -108,7 +63,7 @@ func TestConformance(t *testing.T) {
 // The composite-key layout with the status index: every listing path but
 // the Scan goes through it.
 func TestConformanceCompositeKeyWithStatusIndex(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	storetest.Run(t, storetest.Features{MaxResultBytes: limit, StormGoroutines: 64, LinOps: 2000}, func(t *testing.T) store.Store {
 		return newStore(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", StatusIndex: "status-lease"})
 	})
@@ -135,10 +90,10 @@ func TestRequestsPerCall(t *testing.T) {
 }
 
 func testRequestsPerCall(t *testing.T, cfg dynamostore.Config) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	var cnt counter
-	c := newClient(ep, cnt.option)
-	s := newStore(t, newClient(ep), cfg)
+	c := dynamotest.NewClient(ep, cnt.option)
+	s := newStore(t, dynamotest.NewClient(ep), cfg)
 	s, _ = dynamostore.New(c, s.Config())
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
 	if err != nil {
@@ -183,13 +138,13 @@ func lossyProxy(t *testing.T, ep string) *faultproxy.Proxy {
 }
 
 func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
-	ep := endpoint(t)
-	direct := newClient(ep)
+	ep := testenv.DynamoDB(t)
+	direct := dynamotest.NewClient(ep)
 	cfg := newTable(t, direct, dynamostore.Config{})
 	p := lossyProxy(t, ep)
 	var cnt counter
 	// The SDK's standard retryer resends the claim after the reset.
-	s, err := dynamostore.New(newClient("http://"+p.Addr(), cnt.option), cfg)
+	s, err := dynamostore.New(dynamotest.NewClient("http://"+p.Addr(), cnt.option), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +174,11 @@ func TestLostClaimReplyIsRecognisedAsOwn(t *testing.T) {
 // Without the SDK's retries, a lost reply is a typed unavailable error and
 // the caller's own retry (same owner) still recognises the claim.
 func TestLostClaimReplyWithoutRetries(t *testing.T) {
-	ep := endpoint(t)
-	direct := newClient(ep)
+	ep := testenv.DynamoDB(t)
+	direct := dynamotest.NewClient(ep)
 	cfg := newTable(t, direct, dynamostore.Config{})
 	p := lossyProxy(t, ep)
-	s, err := dynamostore.New(newClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), cfg)
+	s, err := dynamostore.New(dynamotest.NewClient("http://"+p.Addr(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +222,7 @@ func (m *memSpiller) Load(_ context.Context, ref string) ([]byte, error) {
 }
 
 func TestSpillLargeResults(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	sp := &memSpiller{objs: map[string][]byte{}}
 	s := newStore(t, c, dynamostore.Config{Spiller: sp, MaxResultBytes: 1000})
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
@@ -310,7 +265,7 @@ func TestSpillLargeResults(t *testing.T) {
 // The item layout is the Powertools table's: a team can point idem at an
 // existing Powertools table and its TTL setting.
 func TestPowertoolsCompatibleItem(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	s := newStore(t, c, dynamostore.Config{})
 	now := time.Now().UnixMilli() + 1234
 	key := "pt#k"
@@ -353,7 +308,7 @@ func TestPowertoolsCompatibleItem(t *testing.T) {
 // Items idem cannot read fail closed: the engine neither replays them nor
 // runs the operation.
 func TestDamagedItemFailsClosed(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	s := newStore(t, c, dynamostore.Config{})
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
 	if err != nil {
@@ -399,7 +354,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	s, err := dynamostore.New(newClient("http://"+addr, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), dynamostore.Config{Table: "t"})
+	s, err := dynamostore.New(dynamotest.NewClient("http://"+addr, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), dynamostore.Config{Table: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +370,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 }
 
 func TestMissingTableIsUnavailable(t *testing.T) {
-	s, err := dynamostore.New(newClient(endpoint(t)), dynamostore.Config{Table: "idem_no_such_table"})
+	s, err := dynamostore.New(dynamotest.NewClient(testenv.DynamoDB(t)), dynamostore.Config{Table: "idem_no_such_table"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +381,7 @@ func TestMissingTableIsUnavailable(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	c := newClient("http://127.0.0.1:1")
+	c := dynamotest.NewClient("http://127.0.0.1:1")
 	for name, cfg := range map[string]dynamostore.Config{
 		"no table":        {},
 		"same name twice": {Table: "t", DataAttr: "status"},
@@ -447,7 +402,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestListStuckThroughStatusIndex(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	s := newStore(t, c, dynamostore.Config{StatusIndex: "by-status"})
 	now := time.Now().Add(time.Hour).UnixMilli()
 	for i := range 25 {
@@ -486,7 +441,7 @@ func TestListStuckThroughStatusIndex(t *testing.T) {
 // Stores with other partition values may share a composite-key table, and
 // its status index: a listing holds only the store's own records.
 func TestListSkipsOtherPartitions(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	orders := newStore(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "orders", StatusIndex: "status-lease"})
 	cfg := orders.Config()
 	cfg.PartitionValue = "payments"
@@ -510,16 +465,16 @@ func TestListSkipsOtherPartitions(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	tables := map[string]dynamostore.Config{}
 	storefaults.Run(t, strings.TrimPrefix(ep, "http://"), func(t *testing.T, addr string) store.Store {
-		c := newClient("http://"+addr, func(o *dynamodb.Options) {
+		c := dynamotest.NewClient("http://"+addr, func(o *dynamodb.Options) {
 			o.RetryMaxAttempts = 1
 			o.HTTPClient = &http.Client{Transport: transport, Timeout: storefaults.Timeout}
 		})
 		cfg, ok := tables[t.Name()]
 		if !ok {
-			cfg = newTable(t, newClient(ep), dynamostore.Config{})
+			cfg = newTable(t, dynamotest.NewClient(ep), dynamostore.Config{})
 			tables[t.Name()] = cfg
 		}
 		s, err := dynamostore.New(c, cfg)
@@ -557,7 +512,7 @@ func (a *interleaving) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // it had seen and could lose that race every round (32 of them, then
 // ErrUnavailable).
 func TestClaimDecidesWhenTheItemChangesUnderIt(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	const t0 = int64(1_000_000)
 	for _, tc := range []struct {
 		name      string
@@ -615,18 +570,18 @@ func TestClaimDecidesWhenTheItemChangesUnderIt(t *testing.T) {
 // fenced write, Extend with a Ref, a lease, both or neither included, is
 // one request.
 func TestResettleSpilledResult(t *testing.T) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	var cnt counter
 	sp := &memSpiller{objs: map[string][]byte{}}
-	s := newStore(t, newClient(ep), dynamostore.Config{Spiller: sp, MaxResultBytes: 1000})
-	s, _ = dynamostore.New(newClient(ep, cnt.option), s.Config())
+	s := newStore(t, dynamotest.NewClient(ep), dynamostore.Config{Spiller: sp, MaxResultBytes: 1000})
+	s, _ = dynamostore.New(dynamotest.NewClient(ep, cnt.option), s.Config())
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	const key = "rs#1"
 	big := []byte(strings.Repeat("x", 5000))
 	item := func() map[string]types.AttributeValue {
 		t.Helper()
-		out, err := newClient(ep).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table),
+		out, err := dynamotest.NewClient(ep).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Config().Table),
 			Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}}, ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			t.Fatal(err)

@@ -17,8 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
@@ -27,7 +29,7 @@ import (
 // index): every listing path of the Admin case goes through it or its
 // fallbacks.
 func TestConformanceOpenIndex(t *testing.T) {
-	c := newClient(endpoint(t))
+	c := dynamotest.NewClient(testenv.DynamoDB(t))
 	for name, cfg := range map[string]dynamostore.Config{
 		"open index":                          {OpenIndex: "open-lease"},
 		"composite key, open index, 3 shards": {KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "idempotency#orders", OpenIndex: "open-lease", StatusShards: 3},
@@ -96,12 +98,12 @@ func indexEntries(t testing.TB, c *dynamodb.Client, cfg dynamostore.Config) map[
 // are not, whichever way they got there. And the entries spread over the
 // shards.
 func TestOpenIndexHoldsOpenRecordsOnly(t *testing.T) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	var cnt counter
 	const shards = 4
-	s := newStore(t, newClient(ep), dynamostore.Config{OpenIndex: "open-lease", StatusShards: shards})
+	s := newStore(t, dynamotest.NewClient(ep), dynamostore.Config{OpenIndex: "open-lease", StatusShards: shards})
 	cfg := s.Config()
-	s, _ = dynamostore.New(newClient(ep, cnt.option), cfg)
+	s, _ = dynamostore.New(dynamotest.NewClient(ep, cnt.option), cfg)
 	ctx := context.Background()
 	now := time.Now().Add(time.Hour).UnixMilli()
 	requests := func(want int64, what string, f func() error) {
@@ -174,7 +176,7 @@ func TestOpenIndexHoldsOpenRecordsOnly(t *testing.T) {
 			want[key] = entry(store.StatusInProgress, key)
 		}
 	}
-	got := indexEntries(t, newClient(ep), cfg)
+	got := indexEntries(t, dynamotest.NewClient(ep), cfg)
 	if !maps.Equal(got, want) {
 		for k, v := range got {
 			if want[k] != v {
@@ -236,11 +238,11 @@ func keysOf(rs []*store.Record) []string {
 // a page of the whole listing costs one Query per shard; completed records
 // come from the Scan; a cursor only continues the listing it came from.
 func TestListOpenIndex(t *testing.T) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	var cnt counter
 	const shards = 4
-	s := newStore(t, newClient(ep), dynamostore.Config{OpenIndex: "open-lease", StatusShards: shards})
-	s, _ = dynamostore.New(newClient(ep, cnt.option), s.Config())
+	s := newStore(t, dynamotest.NewClient(ep), dynamostore.Config{OpenIndex: "open-lease", StatusShards: shards})
+	s, _ = dynamostore.New(dynamotest.NewClient(ep, cnt.option), s.Config())
 	ctx := context.Background()
 	now := time.Now().Add(time.Hour).UnixMilli()
 	want := map[string][]string{}
@@ -323,7 +325,7 @@ func TestListOpenIndex(t *testing.T) {
 		return page.Next
 	}
 	stuckCursor, completedCursor := next(store.ListParams{Stuck: true}), next(store.ListParams{Status: store.StatusCompleted})
-	eight, err := dynamostore.New(newClient(ep), dynamostore.Config{Table: s.Config().Table, OpenIndex: "open-lease"})
+	eight, err := dynamostore.New(dynamotest.NewClient(ep), dynamostore.Config{Table: s.Config().Table, OpenIndex: "open-lease"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,8 +395,8 @@ func addOpenIndex(t *testing.T, c *dynamodb.Client, cfg dynamostore.Config) {
 // the open index left behind is skipped by listings and cleaned up by the
 // migration; lowering StatusShards needs the migration too.
 func TestMigrateStatusIndex(t *testing.T) {
-	ep := endpoint(t)
-	c := newClient(ep)
+	ep := testenv.DynamoDB(t)
+	c := dynamotest.NewClient(ep)
 	ctx := context.Background()
 	oldCfg := newTable(t, c, dynamostore.Config{KeyAttr: "pk", SortKeyAttr: "sk", PartitionValue: "orders", StatusIndex: "status-lease"})
 	open := func(cfg dynamostore.Config) *dynamostore.Store {

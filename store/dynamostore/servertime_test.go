@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem/idemtest/clockskew"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 // The store tells DynamoDB's own clock, from the Date header of a read: on
@@ -15,10 +17,10 @@ import (
 // second either way, ServerTime returning the middle of the second) and
 // the round trip.
 func TestServerTime(t *testing.T) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	for name, cfg := range map[string]dynamostore.Config{"key only": {}, "sort key": {SortKeyAttr: "sk", PartitionValue: "idem"}} {
 		t.Run(name, func(t *testing.T) {
-			var st store.ServerTimer = newStore(t, newClient(ep), cfg)
+			var st store.ServerTimer = newStore(t, dynamotest.NewClient(ep), cfg)
 			before := time.Now()
 			got, err := st.ServerTime(context.Background())
 			after := time.Now()
@@ -36,8 +38,8 @@ func TestServerTime(t *testing.T) {
 // on one DynamoDB Local table: leases are decided on the service's clock
 // (its Date header, to the second).
 func TestClockSkew(t *testing.T) {
-	ep := endpoint(t)
+	ep := testenv.DynamoDB(t)
 	clockskew.Run(t, func(t *testing.T) store.Store {
-		return newStore(t, newClient(ep), dynamostore.Config{})
+		return newStore(t, dynamotest.NewClient(ep), dynamostore.Config{})
 	})
 }

@@ -18,9 +18,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 )
 
 // throttleProxy is a fault proxy: an HTTP reverse proxy in front of
@@ -97,12 +99,12 @@ func (c *storeCalls) get(k string) int {
 // label; an outcome write throttled past the SDK's attempts is retried by
 // the engine and recorded. Nothing runs twice, nothing is lost.
 func TestThrottling(t *testing.T) {
-	ep := endpoint(t)
-	direct := newClient(ep)
+	ep := testenv.DynamoDB(t)
+	direct := dynamotest.NewClient(ep)
 	cfg := newTable(t, direct, dynamostore.Config{})
 	p := newThrottleProxy(t, ep)
 	attempts := 0
-	c := newClient(p.URL, func(o *dynamodb.Options) {
+	c := dynamotest.NewClient(p.URL, func(o *dynamodb.Options) {
 		// The SDK's standard retryer (3 attempts, exponential jittered
 		// backoff), its pauses cut from up to 20 s to 10 ms for the test.
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -116,10 +115,7 @@ func TestOpenFindsConfigurationFaults(t *testing.T) {
 		}
 	})
 	t.Run("dynamodb table without TTL", func(t *testing.T) {
-		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-		if ep == "" {
-			testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-		}
+		ep := testenv.DynamoDB(t)
 		t.Setenv("AWS_ACCESS_KEY_ID", "local")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion("us-east-1"))
@@ -148,10 +144,7 @@ func TestOpenFindsConfigurationFaults(t *testing.T) {
 		}
 	})
 	t.Run("spill bucket missing", func(t *testing.T) {
-		ep, s3ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT"), os.Getenv("IDEM_S3_ENDPOINT")
-		if ep == "" || s3ep == "" {
-			testenv.Missing(t, "no DynamoDB Local or S3 server: IDEM_DYNAMODB_ENDPOINT or IDEM_S3_ENDPOINT is not set (make test starts them)")
-		}
+		ep, s3ep := testenv.DynamoDB(t), testenv.S3(t)
 		t.Setenv("AWS_ACCESS_KEY_ID", "S3RVER")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
 		raw := fmt.Sprintf("dynamodb://storeurl_spill_%d?region=us-east-1&endpoint=%s&create=true&spill=s3://idem-no-such-bucket/p&spillendpoint=%s&spillprobe=true",

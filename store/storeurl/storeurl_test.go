@@ -189,10 +189,7 @@ func TestOpenWorkingStores(t *testing.T) {
 		open(t, raw, nil)
 	})
 	t.Run("dynamodb", func(t *testing.T) {
-		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-		if ep == "" {
-			testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-		}
+		ep := testenv.DynamoDB(t)
 		t.Setenv("AWS_ACCESS_KEY_ID", "local")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 		raw := fmt.Sprintf("dynamodb://storeurl_%d?region=us-east-1&endpoint=%s", time.Now().UnixNano(), ep)
@@ -203,10 +200,7 @@ func TestOpenWorkingStores(t *testing.T) {
 		open(t, raw+"&create=true", nil)
 	})
 	t.Run("dynamodb spilling to s3", func(t *testing.T) {
-		ep, s3ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT"), os.Getenv("IDEM_S3_ENDPOINT")
-		if ep == "" || s3ep == "" {
-			testenv.Missing(t, "no DynamoDB Local or S3 server: IDEM_DYNAMODB_ENDPOINT or IDEM_S3_ENDPOINT is not set (make test starts them)")
-		}
+		ep, s3ep := testenv.DynamoDB(t), testenv.S3(t)
 		t.Setenv("AWS_ACCESS_KEY_ID", "S3RVER")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
 		bucket := fmt.Sprintf("storeurl-%d", time.Now().UnixNano())

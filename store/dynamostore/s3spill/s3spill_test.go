@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemtest/faultproxy"
@@ -31,48 +29,29 @@ import (
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/dynamostore"
+	"github.com/seed-a1b882c0/idem/store/dynamostore/dynamotest"
 	"github.com/seed-a1b882c0/idem/store/dynamostore/s3spill"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
-// transport is shared by every test client, so TestMain can close its idle
-// connections before checking for leaked goroutines.
-var transport = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+// transport is the one the test clients share (dynamotest.Main closes its
+// idle connections before it looks for leaked goroutines).
+var transport = dynamotest.Transport
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	transport.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dynamotest.Main(m) }
 
 // env returns DynamoDB Local's and s3rver's endpoints (see testenv for
 // when tests skip).
 func env(t testing.TB) (dynamo, s3ep string) {
 	t.Helper()
-	dynamo, s3ep = os.Getenv("IDEM_DYNAMODB_ENDPOINT"), os.Getenv("IDEM_S3_ENDPOINT")
-	if dynamo == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
-	if s3ep == "" {
-		testenv.Missing(t, "no S3 server: IDEM_S3_ENDPOINT is not set (make test starts s3rver with scripts/s3rver)")
-	}
-	return dynamo, s3ep
+	return testenv.DynamoDB(t), testenv.S3(t)
 }
 
+// creds are the keys s3rver accepts.
 func creds() aws.CredentialsProvider {
 	return aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 		return aws.Credentials{AccessKeyID: "S3RVER", SecretAccessKey: "S3RVER", Source: "idem tests"}, nil
 	})
-}
-
-func dynamoClient(ep string) *dynamodb.Client {
-	return dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep), HTTPClient: &http.Client{Transport: transport}, Credentials: creds()})
 }
 
 // s3Client is a path-style client for ep (s3rver serves no virtual hosts).
@@ -103,20 +82,12 @@ func setup(t testing.TB, cfg dynamostore.Config, spillEP string, opts ...func(*s
 	t.Helper()
 	dep, sep := env(t)
 	ctx := context.Background()
-	f := &fixture{dyn: dynamoClient(dep), s3: s3Client(sep), bkt: name("b")}
+	f := &fixture{dyn: dynamotest.NewClient(dep), s3: s3Client(sep), bkt: name("b")}
 	if _, err := f.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(f.bkt)}); err != nil {
 		t.Fatalf("create bucket: %v", err)
 	}
 	t.Cleanup(func() { emptyBucket(t, f.s3, f.bkt) })
-	cfg.Table = strings.ReplaceAll(name("t"), "-", "_")
-	if err := dynamostore.CreateTable(ctx, f.dyn, cfg, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := f.dyn.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(cfg.Table)}); err != nil {
-			t.Errorf("delete table: %v", err)
-		}
-	})
+	cfg = dynamotest.Table(t, f.dyn, "idem_t_", cfg)
 	f.table = cfg.Table
 	sc := f.s3
 	if spillEP != "" || len(opts) > 0 {

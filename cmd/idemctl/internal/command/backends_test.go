@@ -43,10 +43,7 @@ func TestStuckRecordIsFoundResolvedAndReplayed(t *testing.T) {
 		stuckScenario(t, fmt.Sprintf("postgres://%s@%s/test?table=idemctl_%d", user, addr, time.Now().UnixNano()))
 	})
 	t.Run("dynamodb", func(t *testing.T) {
-		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-		if ep == "" {
-			testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-		}
+		ep := testenv.DynamoDB(t)
 		t.Setenv("AWS_ACCESS_KEY_ID", "local")
 		t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 		stuckScenario(t, fmt.Sprintf("dynamodb://idemctl_%d?region=us-east-1&endpoint=%s", time.Now().UnixNano(), ep))

@@ -247,10 +247,7 @@ func TestDoctorPostgres(t *testing.T) {
 // doctor on DynamoDB: a table made by create-table is well; a table that
 // does not exist is a problem saying how to create it.
 func TestDoctorDynamoDB(t *testing.T) {
-	ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-	if ep == "" {
-		testenv.Missing(t, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (make test starts one with scripts/dynamodb-local)")
-	}
+	ep := testenv.DynamoDB(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", "local")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 	url := fmt.Sprintf("dynamodb://idemctl_doctor_%d?region=us-east-1&endpoint=%s", time.Now().UnixNano(), ep)

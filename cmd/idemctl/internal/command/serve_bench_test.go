@@ -53,10 +53,7 @@ func BenchmarkConsoleFirstPage(b *testing.B) {
 		benchFirstPage(b, fmt.Sprintf("postgres://%s@%s/test?table=consolebench_%d", user, addr, stamp), n)
 	})
 	b.Run("dynamodb", func(b *testing.B) {
-		ep := os.Getenv("IDEM_DYNAMODB_ENDPOINT")
-		if ep == "" {
-			testenv.Missing(b, "no DynamoDB Local: IDEM_DYNAMODB_ENDPOINT is not set (scripts/dynamodb-local run …)")
-		}
+		ep := testenv.DynamoDB(b)
 		b.Setenv("AWS_ACCESS_KEY_ID", "local")
 		b.Setenv("AWS_SECRET_ACCESS_KEY", "local")
 		benchFirstPage(b, fmt.Sprintf("dynamodb://consolebench_%d?region=us-east-1&endpoint=%s&openindex=open", stamp, ep), n)
