@@ -411,3 +411,36 @@ func TestBatchSettlesEachOnItsOwnOutcome(t *testing.T) {
 		})
 	}
 }
+
+// TestConsumeBatchConsumerDeleted: a consumer deleted under ConsumeBatch
+// (while a pull waits for messages, or before the next pull) ends it with
+// the pull's error.
+func TestConsumeBatchConsumerDeleted(t *testing.T) {
+	t.Parallel()
+	_, s, _ := stream(t)
+	ctx := context.Background()
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "gone", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	defer st.Close()
+	p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Lease: 10 * time.Second}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
+		func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- idemnats.ConsumeBatch(ctx, cons, nil, p) }()
+	if err := s.DeleteConsumer(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("ConsumeBatch returned nil after its consumer was deleted")
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("ConsumeBatch still runs 40s after its consumer was deleted")
+	}
+}

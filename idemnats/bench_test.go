@@ -30,6 +30,17 @@ func benchRedis() string {
 	return "127.0.0.1:6379"
 }
 
+// benchBroker is the broker process whose CPU the benchmarks read: the
+// process id in IDEM_BENCH_BROKER_PID (make bench-consumers' pinned run
+// starts a server of its own beside the machine's), or the process named
+// name.
+func benchBroker(name string) string {
+	if pid := os.Getenv("IDEM_BENCH_BROKER_PID"); pid != "" {
+		return pid
+	}
+	return name
+}
+
 // BenchmarkRedisBaseline: what the store does per message, written by
 // hand — a SET NX of the claim and a SET of the outcome, pipelined, 16
 // messages in flight — for the Redis CPU per message the consumer rows are
@@ -118,14 +129,15 @@ func BenchmarkConsumeBatch(b *testing.B) {
 					b.Fatal(err)
 				}
 				cons, n := prepare(b)
-				var done atomic.Int64
+				var done, batches atomic.Int64
 				ctx, cancel := context.WithCancel(context.Background())
 				exited := make(chan error, 1)
 				b.ResetTimer()
-				cpu := benchkit.StartCPU(b, benchRedis(), "nats-server")
+				cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
 				start := time.Now()
 				go func() {
 					exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: v.batches}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+						batches.Add(1)
 						ds, errs := p(ctx, msgs)
 						for _, d := range ds {
 							if d == idemnats.Acked {
@@ -140,6 +152,7 @@ func BenchmarkConsumeBatch(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+				b.ReportMetric(float64(n)/float64(batches.Load()), "msgs/batch")
 				cpu.Report(b, n)
 				cancel()
 				if err := <-exited; err != nil {
@@ -180,7 +193,7 @@ func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg)
 	ctx := context.Background()
 	var done atomic.Int64
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), "nats-server")
+	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
 	start := time.Now()
 	for range conc {
 		cc, err := cons.Consume(func(m jetstream.Msg) {
