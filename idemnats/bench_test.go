@@ -118,6 +118,19 @@ func BenchmarkConsume(b *testing.B) {
 // once (c=32); compare with BenchmarkConsume's bare and per-message
 // figures.
 func BenchmarkConsumeBatch(b *testing.B) {
+	// bare: ConsumeBatch's pulls with a ProcessBatch that only acks, the
+	// batch path's own floor.
+	b.Run("bare/c=16", func(b *testing.B) {
+		consumeBatch(b, 1, func(_ context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			ds := make([]idemnats.Disposition, len(msgs))
+			for i, m := range msgs {
+				if m.Ack() == nil {
+					ds[i] = idemnats.Acked
+				}
+			}
+			return ds, make([]error, len(msgs))
+		})
+	})
 	for _, v := range []struct{ conc, batches int }{{1, 1}, {16, 1}, {16, 2}} {
 		conc := v.conc
 		for _, be := range backends() {
@@ -128,38 +141,44 @@ func BenchmarkConsumeBatch(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				cons, n := prepare(b)
-				var done, batches atomic.Int64
-				ctx, cancel := context.WithCancel(context.Background())
-				exited := make(chan error, 1)
-				b.ResetTimer()
-				cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
-				start := time.Now()
-				go func() {
-					exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: v.batches}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
-						batches.Add(1)
-						ds, errs := p(ctx, msgs)
-						for _, d := range ds {
-							if d == idemnats.Acked {
-								done.Add(1)
-							}
-						}
-						return ds, errs
-					})
-				}()
-				for done.Load() < int64(n) {
-					time.Sleep(time.Millisecond)
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
-				b.ReportMetric(float64(n)/float64(batches.Load()), "msgs/batch")
-				cpu.Report(b, n)
-				cancel()
-				if err := <-exited; err != nil {
-					b.Fatal(err)
-				}
+				consumeBatch(b, v.batches, p)
 			})
 		}
+	}
+}
+
+// consumeBatch runs ConsumeBatch with p over b.N messages, batches of 16,
+// atOnce at once, and reports msgs/s, msgs/batch and the CPU per message.
+func consumeBatch(b *testing.B, atOnce int, p idemnats.ProcessBatch) {
+	cons, n := prepare(b)
+	var done, batches atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan error, 1)
+	b.ResetTimer()
+	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
+	start := time.Now()
+	go func() {
+		exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: atOnce}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			batches.Add(1)
+			ds, errs := p(ctx, msgs)
+			for _, d := range ds {
+				if d == idemnats.Acked {
+					done.Add(1)
+				}
+			}
+			return ds, errs
+		})
+	}()
+	for done.Load() < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+	b.ReportMetric(float64(n)/float64(batches.Load()), "msgs/batch")
+	cpu.Report(b, n)
+	cancel()
+	if err := <-exited; err != nil {
+		b.Fatal(err)
 	}
 }
 
