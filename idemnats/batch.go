@@ -249,7 +249,9 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 func pull(ctx context.Context, c jetstream.Consumer, bc BatchConfig) ([]jetstream.Msg, error) {
 	batch, err := fetch(make([]jetstream.Msg, 0, bc.Size), func() (jetstream.MessageBatch, error) { return c.FetchNoWait(bc.Size) })
 	for len(batch) == 0 && err == nil {
-		batch, err = fetch(batch, func() (jetstream.MessageBatch, error) { return c.Fetch(1, jetstream.FetchContext(ctx)) })
+		batch, err = fetch(batch, func() (jetstream.MessageBatch, error) {
+			return c.Fetch(1, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(idleHeartbeat))
+		})
 		if len(batch) == 0 || err != nil || bc.Size == 1 {
 			continue
 		}
@@ -264,6 +266,12 @@ func pull(ctx context.Context, c jetstream.Consumer, bc BatchConfig) ([]jetstrea
 	}
 	return batch, err
 }
+
+// idleHeartbeat is how often the server confirms a pull that waits for a
+// first message: a pull that hears nothing for twice as long ends with
+// the client's error (a consumer deleted under it is not always told to
+// its waiting pulls).
+const idleHeartbeat = time.Second
 
 // fetch appends to batch the messages of one pull.
 func fetch(batch []jetstream.Msg, pull func() (jetstream.MessageBatch, error)) ([]jetstream.Msg, error) {
