@@ -297,12 +297,7 @@ func readBench(file string) (map[string]bench, error) {
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		name := strings.TrimPrefix(f[0], "Benchmark")
-		if i := strings.LastIndexByte(name, '-'); i > 0 {
-			if _, err := strconv.Atoi(name[i+1:]); err == nil {
-				name = name[:i]
-			}
-		}
+		name := benchName(f[0])
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -327,6 +322,18 @@ func readBench(file string) (map[string]bench, error) {
 }
 
 func median(xs []float64) float64 { return stats.Median(xs) }
+
+// benchName is a benchmark's name from its result line's first field,
+// without "Benchmark" and the -GOMAXPROCS suffix.
+func benchName(field string) string {
+	name := strings.TrimPrefix(field, "Benchmark")
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			name = name[:i]
+		}
+	}
+	return name
+}
 
 // engineFigure: ns/op and allocs/op of the core benchmarks, before and
 // after issue 17.
@@ -399,12 +406,7 @@ func readMetrics(file string) (map[string]map[string]float64, error) {
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		name := strings.TrimPrefix(f[0], "Benchmark")
-		if i := strings.LastIndexByte(name, '-'); i > 0 {
-			if _, err := strconv.Atoi(name[i+1:]); err == nil {
-				name = name[:i]
-			}
-		}
+		name := benchName(f[0])
 		name = pkg + " " + name
 		if runs[name] == nil {
 			runs[name] = map[string][]float64{}
