@@ -52,7 +52,7 @@ CONSUMERS_N ?= 5000x
 CONSUMERS_COUNT ?= 3
 CONSUMERS_REDIS_PORT ?= 6398
 
-bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run → bench/results/consumers.{txt,md} and docs/benchmarks.md; needs NATS on :4222 and RabbitMQ on :5672
+bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run, then again pinned (scripts/bench-consumers-pinned: Redis and a nats-server of its own on CPU 0, the client on CPU 1; RabbitMQ only with CONSUMERS_PIN_RABBITMQ=1) → bench/results/consumers{,-pinned}.txt, consumers.md, docs/benchmarks.md and docs/img/consumers.png; needs NATS on :4222 and RabbitMQ on :5672
 	@mkdir -p bench/results .cache/bench-consumers
 	@set -e; d=$(CURDIR)/.cache/bench-consumers; \
 		redis-server --port $(CONSUMERS_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $$d --pidfile $$d/redis.pid --logfile $$d/redis.log; \
@@ -63,7 +63,8 @@ bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message
 		  (cd idemnats && $(LOCKED) $(GO) test -run '^$$' -bench 'RedisBaseline|Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  (cd idemamqp && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  uptime; } >bench/results/consumers.txt
-	cd bench && $(GO) run ./consumers
+	GO=$(GO) CONSUMERS_N=$(CONSUMERS_N) CONSUMERS_COUNT=$(CONSUMERS_COUNT) BENCH_LOCK=$(BENCH_LOCK) scripts/bench-consumers-pinned >bench/results/consumers-pinned.txt
+	cd bench && $(GO) run ./consumers && $(GO) run ./plot -only consumers
 
 bench-engine: ## the core engine benchmarks on this tree → bench/results/engine-after.txt
 	$(LOCKED) $(GO) test -run '^$$' -bench . -benchmem -count 5 . >bench/results/engine-after.txt.tmp

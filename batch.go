@@ -45,6 +45,11 @@ type BatchOptions[T any] struct {
 	// different items; DoBatchWith returns after every call has
 	// returned. It is not called for an item whose fn panicked.
 	Answered func(i int, res Result[T], err error)
+	// Runner, when not nil, runs the batch's operations on its workers,
+	// which outlive the batch (see [BatchRunner]); nil, the runner of
+	// ctx ([WithBatchRunner]), or else the engine's workers, which end
+	// when no batch of the engine runs.
+	Runner *BatchRunner
 }
 
 // DoBatchWith is [DoBatch] with options: the batch's concurrency and a
@@ -52,9 +57,10 @@ type BatchOptions[T any] struct {
 //
 // No goroutine is started per item. The operations run on at most
 // Concurrency goroutines, the caller's among them, taking the claimed
-// items in order; the goroutines besides the caller's are the engine's
-// batch workers, reused from batch to batch while batches run and ended
-// when none does. An item that did not claim its key answers on the
+// items in order; the goroutines besides the caller's are the workers of
+// a [BatchRunner] (BatchOptions.Runner, or ctx's), which outlive the
+// batch, or else the engine's batch workers, reused while batches of the
+// engine overlap and ended when none runs. An item that did not claim its key answers on the
 // caller's goroutine, at once — except one that may have to wait for
 // another holder of its key (Config.Wait above zero: a duplicate of a key
 // in flight, or a key held elsewhere), which waits on a goroutine of its
@@ -81,7 +87,7 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 		ctx, batch.span = e.tracer.StartCall(ctx, observe.Call{Kind: observe.CallBatch, DBSystem: e.dbSystem, BatchSize: n})
 		defer batch.endSpan(observe.CallEnd{})
 	}
-	var b batchWork
+	b := batchWork{runner: batchRunner(o.Runner, ctx)}
 	defer b.wait()
 	bc, batched := e.store.(store.BatchClaimer)
 	if e.cfg.Disabled || !batched || n < 2 {
@@ -98,15 +104,15 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 	// for all at once: the cache, the key's flight joined, and the leaders'
 	// claims in one batch.
 	calls := make([]*typedCall[T], n)
+	all := make([]typedCall[T], n) // the calls, in one allocation
 	kn := make([]known, n)
-	var (
-		leaders []int // calls that lead their key's flight, to claim
-		params  []store.ClaimParams
-	)
+	leaders := make([]int, 0, n) // calls that lead their key's flight, to claim
+	params := make([]store.ClaimParams, 0, n)
 	now, lease, lerr := e.leaseFor(ctx)
 	keep := e.cache != nil && cacheable[T]()
 	for i, id := range ids {
-		t := &typedCall[T]{fn: runFunc[T](func(ctx context.Context) (T, error) { return fn(ctx, i) }), keep: keep}
+		t := &all[i]
+		t.fn, t.keep = runFunc[T](func(ctx context.Context) (T, error) { return fn(ctx, i) }), keep
 		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
 		if e.tracer != nil {
 			t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
@@ -163,7 +169,8 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 		r, err := calls[i].result(ctx, out, err)
 		answer(i, r, err)
 	}
-	var runs, answers []int // the calls that run their operation; those that only answer
+	// The calls that run their operation; those that only answer.
+	runs, answers := make([]int, 0, len(leaders)), make([]int, 0, n)
 	for i, t := range calls {
 		if t == nil {
 			continue
@@ -192,6 +199,7 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 // batchWork runs the items of one batch and keeps the first panic of
 // their operations, to raise it again on the caller's goroutine.
 type batchWork struct {
+	runner   *BatchRunner // nil: the engine's workers
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	panicked bool
@@ -223,8 +231,13 @@ func (b *batchWork) runEach(e *Engine, runs []int, concurrency int, first []int,
 		}
 	}
 	if w := min(concurrency, len(runs)) - 1; w > 0 {
-		g := e.workers.enter()
-		defer e.workers.leave()
+		var g *gen
+		if b.runner != nil {
+			g = b.runner.g
+		} else {
+			g = e.workers.enter()
+			defer e.workers.leave()
+		}
 		for range w {
 			b.wg.Add(1)
 			g.run(drain, &b.wg)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
@@ -455,4 +457,100 @@ func TestDoBatchAnsweredPerItem(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Batches on a BatchRunner run on its workers, which outlive each batch:
+// batches that follow each other, with none running in between, run on
+// the same goroutines, whether the runner is named in BatchOptions or
+// comes with the context; Close ends them (goleak in TestMain), and a
+// batch after Close still runs, on goroutines of its own.
+func TestBatchRunnerKeepsWorkersBetweenBatches(t *testing.T) {
+	t.Parallel()
+	en := setup(t, idem.Config{})
+	const conc = 4
+	r := idem.NewBatchRunner()
+	batch := func(ctx context.Context, o idem.BatchOptions[int], round int) map[string]bool {
+		keys := make([]string, 2*conc)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("runner-%d-%d", round, i)
+		}
+		var mu sync.Mutex
+		mine := map[string]bool{}
+		// The first conc items wait for each other: each goroutine of the
+		// batch runs one of them.
+		var arrived atomic.Int32
+		all := make(chan struct{})
+		o.Concurrency = conc
+		_, errs := idem.DoBatchWith(ctx, en.eng, ids(t, keys...), o, func(_ context.Context, i int) (int, error) {
+			if i < conc {
+				if arrived.Add(1) == conc {
+					close(all)
+				}
+				<-all
+			}
+			mu.Lock()
+			mine[goid()] = true
+			mu.Unlock()
+			return i, nil
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d item %d: %v", round, i, err)
+			}
+		}
+		if len(mine) != conc {
+			t.Errorf("round %d ran on %d goroutines, want %d", round, len(mine), conc)
+		}
+		return mine
+	}
+	ctx := context.Background()
+	first := batch(ctx, idem.BatchOptions[int]{Runner: r}, 0)
+	second := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 1)
+	if !maps.Equal(first, second) {
+		t.Errorf("the second batch ran on %v, the first on %v: want the same goroutines", second, first)
+	}
+	r.Close()
+	r.Close() // twice is fine
+	after := batch(ctx, idem.BatchOptions[int]{Runner: r}, 2)
+	for g := range after {
+		if g != goid() && first[g] {
+			t.Errorf("a batch after Close ran on the closed runner's worker %s", g)
+		}
+	}
+}
+
+// A runner opened inside a testing/synctest bubble serves the bubble's
+// batches and, closed, leaves nothing behind when the bubble ends (a
+// runner that kept a timer or a goroutine would make synctest panic);
+// its batches settle each key on its own outcome, a failure as a
+// failure.
+func TestBatchRunnerInsideASynctestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
+		r := idem.NewBatchRunner()
+		defer r.Close()
+		ctx := idem.WithBatchRunner(context.Background(), r)
+		fail := errors.New("refused")
+		for round := range 3 {
+			keys := []string{fmt.Sprint("s-ok-", round), fmt.Sprint("s-fail-", round), fmt.Sprint("s-slow-", round)}
+			var answered atomic.Int32
+			res, errs := idem.DoBatchWith(ctx, en.eng, ids(t, keys...), idem.BatchOptions[string]{Answered: func(int, idem.Result[string], error) { answered.Add(1) }},
+				func(_ context.Context, i int) (string, error) {
+					switch i {
+					case 1:
+						return "", idem.Terminal(fail, "refused")
+					case 2:
+						time.Sleep(time.Second) // fake time in the bubble
+					}
+					return keys[i], nil
+				})
+			if errs[0] != nil || res[0].Value != keys[0] || !errors.Is(errs[1], fail) || errs[2] != nil || res[2].Value != keys[2] || answered.Load() != 3 {
+				t.Errorf("round %d: %+v %v, %d answered", round, res, errs, answered.Load())
+			}
+			rec, err := en.mem.Get(context.Background(), ids(t, keys[1])[0].StoreKey.String())
+			if err != nil || rec.Status != store.StatusFailed {
+				t.Errorf("round %d: the failed key's record %+v, %v; want FAILED", round, rec, err)
+			}
+		}
+	})
 }

@@ -93,8 +93,9 @@
 // together, in one round trip over a store that is a [store.BatchClaimer],
 // and runs each claimed key as [DoIdentity] would, on at most its
 // concurrency of goroutines (the caller's and reused workers, not one per
-// key); [DoBatchWith] also hands each key's answer to a callback as soon
-// as its outcome is recorded. A call costs the engine
+// key; a consumer loop keeps them from batch to batch with a
+// [BatchRunner]); [DoBatchWith] also hands each key's answer to a callback
+// as soon as its outcome is recorded. A call costs the engine
 // about ten allocations over the store's own; a local-cache hit
 // (Config.Cache) none and no store call. The default [JSONCodec], and
 // [RawCodec], store []byte and json.RawMessage results as they are, without

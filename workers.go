@@ -1,17 +1,22 @@
 // The workers of batches: goroutines that run the items of DoBatch, reused
-// from item to item and from batch to batch while batches run, instead of
-// a goroutine per item.
+// from item to item and from batch to batch, instead of a goroutine per
+// item — the engine's own, alive while its batches run, and those of a
+// BatchRunner, alive for as long as the runner is open.
 
 package idem
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // workers is the engine's set of goroutines for batches. A task goes to a
 // worker that is idle, or to a new one; a worker that finished its task
 // waits for the next as long as a batch of the engine runs, and ends when
 // none does, so an engine at rest keeps no goroutine (there is no Close).
-// While batches follow each other (a consumer's), their workers are the
-// same goroutines, whose stacks have grown once.
+// While batches overlap, their workers are the same goroutines, whose
+// stacks have grown once; a consumer whose batches follow each other
+// keeps its workers with a [BatchRunner].
 //
 // The workers of one period of activity (from the first batch to start to
 // the last to end) share one generation: its tasks channel and its quit
@@ -25,9 +30,11 @@ type workers struct {
 
 // gen is one generation of workers.
 type gen struct {
-	quit chan struct{} // closed when the last batch of the generation ends
-	mu   sync.Mutex
-	idle []chan task // the idle workers' inboxes (each buffered, 1)
+	quit   chan struct{} // closed when the generation ends
+	mu     sync.Mutex
+	idle   []chan task    // the idle workers' inboxes (each buffered, 1)
+	ended  bool           // quit is closed: no new worker
+	living sync.WaitGroup // the generation's workers
 }
 
 // task is a function for a worker, and the WaitGroup it is done in.
@@ -54,14 +61,26 @@ func (w *workers) leave() {
 	defer w.mu.Unlock()
 	w.active--
 	if w.active == 0 {
-		close(w.gen.quit)
+		w.gen.end()
 		w.gen = nil
+	}
+}
+
+// end ends g: its idle workers return, the busy ones once their task is
+// done, and no new worker starts.
+func (g *gen) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.ended {
+		g.ended = true
+		close(g.quit)
 	}
 }
 
 // run runs f on an idle worker of g, or on a new one. wg (Added to by
 // the caller) is done once the worker is idle again, so that a batch that
-// waited for its tasks finds their workers idle for the next.
+// waited for its tasks finds their workers idle for the next. Once g has
+// ended and no worker is idle, f runs on a goroutine of its own.
 func (g *gen) run(f func(), wg *sync.WaitGroup) {
 	t := task{f: f, wg: wg}
 	g.mu.Lock()
@@ -72,12 +91,19 @@ func (g *gen) run(f func(), wg *sync.WaitGroup) {
 		in <- t
 		return
 	}
+	if g.ended {
+		g.mu.Unlock()
+		go func() { defer wg.Done(); f() }()
+		return
+	}
+	g.living.Add(1)
 	g.mu.Unlock()
 	go g.work(make(chan task, 1), t)
 }
 
 // work runs t, then the tasks handed to it through in, until g ends.
 func (g *gen) work(in chan task, t task) {
+	defer g.living.Done()
 	idle := false
 	defer func() {
 		if !idle { // t.f ended the goroutine (runtime.Goexit)
@@ -95,7 +121,75 @@ func (g *gen) work(in chan task, t task) {
 		select {
 		case t = <-in:
 		case <-g.quit:
-			return
+			if g.leaveIdle(in) {
+				return
+			}
+			t = <-in // a batch took this worker before it could leave
 		}
 	}
+}
+
+// leaveIdle takes the worker of inbox in off the idle list, reporting
+// whether it was there: if not, a task is on its way to it.
+func (g *gen) leaveIdle(in chan task) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, c := range g.idle {
+		if c == in {
+			g.idle = append(g.idle[:i], g.idle[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// BatchRunner keeps the goroutines that run the items of batches
+// ([DoBatchWith]) from one batch to the next, for as long as it is open,
+// where the engine's own end whenever no batch of the engine runs. A
+// consumer loop that runs one batch after another (idemnats.ConsumeBatch,
+// idemamqp's RunBatch) opens one when it starts, runs every batch on it
+// ([BatchOptions] Runner, or a context from [WithBatchRunner]) and closes
+// it when it ends, so its workers start once and their stacks grow once.
+//
+// The runner starts no goroutine of its own and holds no timer: its
+// workers start with the first batch that needs them, on that batch's
+// behalf, and each waits only for its next task or for Close. Open it
+// where its batches run — inside a testing/synctest bubble, in the
+// bubble — and close it before that ends. A runner may serve any number
+// of engines and of batches at once.
+type BatchRunner struct {
+	g *gen
+}
+
+// NewBatchRunner returns an open BatchRunner.
+func NewBatchRunner() *BatchRunner {
+	return &BatchRunner{g: &gen{quit: make(chan struct{})}}
+}
+
+// Close ends the runner's workers and waits for them to return. Call it
+// once the batches run on it have returned; a batch that runs on a closed
+// runner still runs, on goroutines of its own. Close may be called more
+// than once.
+func (r *BatchRunner) Close() {
+	r.g.end()
+	r.g.living.Wait()
+}
+
+type runnerKey struct{}
+
+// WithBatchRunner returns ctx with r, for the batches run with it: a
+// [DoBatchWith] whose BatchOptions name no Runner runs on the context's.
+// A consumer loop hands its runner through the context to the batch
+// handlers it calls (idemnats.WrapBatch's ProcessBatch).
+func WithBatchRunner(ctx context.Context, r *BatchRunner) context.Context {
+	return context.WithValue(ctx, runnerKey{}, r)
+}
+
+// batchRunner is the runner of a batch: o's, or ctx's, or nil.
+func batchRunner(o *BatchRunner, ctx context.Context) *BatchRunner {
+	if o != nil {
+		return o
+	}
+	r, _ := ctx.Value(runnerKey{}).(*BatchRunner)
+	return r
 }

@@ -79,9 +79,10 @@ type BatchArgs struct {
 	// Size is the most deliveries in one batch. Default 16
 	// (consume.DefaultBatchSize, as for every idem consumer).
 	Size int
-	// Window is how long, after a batch's first delivery, RunBatch waits
-	// for more before it handles the batch it has (on the engine's
-	// Clock). Default 2ms (consume.DefaultBatchWait).
+	// Window bounds how long, after a batch's first delivery, RunBatch
+	// waits for more than the channel holds at once before it handles
+	// the batch it has (on the engine's Clock); a batch the channel fills
+	// at once waits for nothing. Default 2ms (consume.DefaultBatchWait).
 	Window time.Duration
 	// Batches is how many batches are collected and handled at once, each
 	// by a goroutine of its own: with 2, one batch is collected while
@@ -92,8 +93,10 @@ type BatchArgs struct {
 
 // RunBatch is [Consumer.Run] in batches: it consumes a.Queue on ch with
 // manual acknowledgement, collects deliveries into batches of up to
-// a.Size (what arrived within a.Window of the first), and hands each to
-// [Consumer.HandleBatch]. It sets ch's prefetch count to a.Size ×
+// a.Size (those the channel already holds, and, when they are fewer,
+// what arrives within a.Window of the first), and hands each to
+// [Consumer.HandleBatch], on one [idem.BatchRunner] held for as long as
+// RunBatch runs, so the engine's batch workers outlive each batch. It sets ch's prefetch count to a.Size ×
 // a.Batches. It returns nil when ctx is done (after cancelling the
 // consumer and letting the batches in hand finish, as Run lets its
 // handlers) and an error when the channel closes.
@@ -110,6 +113,9 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 	}
 	defer stop()
 	clock := c.eng.Config().Clock
+	r := idem.NewBatchRunner()
+	defer r.Close()
+	bctx := idem.WithBatchRunner(ctx, r)
 	var wg sync.WaitGroup
 	for range a.Batches {
 		wg.Go(func() {
@@ -118,7 +124,7 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 				if len(batch) == 0 {
 					return
 				}
-				c.HandleBatch(ctx, batch, a.Concurrency)
+				c.HandleBatch(bctx, batch, a.Concurrency)
 			}
 		})
 	}
@@ -130,20 +136,46 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 }
 
 // collect takes the next batch from deliveries: it waits for a first
-// delivery, then takes more until there are size or window has passed on
-// clock since the first. It returns an empty batch once deliveries is
-// closed and drained.
+// delivery, takes those that deliveries already holds, and only when that
+// is not size yet waits for more, until there are size or window has
+// passed on clock since the first. It returns an empty batch once
+// deliveries is closed and drained.
 func collect(deliveries <-chan amqp.Delivery, size int, window time.Duration, clock store.Clock) []amqp.Delivery {
 	d, ok := <-deliveries
 	if !ok {
 		return nil
 	}
+	first := clock.Now()
 	batch := append(make([]amqp.Delivery, 0, size), d)
-	if size == 1 {
-		return batch
+	for len(batch) < size {
+		d, ok, ready := take(deliveries)
+		switch {
+		case !ready:
+			return wait(batch, deliveries, size, window-clock.Now().Sub(first), clock)
+		case !ok:
+			return batch
+		}
+		batch = append(batch, d)
 	}
+	return batch
+}
+
+// take receives from deliveries if it holds a delivery (or is closed)
+// now.
+func take(deliveries <-chan amqp.Delivery) (d amqp.Delivery, ok, ready bool) {
+	select {
+	case d, ok = <-deliveries:
+		return d, ok, true
+	default:
+		return d, false, false
+	}
+}
+
+// wait adds to batch what deliveries brings within left on clock, up to
+// size.
+func wait(batch []amqp.Delivery, deliveries <-chan amqp.Delivery, size int, left time.Duration, clock store.Clock) []amqp.Delivery {
 	up := make(chan struct{})
-	t := clock.AfterFunc(window, func() { close(up) })
+	t := clock.AfterFunc(left, func() { close(up) })
 	defer t.Stop()
 	for len(batch) < size {
 		select {

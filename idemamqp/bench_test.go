@@ -25,6 +25,17 @@ func benchRedis() string {
 	return "127.0.0.1:6379"
 }
 
+// benchBroker is the broker process whose CPU the benchmarks read: the
+// process id in IDEM_BENCH_BROKER_PID (make bench-consumers' pinned run
+// starts a server of its own beside the machine's), or the process named
+// name.
+func benchBroker(name string) string {
+	if pid := os.Getenv("IDEM_BENCH_BROKER_PID"); pid != "" {
+		return pid
+	}
+	return name
+}
+
 // BenchmarkConsume: b.N messages (distinct MessageIds, published before
 // the timer starts) consumed through the wrapper or by a bare manual-ack
 // loop, at concurrency 1 and 16 (the prefetch count too); msgs/s is the
@@ -107,7 +118,7 @@ func consumeBench(b *testing.B, conc int, start func(b *testing.B, conn *amqp.Co
 	var n atomic.Int64
 	all := make(chan struct{})
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), "beam.smp")
+	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("beam.smp"))
 	t0 := time.Now()
 	start(b, conn, work, func() {
 		if n.Add(1) == int64(b.N) {

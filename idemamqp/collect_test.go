@@ -9,8 +9,9 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 )
 
-// collect takes a batch when it is full, when its window has passed on the
-// injected clock since the first delivery, or when the deliveries end.
+// collect takes a batch when it is full (at once, with no timer, when the
+// channel holds it already), when its window has passed on the injected
+// clock since the first delivery, or when the deliveries end.
 func TestCollect(t *testing.T) {
 	t.Parallel()
 	const window = 5 * time.Millisecond
@@ -51,6 +52,20 @@ func TestCollect(t *testing.T) {
 		clock.Advance(time.Millisecond)
 		if b := <-out; len(b) != 3 {
 			t.Fatalf("batch of %d, want the 3 that came within the window", len(b))
+		}
+	})
+	t.Run("held", func(t *testing.T) {
+		t.Parallel()
+		clock := clocktest.New(time.Unix(0, 0))
+		ds := make(chan amqp.Delivery, 5)
+		for i := range 5 {
+			ds <- amqp.Delivery{MessageId: string(rune('a' + i))}
+		}
+		if b := <-start(ds, 4, clock); len(b) != 4 || b[3].MessageId != "d" {
+			t.Fatalf("batch %v, want the 4 the channel held at once", b)
+		}
+		if n := clock.Waiters(); n != 0 {
+			t.Fatalf("%d timers for a batch the channel filled at once", n)
 		}
 	})
 	t.Run("closed", func(t *testing.T) {

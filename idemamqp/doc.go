@@ -36,8 +36,9 @@
 // # Batches
 //
 // [Consumer.RunBatch] collects deliveries into batches of up to
-// [BatchArgs].Size (what arrived within Window of the first, on the
-// engine's Clock), Batches batches at once, with the channel's prefetch
+// [BatchArgs].Size (what the delivery channel holds, and, when that is
+// fewer, what arrives within Window of the first, on the engine's Clock),
+// on one [idem.BatchRunner], Batches batches at once, with the channel's prefetch
 // count set to Size × Batches, and hands each to [Consumer.HandleBatch]:
 // the keys are claimed by idem.DoBatch in one store round trip where the
 // store claims in batches (redisstore's pipeline, memstore), each handler

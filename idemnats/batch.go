@@ -163,14 +163,13 @@ type BatchConfig struct {
 	// Size is the most messages in one batch. Default 16
 	// (consume.DefaultBatchSize, as for every idem consumer).
 	Size int
-	// Wait is how long, after a batch's first message, ConsumeBatch waits
-	// for each further one before it runs the batch it has. Default 2ms
-	// (consume.DefaultBatchWait).
+	// Wait bounds how long a batch waits for messages the server does
+	// not have yet: a batch is what the server has, up to Size, at once;
+	// when it had none, the first message to arrive and those that
+	// arrive within Wait after it. Default 2ms (consume.DefaultBatchWait).
 	Wait time.Duration
 	// Batches is how many batches run at once, each in a goroutine of its
-	// own, while the next is collected. The pull asks the server for up
-	// to Size × (Batches+1) messages (PullMaxMessages). Default 2
-	// (consume.DefaultBatches).
+	// own, while the next is pulled. Default 2 (consume.DefaultBatches).
 	Batches int
 }
 
@@ -189,16 +188,22 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 
 // ConsumeBatch pulls messages from c and hands them to p (made by
 // [WrapBatch]) in batches of up to cfg.Size, cfg.Batches at once, until
-// ctx is done. It reads c.Messages with PullMaxMessages(Size ×
-// (Batches+1)), so that the next messages are on their way while batches
-// run; a batch is what arrived within Wait of each other, up to Size.
+// ctx is done. Each batch is one pull (jetstream.Consumer.FetchNoWait)
+// of up to Size messages, which the server answers at once with what it
+// has; when it had none, ConsumeBatch waits for a first message as long
+// as ctx lasts, then cfg.Wait for more, and pulls what the server has
+// then. The next batch is pulled while batches run. Every batch runs on one
+// [idem.BatchRunner], held for as long as ConsumeBatch runs (its context
+// carries it, [idem.WithBatchRunner]), so the engine's batch workers
+// outlive each batch.
+//
 // Batches in hand when ctx ends still run to the end and are settled
-// (with ctx's values, without its cancellation); messages the client had
-// pulled and not yet handed out come back after the consumer's AckWait,
-// so AckWait should leave room for a batch or two to run before them. It
-// returns nil when ctx is done, and the iterator's error when the consumer
-// cannot be read (deleted, connection closed), in both cases once every
-// batch it started has been settled and its goroutines have ended.
+// (with ctx's values, without its cancellation); a message the server
+// sent to a pull that ctx's end cut short comes back after the
+// consumer's AckWait. It returns nil when ctx is done, and the pull's
+// error when the consumer cannot be read (deleted, connection closed),
+// in both cases once every batch it started has been settled and its
+// goroutines have ended.
 func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p ProcessBatch) error {
 	bc, err := cfg.withDefaults()
 	if err != nil {
@@ -207,12 +212,9 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 	if c == nil || p == nil {
 		return fmt.Errorf("%w: ConsumeBatch needs a consumer and a ProcessBatch", ErrInvalidConfig)
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(bc.Size * (bc.Batches + 1)))
-	if err != nil {
-		return fmt.Errorf("idemnats: reading the consumer: %w", err)
-	}
-	defer it.Stop()
-	run := context.WithoutCancel(ctx)
+	r := idem.NewBatchRunner()
+	defer r.Close()
+	run := idem.WithBatchRunner(context.WithoutCancel(ctx), r)
 	batches := make(chan []jetstream.Msg)
 	var wg sync.WaitGroup
 	for range bc.Batches {
@@ -225,21 +227,60 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 	defer wg.Wait()
 	defer close(batches)
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		batch, err := pull(ctx, c, bc)
+		if len(batch) > 0 {
+			batches <- batch
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
 			return fmt.Errorf("idemnats: reading the consumer: %w", err)
 		}
-		batch := append(make([]jetstream.Msg, 0, bc.Size), m)
-		for len(batch) < bc.Size {
-			m, err := it.Next(jetstream.NextMaxWait(bc.Wait))
-			if err != nil {
-				break // none within Wait; any other error, the next Next reports
-			}
-			batch = append(batch, m)
-		}
-		batches <- batch
 	}
+}
+
+// pull takes the next batch from c: what the server has, up to bc.Size
+// (FetchNoWait); when it has none, it waits for a first message as long
+// as ctx lasts, then bc.Wait for more to arrive, and takes what the
+// server has then. A pull never waits on the server's side for a batch
+// to fill (a pull request with an expiry that the server had only partly
+// answered could stay open long past its expiry).
+func pull(ctx context.Context, c jetstream.Consumer, bc BatchConfig) ([]jetstream.Msg, error) {
+	batch, err := fetch(make([]jetstream.Msg, 0, bc.Size), func() (jetstream.MessageBatch, error) { return c.FetchNoWait(bc.Size) })
+	for len(batch) == 0 && err == nil {
+		batch, err = fetch(batch, func() (jetstream.MessageBatch, error) {
+			return c.Fetch(1, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(idleHeartbeat))
+		})
+		if len(batch) == 0 || err != nil || bc.Size == 1 {
+			continue
+		}
+		t := time.NewTimer(bc.Wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return batch, nil
+		}
+		batch, err = fetch(batch, func() (jetstream.MessageBatch, error) { return c.FetchNoWait(bc.Size - 1) })
+	}
+	return batch, err
+}
+
+// idleHeartbeat is how often the server confirms a pull that waits for a
+// first message: a pull that hears nothing for twice as long ends with
+// the client's error (a consumer deleted under it is not always told to
+// its waiting pulls).
+const idleHeartbeat = time.Second
+
+// fetch appends to batch the messages of one pull.
+func fetch(batch []jetstream.Msg, pull func() (jetstream.MessageBatch, error)) ([]jetstream.Msg, error) {
+	mb, err := pull()
+	if err != nil {
+		return batch, err
+	}
+	for m := range mb.Messages() {
+		batch = append(batch, m)
+	}
+	return batch, mb.Error()
 }

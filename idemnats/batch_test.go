@@ -288,6 +288,24 @@ func TestBatchConfigChecked(t *testing.T) {
 	}
 }
 
+// shipConsumer is a durable consumer of s named durable (AckWait 5s) and a
+// ProcessBatch over memstore whose handler succeeds.
+func shipConsumer(t *testing.T, s jetstream.Stream, durable string) (jetstream.Consumer, idemnats.ProcessBatch) {
+	t.Helper()
+	cons, err := s.CreateOrUpdateConsumer(context.Background(), jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { _ = st.Close() })
+	p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Lease: 10 * time.Second}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
+		func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons, p
+}
+
 // TestConsumeBatchStops: ConsumeBatch hands out batches of at most Size,
 // returns nil once its context is cancelled, and leaves no goroutine
 // behind (goleak in TestMain).
@@ -299,17 +317,7 @@ func TestConsumeBatchStops(t *testing.T) {
 	for i := range n {
 		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
 	}
-	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "s", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memstore.New(&memstore.Config{SweepInterval: -1})
-	defer st.Close()
-	p, err := idemnats.WrapBatch(newEngine(t, st, idem.Config{Lease: 10 * time.Second}), &idemnats.Config{Operation: "ship", Key: orderKey, AckWait: 5 * time.Second},
-		func(context.Context, jetstream.Msg) (struct{}, error) { return struct{}{}, nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons, p := shipConsumer(t, s, "s")
 	var acked, largest atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -409,5 +417,28 @@ func TestBatchSettlesEachOnItsOwnOutcome(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConsumeBatchConsumerDeleted: a consumer deleted under ConsumeBatch
+// (while a pull waits for messages, or before the next pull) ends it with
+// the pull's error, within a few seconds.
+func TestConsumeBatchConsumerDeleted(t *testing.T) {
+	t.Parallel()
+	_, s, _ := stream(t)
+	ctx := context.Background()
+	cons, p := shipConsumer(t, s, "gone")
+	done := make(chan error, 1)
+	go func() { done <- idemnats.ConsumeBatch(ctx, cons, nil, p) }()
+	if err := s.DeleteConsumer(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("ConsumeBatch returned nil after its consumer was deleted")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ConsumeBatch still runs 10s after its consumer was deleted (a waiting pull's heartbeat is 1s)")
 	}
 }

@@ -30,6 +30,17 @@ func benchRedis() string {
 	return "127.0.0.1:6379"
 }
 
+// benchBroker is the broker process whose CPU the benchmarks read: the
+// process id in IDEM_BENCH_BROKER_PID (make bench-consumers' pinned run
+// starts a server of its own beside the machine's), or the process named
+// name.
+func benchBroker(name string) string {
+	if pid := os.Getenv("IDEM_BENCH_BROKER_PID"); pid != "" {
+		return pid
+	}
+	return name
+}
+
 // BenchmarkRedisBaseline: what the store does per message, written by
 // hand — a SET NX of the claim and a SET of the outcome, pipelined, 16
 // messages in flight — for the Redis CPU per message the consumer rows are
@@ -107,6 +118,19 @@ func BenchmarkConsume(b *testing.B) {
 // once (c=32); compare with BenchmarkConsume's bare and per-message
 // figures.
 func BenchmarkConsumeBatch(b *testing.B) {
+	// bare: ConsumeBatch's pulls with a ProcessBatch that only acks, the
+	// batch path's own floor.
+	b.Run("bare/c=16", func(b *testing.B) {
+		consumeBatch(b, 1, func(_ context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			ds := make([]idemnats.Disposition, len(msgs))
+			for i, m := range msgs {
+				if m.Ack() == nil {
+					ds[i] = idemnats.Acked
+				}
+			}
+			return ds, make([]error, len(msgs))
+		})
+	})
 	for _, v := range []struct{ conc, batches int }{{1, 1}, {16, 1}, {16, 2}} {
 		conc := v.conc
 		for _, be := range backends() {
@@ -117,36 +141,44 @@ func BenchmarkConsumeBatch(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				cons, n := prepare(b)
-				var done atomic.Int64
-				ctx, cancel := context.WithCancel(context.Background())
-				exited := make(chan error, 1)
-				b.ResetTimer()
-				cpu := benchkit.StartCPU(b, benchRedis(), "nats-server")
-				start := time.Now()
-				go func() {
-					exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: v.batches}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
-						ds, errs := p(ctx, msgs)
-						for _, d := range ds {
-							if d == idemnats.Acked {
-								done.Add(1)
-							}
-						}
-						return ds, errs
-					})
-				}()
-				for done.Load() < int64(n) {
-					time.Sleep(time.Millisecond)
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
-				cpu.Report(b, n)
-				cancel()
-				if err := <-exited; err != nil {
-					b.Fatal(err)
-				}
+				consumeBatch(b, v.batches, p)
 			})
 		}
+	}
+}
+
+// consumeBatch runs ConsumeBatch with p over b.N messages, batches of 16,
+// atOnce at once, and reports msgs/s, msgs/batch and the CPU per message.
+func consumeBatch(b *testing.B, atOnce int, p idemnats.ProcessBatch) {
+	cons, n := prepare(b)
+	var done, batches atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan error, 1)
+	b.ResetTimer()
+	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
+	start := time.Now()
+	go func() {
+		exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: atOnce}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			batches.Add(1)
+			ds, errs := p(ctx, msgs)
+			for _, d := range ds {
+				if d == idemnats.Acked {
+					done.Add(1)
+				}
+			}
+			return ds, errs
+		})
+	}()
+	for done.Load() < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+	b.ReportMetric(float64(n)/float64(batches.Load()), "msgs/batch")
+	cpu.Report(b, n)
+	cancel()
+	if err := <-exited; err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -180,7 +212,7 @@ func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg)
 	ctx := context.Background()
 	var done atomic.Int64
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), "nats-server")
+	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
 	start := time.Now()
 	for range conc {
 		cc, err := cons.Consume(func(m jetstream.Msg) {

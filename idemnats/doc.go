@@ -29,8 +29,9 @@
 // # Batches
 //
 // [WrapBatch] handles messages fetched together ([ConsumeBatch] pulls
-// them with consumer.Messages and PullMaxMessages, in batches of up to
-// BatchConfig.Size that arrived within BatchConfig.Wait of each other).
+// each batch with consumer.FetchNoWait: what the server has, up to
+// BatchConfig.Size; after an idle wait for a first message, what arrives
+// within BatchConfig.Wait too; and runs them on one [idem.BatchRunner]).
 // The keys of a batch are claimed by [idem.DoBatch] in one store round
 // trip where the store claims in batches (redisstore's pipeline,
 // memstore); each handler then runs under its own lease, Config.Concurrency

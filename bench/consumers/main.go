@@ -1,8 +1,9 @@
 // Command consumers turns the output of make bench-consumers
-// (bench/results/consumers.txt: go test -bench of idemnats and idemamqp,
-// between two uptime lines) into the table of docs/benchmarks.md,
-// "Consumers: CPU per message", between its markers, and into
-// bench/results/consumers.md.
+// (bench/results/consumers.txt and consumers-pinned.txt: go test -bench of
+// idemnats and idemamqp, each between two uptime lines; the second with the
+// servers on CPU 0 and the client on CPU 1) into the two tables of
+// docs/benchmarks.md, "Consumers: CPU per message", between its markers,
+// and into bench/results/consumers.md.
 //
 //	cd bench && go run ./consumers
 package main
@@ -22,11 +23,12 @@ import (
 
 const (
 	in     = "results/consumers.txt"
+	pinned = "results/consumers-pinned.txt"
 	out    = "results/consumers.md"
 	doc    = "../docs/benchmarks.md"
 	begin  = "<!-- bench-consumers: make bench-consumers writes this table -->"
 	end    = "<!-- /bench-consumers -->"
-	metric = `([0-9.]+) (msgs/s|client-cpu-µs/msg|redis-cpu-µs/msg|broker-cpu-µs/msg)`
+	metric = `([0-9.]+) (msgs/s|msgs/batch|client-cpu-µs/msg|redis-cpu-µs/msg|broker-cpu-µs/msg)`
 )
 
 // row is one benchmark's runs: each metric's values, by name.
@@ -37,9 +39,42 @@ type row struct {
 
 func main() {
 	log.SetFlags(0)
-	f, err := os.Open(in)
+	var b strings.Builder
+	for _, f := range []struct{ file, title string }{
+		{in, "Unpinned: the client, Redis and the broker share the 2 cores."},
+		{pinned, "Pinned: Redis and the broker on CPU 0, the client on CPU 1 (`taskset`)."},
+	} {
+		t, err := table(f.file)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %s\n", f.title, t)
+	}
+	tables := b.String()
+	if err := os.WriteFile(out, []byte(tables), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	d, err := os.ReadFile(doc)
 	if err != nil {
 		log.Fatal(err)
+	}
+	i, j := strings.Index(string(d), begin), strings.Index(string(d), end)
+	if i < 0 || j < i {
+		log.Fatalf("%s has no %q … %q block", doc, begin, end)
+	}
+	nd := string(d[:i+len(begin)]) + "\n" + tables + string(d[j:])
+	if err := os.WriteFile(doc, []byte(nd), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(tables)
+}
+
+// table is the markdown table of one go test -bench output, with the
+// lines the output holds besides the benchmarks' (pinned: …) as notes.
+func table(file string) (string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", err
 	}
 	defer f.Close()
 	var (
@@ -47,6 +82,7 @@ func main() {
 		by    = map[string]*row{}
 		pkg   string
 		loads []string
+		notes []string
 		cpu   string
 	)
 	name := regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s`)
@@ -61,6 +97,8 @@ func main() {
 			pkg = filepath.Base(strings.TrimPrefix(line, "pkg: "))
 		case strings.HasPrefix(line, "cpu: "):
 			cpu = strings.TrimPrefix(line, "cpu: ")
+		case strings.HasPrefix(line, "pinned: ") && strings.Contains(line, "left out"):
+			notes = append(notes, strings.TrimPrefix(line, "pinned: "))
 		}
 		m := name.FindStringSubmatch(line)
 		if m == nil {
@@ -79,10 +117,10 @@ func main() {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		log.Fatal(err)
+		return "", err
 	}
 	if len(rows) == 0 {
-		log.Fatalf("no benchmark lines in %s", in)
+		return "", fmt.Errorf("no benchmark lines in %s", file)
 	}
 	baseline := 0.0
 	for _, r := range rows {
@@ -91,35 +129,26 @@ func main() {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured %s (%s); load average before and after: %s. Provisional: the machine is shared, so the figures move with what else runs; medians of %d runs.\n\n",
+	fmt.Fprintf(&b, "Measured %s (%s); load average before and after: %s. Provisional: the machine is shared, so the figures move with what else runs; medians of %d runs.",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpu, strings.Join(loads, " / "), runsOf(rows))
-	b.WriteString("| benchmark | msgs/s | client CPU µs/msg | Redis CPU µs/msg | Redis CPU ÷ SET NX + SET | broker CPU µs/msg |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, n := range notes {
+		fmt.Fprintf(&b, " %s%s.", strings.ToUpper(n[:1]), n[1:])
+	}
+	b.WriteString("\n\n| benchmark | msgs/s | msgs/batch | client CPU µs/msg | Redis CPU µs/msg | Redis CPU ÷ SET NX + SET | broker CPU µs/msg | all three µs/msg |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rows {
 		red := median(r.runs["redis-cpu-µs/msg"])
 		ratio := "—"
 		if baseline > 0 && red > 0 && r.name != "RedisBaseline" && strings.Contains(r.name, "redis") {
 			ratio = fmt.Sprintf("%.2f×", red/baseline)
 		}
-		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %s |\n", r.pkg, r.name, num(r.runs["msgs/s"], 0), num(r.runs["client-cpu-µs/msg"], 1),
-			num(r.runs["redis-cpu-µs/msg"], 1), ratio, num(r.runs["broker-cpu-µs/msg"], 1))
+		all := "—"
+		if c, ok := r.runs["client-cpu-µs/msg"]; ok {
+			all = strconv.FormatFloat(median(c)+red+median(r.runs["broker-cpu-µs/msg"]), 'f', 1, 64)
+		}
+		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %s | %s | %s |\n", r.pkg, r.name, num(r.runs["msgs/s"], 0), num(r.runs["msgs/batch"], 1), num(r.runs["client-cpu-µs/msg"], 1),
+			num(r.runs["redis-cpu-µs/msg"], 1), ratio, num(r.runs["broker-cpu-µs/msg"], 1), all)
 	}
-	table := b.String()
-	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
-		log.Fatal(err)
-	}
-	d, err := os.ReadFile(doc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	i, j := strings.Index(string(d), begin), strings.Index(string(d), end)
-	if i < 0 || j < i {
-		log.Fatalf("%s has no %q … %q block", doc, begin, end)
-	}
-	nd := string(d[:i+len(begin)]) + "\n" + table + string(d[j:])
-	if err := os.WriteFile(doc, []byte(nd), 0o644); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Print(table)
+	return b.String(), nil
 }
 
 func runsOf(rows []*row) int {

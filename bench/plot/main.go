@@ -5,10 +5,14 @@
 //	engine.png            the core engine benchmarks' ns/op and allocs/op
 //	                      before and after issue 17, from engine-before.txt
 //	                      and engine-after.txt (go test -bench output)
+//	consumers.png         the consumers' msgs/s and CPU per message (client,
+//	                      Redis, broker) per path, unpinned and pinned, from
+//	                      consumers.txt and consumers-pinned.txt
 //
-// Run it from the bench module (make bench-plots):
+// Run it from the bench module (make bench-plots; make bench-consumers
+// draws consumers.png alone with -only consumers):
 //
-//	go run ./plot [-results results] [-out ../docs/img]
+//	go run ./plot [-results results] [-out ../docs/img] [-only name]
 //
 // A missing input skips its figure with a note; whatever the files hold is
 // drawn (medians where a benchmark ran several times).
@@ -39,6 +43,7 @@ import (
 func main() {
 	results := flag.String("results", "results", "directory of peers.json, engine-before.txt and engine-after.txt")
 	out := flag.String("out", filepath.Join("..", "docs", "img"), "directory the PNGs are written to")
+	only := flag.String("only", "", "draw only this figure (its file name without .png)")
 	flag.Parse()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fail(err)
@@ -50,7 +55,11 @@ func main() {
 	}{
 		{"peers-throughput.png", peersFigure},
 		{"engine.png", engineFigure},
+		{"consumers.png", consumersFigure},
 	} {
+		if *only != "" && fig.name != *only+".png" {
+			continue
+		}
 		file := filepath.Join(*out, fig.name)
 		err := fig.draw(*results, file)
 		switch {
@@ -288,12 +297,7 @@ func readBench(file string) (map[string]bench, error) {
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		name := strings.TrimPrefix(f[0], "Benchmark")
-		if i := strings.LastIndexByte(name, '-'); i > 0 {
-			if _, err := strconv.Atoi(name[i+1:]); err == nil {
-				name = name[:i]
-			}
-		}
+		name := benchName(f[0])
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -318,6 +322,18 @@ func readBench(file string) (map[string]bench, error) {
 }
 
 func median(xs []float64) float64 { return stats.Median(xs) }
+
+// benchName is a benchmark's name from its result line's first field,
+// without "Benchmark" and the -GOMAXPROCS suffix.
+func benchName(field string) string {
+	name := strings.TrimPrefix(field, "Benchmark")
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			name = name[:i]
+		}
+	}
+	return name
+}
 
 // engineFigure: ns/op and allocs/op of the core benchmarks, before and
 // after issue 17.
@@ -367,4 +383,117 @@ func engineFigure(results, file string) error {
 		return err
 	}
 	return save(file, 10*vg.Inch, 4*vg.Inch, pns, pal)
+}
+
+// readMetrics parses go test -bench output with custom metrics: each
+// metric's median per benchmark, named "<package> <benchmark>" (without
+// the -GOMAXPROCS suffix).
+func readMetrics(file string) (map[string]map[string]float64, error) {
+	fd, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	runs := map[string]map[string][]float64{}
+	pkg := ""
+	sc := bufio.NewScanner(fd)
+	for sc.Scan() {
+		line := sc.Text()
+		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
+			pkg = filepath.Base(p)
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := benchName(f[0])
+		name = pkg + " " + name
+		if runs[name] == nil {
+			runs[name] = map[string][]float64{}
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				break
+			}
+			runs[name][f[i+1]] = append(runs[name][f[i+1]], v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]float64{}
+	for name, ms := range runs {
+		out[name] = map[string]float64{}
+		for m, v := range ms {
+			out[name][m] = median(v)
+		}
+	}
+	return out, nil
+}
+
+// consumerPaths are the rows of consumers.png: each consumer's single and
+// batch paths over Redis, and RabbitMQ's bare consumer (the goal's
+// reference; JetStream's, several times faster, is in the table).
+var consumerPaths = []struct{ label, name string }{
+	{"NATS\nsingle 16", "idemnats Consume/redis/c=16"},
+	{"NATS\nbatch 16", "idemnats ConsumeBatch/redis/c=16"},
+	{"NATS\nbatch 32", "idemnats ConsumeBatch/redis/c=32"},
+	{"AMQP\nbare 16", "idemamqp Consume/bare/c16"},
+	{"AMQP\nsingle 16", "idemamqp Consume/redis/c16"},
+	{"AMQP\nbatch 16", "idemamqp ConsumeBatch/redis/c16"},
+	{"AMQP\nbatch 32", "idemamqp ConsumeBatch/redis/c32"},
+}
+
+// consumersFigure: msgs/s per path, unpinned and pinned, and the CPU per
+// message of the client, Redis and the broker in each run.
+func consumersFigure(results, file string) error {
+	free, err := readMetrics(filepath.Join(results, "consumers.txt"))
+	if err != nil {
+		return err
+	}
+	pinned, err := readMetrics(filepath.Join(results, "consumers-pinned.txt"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	var groups []string
+	var rate [2][]float64
+	var cpu [2][3][]float64
+	for _, p := range consumerPaths {
+		if free[p.name] == nil && pinned[p.name] == nil {
+			continue
+		}
+		groups = append(groups, p.label)
+		for k, run := range []map[string]map[string]float64{free, pinned} {
+			m := run[p.name] // nil: not measured, drawn as 0 with no label
+			rate[k] = append(rate[k], m["msgs/s"])
+			for j, metric := range []string{"client-cpu-µs/msg", "redis-cpu-µs/msg", "broker-cpu-µs/msg"} {
+				cpu[k][j] = append(cpu[k][j], m[metric])
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return errors.New("no consumer benchmark over Redis in consumers.txt")
+	}
+	prate, err := bars("Consumers + Redis: messages per second", "msgs/s (median)", groups,
+		[]series{{"unpinned", grey, rate[0]}, {"pinned (servers CPU 0, client CPU 1)", blue, rate[1]}}, count)
+	if err != nil {
+		return err
+	}
+	us := func(v float64) string {
+		if v == 0 {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	ps := []*plot.Plot{prate}
+	for k, title := range []string{"CPU per message, unpinned", "CPU per message, pinned"} {
+		p, err := bars(title, "µs of CPU per message (median)", groups,
+			[]series{{"client", blue, cpu[k][0]}, {"Redis", orange, cpu[k][1]}, {"broker", grey, cpu[k][2]}}, us)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
+	}
+	return save(file, 21*vg.Inch, 5*vg.Inch, ps...)
 }

@@ -70,3 +70,30 @@ func TestFigures(t *testing.T) {
 		}
 	}
 }
+
+func TestReadMetrics(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "consumers.txt")
+	out := ` 03:10:00 up 1 min,  0 user,  load average: 1.00, 1.00, 1.00
+pkg: github.com/seed-a1b882c0/idem/idemnats
+BenchmarkConsumeBatch/redis/c=16-2   	    5000	    100 ns/op	        30.00 broker-cpu-µs/msg	        50.00 client-cpu-µs/msg	        16.00 msgs/batch	      9000 msgs/s	        20.00 redis-cpu-µs/msg
+BenchmarkConsumeBatch/redis/c=16-2   	    5000	    100 ns/op	        40.00 broker-cpu-µs/msg	        60.00 client-cpu-µs/msg	        16.00 msgs/batch	     11000 msgs/s	        30.00 redis-cpu-µs/msg
+BenchmarkConsumeBatch/redis/c=16-2   	    5000	    100 ns/op	        35.00 broker-cpu-µs/msg	        55.00 client-cpu-µs/msg	        16.00 msgs/batch	     10000 msgs/s	        25.00 redis-cpu-µs/msg
+pkg: github.com/seed-a1b882c0/idem/idemamqp
+BenchmarkConsume/bare/c16   	    5000	    100 ns/op	     20000 msgs/s
+`
+	if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readMetrics(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nats := got["idemnats ConsumeBatch/redis/c=16"]
+	if nats["msgs/s"] != 10000 || nats["client-cpu-µs/msg"] != 55 || nats["redis-cpu-µs/msg"] != 25 || nats["broker-cpu-µs/msg"] != 35 {
+		t.Errorf("idemnats row %v, want the medians 10000 msgs/s, 55/25/35 µs", nats)
+	}
+	if got["idemamqp Consume/bare/c16"]["msgs/s"] != 20000 {
+		t.Errorf("idemamqp row %v (a name without the -GOMAXPROCS suffix, as a pinned run on one CPU writes it)", got["idemamqp Consume/bare/c16"])
+	}
+}

@@ -27,11 +27,14 @@ type CPU struct {
 }
 
 // StartCPU starts metering: redisAddr is the Redis whose CPU to read ("" for
-// none), broker the process name of the message broker ("" for none).
+// none), broker the process name of the message broker ("" for none),
+// or its process id in decimal (where several processes share the name).
 func StartCPU(b testing.TB, redisAddr, broker string) *CPU {
 	b.Helper()
 	c := &CPU{redis: redisAddr, broker: broker}
-	if broker != "" {
+	if pid, err := strconv.Atoi(broker); err == nil && pid > 0 {
+		c.pid = pid
+	} else if broker != "" {
 		if c.pid = FindProcess(broker); c.pid == 0 {
 			b.Logf("benchkit: no process named %s: its CPU is not reported", broker)
 		}
