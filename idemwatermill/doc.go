@@ -18,7 +18,9 @@
 // new UUID unless the producer sets it, so a producer that retries a
 // publish should set the UUID (or a metadata field) from its own id. The
 // fingerprint is the SHA-256 of the payload and the metadata (every field
-// but Config.IgnoreMetadata's): a copy with the same key and another
+// but Config.IgnoreMetadata's and Watermill's own, named
+// "_watermill_…", which its Pub/Subs set per delivery, such as
+// watermill-amqp's redelivered flag): a copy with the same key and another
 // payload or metadata is refused as a key reused, and dead-lettered.
 //
 // # Verdicts, Ack and Nack
