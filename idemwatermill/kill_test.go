@@ -2,45 +2,59 @@ package idemwatermill_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/idemwatermill"
 )
 
-// killLease is the lease of the kill test's engines: a dead router's
-// claim is taken over this long after its last renewal.
+// killLease is the lease of the kill and zombie tests' engines: a dead or
+// stopped router's claim is taken over this long after its last renewal.
 const killLease = time.Second
 
 const killOrders = 4
 
-// TestKillChild is the router process TestKillRouter runs and kills: a
-// router on IDEMWM_TOPIC (consumer "child" of group "g"), the engine over
-// the real Redis under IDEMWM_PREFIX. It prints "RAN <key>" as each
-// handler begins and "SETTLED <key> <verdict>", and blocks in order-2's
-// handler (stage "handler") or, once order-3 is settled, before its ack
-// (stage "ack").
+// TestKillChild is the router process TestKillRouter and TestZombieRouter
+// run: a router on IDEMWM_TOPIC of broker IDEMWM_BROKER (a member
+// "child" of the topic's group), the engine over the real Redis under
+// IDEMWM_PREFIX, its owner "child". It prints "RAN <key>" as each handler
+// begins and "SETTLED <key> <verdict>" as each message is settled, and
+// then:
+//   - stage "handler": blocks in order-2's handler, to be killed there;
+//   - stage "ack": blocks once order-3 is settled, before its ack, to be
+//     killed there;
+//   - stage "zombie": blocks in order-0's handler until a line comes on
+//     its standard input (it is stopped and continued meanwhile), then
+//     makes the order's effect (see effect) and returns.
 func TestKillChild(t *testing.T) {
 	stage := os.Getenv("IDEMWM_STAGE")
 	if stage == "" {
-		t.Skip("run by TestKillRouter")
+		t.Skip("run by TestKillRouter and TestZombieRouter")
 	}
-	s := newStreams(t)
+	b := newBroker(t, os.Getenv("IDEMWM_BROKER"))
+	prefix := os.Getenv("IDEMWM_PREFIX")
 	var out sync.Mutex
 	say := func(s string) { out.Lock(); fmt.Println(s); out.Unlock() }
-	e := newEngine(t, redisStore(t, os.Getenv("IDEMWM_PREFIX")), idem.Config{Lease: killLease})
+	stdin := bufio.NewReader(os.Stdin)
+	rc := redisClient(t)
+	e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease, Owner: "child"})
 	r := newRouter(t)
 	_, err := idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
 		Operation: "ship", MetadataKey: "Idem-Key",
@@ -50,10 +64,17 @@ func TestKillChild(t *testing.T) {
 				select {} // killed here, before the ack
 			}
 		},
-	}, "ship", os.Getenv("IDEMWM_TOPIC"), s.subscriber("g", "child", time.Hour), func(m *message.Message) error {
-		say("RAN " + m.Metadata.Get("Idem-Key"))
-		if stage == "handler" && m.Metadata.Get("Idem-Key") == "order-2" {
+	}, "ship", os.Getenv("IDEMWM_TOPIC"), b.member(t, os.Getenv("IDEMWM_TOPIC"), "child"), func(m *message.Message) error {
+		key := m.Metadata.Get("Idem-Key")
+		say("RAN " + key)
+		switch {
+		case stage == "handler" && key == "order-2":
 			select {} // killed here
+		case stage == "zombie" && key == "order-0":
+			if _, err := stdin.ReadString('\n'); err != nil && err != io.EOF {
+				return err
+			}
+			return effect(rc, prefix, m, "child")
 		}
 		return nil
 	})
@@ -64,97 +85,239 @@ func TestKillChild(t *testing.T) {
 	select {}
 }
 
-// TestKillRouter: two router processes consume one topic in one consumer
-// group. The first is SIGKILLed in order-2's handler (order-0 and order-1
-// done and acked), or after order-3's outcome is recorded and before its
-// ack. The second claims what the dead one left pending and runs again
-// only what had not run to its end: order-2 (after the dead holder's
-// lease) and order-3, or nothing.
+// effect is an order's effect downstream, made by who: a downstream that
+// honours idempotency keys (SET NX under the claim's DownstreamKey), as
+// the engine's docs ask of a downstream for exactly-once effects.
+func effect(rc *redis.Client, prefix string, m *message.Message, who string) error {
+	c, ok := idem.FromContext(m.Context())
+	if !ok {
+		return errors.New("no claim in the handler's context")
+	}
+	return rc.SetNX(context.Background(), prefix+"effect:"+c.DownstreamKey("ship"), who, time.Hour).Err()
+}
+
+// child starts TestKillChild for stage on broker and topic, and returns it
+// with its standard input and its output, line by line.
+func child(t *testing.T, stage, broker, topic, prefix string) (*exec.Cmd, io.Writer, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "IDEMWM_STAGE="+stage, "IDEMWM_BROKER="+broker, "IDEMWM_TOPIC="+topic, "IDEMWM_PREFIX="+prefix)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, in, bufio.NewScanner(out)
+}
+
+// waitLine reads the child's output until a line that is want.
+func waitLine(t *testing.T, sc *bufio.Scanner, want string) {
+	t.Helper()
+	for sc.Scan() {
+		if sc.Text() == want {
+			return
+		}
+	}
+	t.Fatalf("the child ended before %q", want)
+}
+
+// state is key's record.
+func state(t testing.TB, e *idem.Engine, key string) *idem.State {
+	req := idem.Request{Operation: "ship", Key: key}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(context.Background(), id.StoreKey)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+func recorded(t testing.TB, e *idem.Engine, key string) bool {
+	st := state(t, e, key)
+	return st != nil && st.Status == idem.StatusCompleted
+}
+
+// TestKillRouter, on each broker: two router processes consume one topic
+// as members of one group. The first is SIGKILLed in order-2's handler
+// (order-0 and order-1 done), or after order-3's outcome is recorded and
+// before its ack. The second gets what the dead one left unacknowledged
+// and runs again only what had not run to its end: order-2 (after the
+// dead holder's lease) and order-3, or nothing.
 func TestKillRouter(t *testing.T) {
 	t.Parallel()
-	for _, stage := range []string{"handler", "ack"} {
-		t.Run("killed in "+stage, func(t *testing.T) {
-			t.Parallel()
-			s := newStreams(t)
-			topic := s.topic()
-			for i := range killOrders {
-				s.publish(topic, msg("order-"+strconv.Itoa(i), []byte(`{"order":`+strconv.Itoa(i)+`}`)))
-			}
-			prefix := fmt.Sprintf("idemwm-kill-%d:", rand.Uint64())
-			cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
-			cmd.Env = append(os.Environ(), "IDEMWM_STAGE="+stage, "IDEMWM_TOPIC="+topic, "IDEMWM_PREFIX="+prefix)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			want := "RAN order-2"
-			if stage == "ack" {
-				want = "SETTLED order-3 done"
-			}
-			sc := bufio.NewScanner(out)
-			for sc.Scan() && sc.Text() != want {
-			}
-			if stage == "handler" {
-				// Kill once order-1's outcome is recorded.
+	for _, name := range brokerNames {
+		for _, stage := range []string{"handler", "ack"} {
+			t.Run(name+"/killed in "+stage, func(t *testing.T) {
+				t.Parallel()
+				b := newBroker(t, name)
+				topic := b.topic(t)
+				for i := range killOrders {
+					b.publish(t, topic, msg("order-"+strconv.Itoa(i), []byte(`{"order":`+strconv.Itoa(i)+`}`)))
+				}
+				prefix := fmt.Sprintf("idemwm-kill-%d:", rand.Uint64())
+				rc := redisClient(t)
+				t.Cleanup(func() { cleanPrefix(rc, prefix) })
 				e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease})
-				req := idem.Request{Operation: "ship", Key: "order-1"}
-				id, _ := req.Identity()
-				waitFor(t, 10*time.Second, "order-1 recorded", func() bool {
-					st, err := e.Status(t.Context(), id.StoreKey)
-					return err == nil && st.Status == idem.StatusCompleted
-				})
-			}
-			_ = cmd.Process.Kill() // SIGKILL
-			_ = cmd.Wait()
+				cmd, _, out := child(t, stage, name, topic, prefix)
+				if stage == "handler" {
+					waitLine(t, out, "RAN order-2")
+					waitFor(t, 10*time.Second, "order-0 and order-1 recorded", func() bool {
+						return recorded(t, e, "order-0") && recorded(t, e, "order-1")
+					})
+				} else {
+					waitLine(t, out, "SETTLED order-3 done")
+				}
+				_ = cmd.Process.Kill() // SIGKILL
+				_ = cmd.Wait()
 
+				var (
+					mu   sync.Mutex
+					runs = map[string]int{}
+					done = map[string]bool{}
+				)
+				r := newRouter(t)
+				_, err := idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
+					Operation: "ship", MetadataKey: "Idem-Key",
+					Settled: func(m *message.Message, v consume.Verdict) {
+						if v.Action == consume.Done {
+							mu.Lock()
+							done[m.Metadata.Get("Idem-Key")] = true
+							mu.Unlock()
+						}
+					},
+				}, "ship", topic, b.member(t, topic, "second"), func(m *message.Message) error {
+					mu.Lock()
+					runs[m.Metadata.Get("Idem-Key")]++
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				runRouter(t, r)
+				// The dead router acked what it finished: the second sees
+				// the rest.
+				waitFor(t, 30*time.Second, "the orders left done", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return done["order-3"] && (stage == "ack" || done["order-2"])
+				})
+				wantRuns := map[string]int{}
+				if stage == "handler" {
+					wantRuns = map[string]int{"order-2": 1, "order-3": 1}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if fmt.Sprint(runs) != fmt.Sprint(wantRuns) {
+					t.Fatalf("the second router ran %v, want %v", runs, wantRuns)
+				}
+			})
+		}
+	}
+}
+
+// TestZombieRouter, on each broker: a router process stops (SIGSTOP) in
+// order-0's handler, before the order's effect. The broker gives the
+// message to another member of the group (heldFor), whose router takes
+// the key over once the stopped one's lease has run out, makes the effect
+// and records the outcome. The stopped router, continued, ends its
+// handler: its effect is refused downstream (the same downstream key),
+// its outcome write is refused (consume.Leave, nacked), and the record
+// stays the taker's.
+func TestZombieRouter(t *testing.T) {
+	t.Parallel()
+	for _, name := range brokerNames {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBroker(t, name)
+			topic := b.topic(t)
+			b.publish(t, topic, msg("order-0", []byte(`{"order":0}`)))
+			prefix := fmt.Sprintf("idemwm-zombie-%d:", rand.Uint64())
+			rc := redisClient(t)
+			t.Cleanup(func() { cleanPrefix(rc, prefix) })
+			e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease, Owner: "taker"})
+
+			cmd, in, out := child(t, "zombie", name, topic, prefix)
+			waitLine(t, out, "RAN order-0")
+			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
 			var (
 				mu   sync.Mutex
-				runs = map[string]int{}
-				done = map[string]bool{}
+				runs int
+				done bool
 			)
-			e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease})
 			r := newRouter(t)
-			_, err = idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
+			_, err := idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
 				Operation: "ship", MetadataKey: "Idem-Key",
-				Settled: func(m *message.Message, v consume.Verdict) {
-					if v.Action == consume.Done {
-						mu.Lock()
-						done[m.Metadata.Get("Idem-Key")] = true
-						mu.Unlock()
-					}
+				Settled: func(_ *message.Message, v consume.Verdict) {
+					mu.Lock()
+					done = done || v.Action == consume.Done
+					mu.Unlock()
 				},
-			}, "ship", topic, s.subscriber("g", "second", killLease), func(m *message.Message) error {
+			}, "ship", topic, b.member(t, topic, "taker"), func(m *message.Message) error {
 				mu.Lock()
-				runs[m.Metadata.Get("Idem-Key")]++
+				runs++
 				mu.Unlock()
-				return nil
+				return effect(rc, prefix, m, "taker")
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			runRouter(t, r)
-			// The dead router acked what it finished: the second sees
-			// the rest.
-			waitFor(t, 30*time.Second, "the orders left done", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return done["order-3"] && (stage == "ack" || done["order-2"])
-			})
-			wantRuns := map[string]int{}
-			if stage == "handler" {
-				wantRuns = map[string]int{"order-2": 1, "order-3": 1}
+			waitFor(t, 30*time.Second, "the taker's outcome", func() bool { mu.Lock(); defer mu.Unlock(); return done })
+			taken := state(t, e, "order-0")
+
+			if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
 			}
+			if _, err := io.WriteString(in, "go\n"); err != nil {
+				t.Fatal(err)
+			}
+			waitLine(t, out, "SETTLED order-0 leave")
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+
 			mu.Lock()
-			defer mu.Unlock()
-			if fmt.Sprint(runs) != fmt.Sprint(wantRuns) {
-				t.Fatalf("the second router ran %v, want %v", runs, wantRuns)
+			if runs != 1 {
+				t.Errorf("the taker ran order-0 %d times, want 1", runs)
+			}
+			mu.Unlock()
+			st := state(t, e, "order-0")
+			if st == nil || st.Status != idem.StatusCompleted || !strings.HasPrefix(st.Owner, "taker") || st.Fence != taken.Fence || !st.CompletedAt.Equal(taken.CompletedAt) {
+				t.Errorf("order-0's record after the zombie: %+v, want the taker's, as it was: %+v", st, taken)
+			}
+			keys, err := rc.Keys(context.Background(), prefix+"effect:*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != 1 {
+				t.Fatalf("effects under %v, want one downstream key", keys)
+			}
+			if who, _ := rc.Get(context.Background(), keys[0]).Result(); who != "taker" {
+				t.Errorf("the effect was made by %q, want the taker (the zombie's was refused downstream)", who)
 			}
 		})
+	}
+}
+
+// cleanPrefix deletes the keys under prefix.
+func cleanPrefix(rc *redis.Client, prefix string) {
+	ctx := context.Background()
+	keys, _ := rc.Keys(ctx, prefix+"*").Result()
+	if len(keys) > 0 {
+		rc.Del(ctx, keys...)
 	}
 }
 
