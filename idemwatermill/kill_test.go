@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
@@ -318,100 +317,5 @@ func cleanPrefix(rc *redis.Client, prefix string) {
 	keys, _ := rc.Keys(ctx, prefix+"*").Result()
 	if len(keys) > 0 {
 		rc.Del(ctx, keys...)
-	}
-}
-
-// Watermill's own Deduplicator and idemwatermill side by side, on one
-// message published twice (a producer's retry: same payload, same key):
-// the Deduplicator remembers in its process's memory, so a copy consumed
-// after a restart, or by another replica, runs again; idem's record is in
-// the store (Redis), and the copy is replayed.
-func TestSideBySideWithDeduplicator(t *testing.T) {
-	t.Parallel()
-	s := newStreams(t)
-	prefix := fmt.Sprintf("idemwm-dedup-%d:", rand.Uint64())
-	e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: 30 * time.Second})
-	mws := map[string]func(t *testing.T) message.HandlerMiddleware{
-		"watermill deduplicator": func(t *testing.T) message.HandlerMiddleware {
-			repo, err := middleware.NewMapExpiringKeyRepository(time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return (&middleware.Deduplicator{Repository: repo}).Middleware
-		},
-		"idem": func(t *testing.T) message.HandlerMiddleware {
-			mw, err := idemwatermill.Middleware(e, &idemwatermill.Config{Operation: "ship-" + strings.ReplaceAll(t.Name(), "/", "-"), MetadataKey: "Idem-Key"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return mw
-		},
-	}
-	want := map[string]int{"watermill deduplicator": 2, "idem": 1}
-	for _, situation := range []string{"restart", "second replica"} {
-		for name, newMW := range mws {
-			t.Run(situation+"/"+name, func(t *testing.T) {
-				topic := s.topic()
-				var (
-					mu   sync.Mutex
-					runs int
-					seen int
-				)
-				// consumer runs a router of consumer in group "g" with mw,
-				// until stopped.
-				consumer := func(consumer string, mw message.HandlerMiddleware) (stop func()) {
-					r := newRouter(t)
-					// A closed subscriber's reader may still take one
-					// message before it ends (watermill-redisstream): it
-					// stays pending on that consumer until the live one
-					// claims it.
-					h := r.AddConsumerHandler("ship", topic, s.subscriber("g", consumer, 300*time.Millisecond), func(*message.Message) error {
-						mu.Lock()
-						runs++
-						mu.Unlock()
-						return nil
-					})
-					// Outermost, the first middleware given: counts every
-					// copy, whether the handler ran or not.
-					h.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-						return func(m *message.Message) ([]*message.Message, error) {
-							out, err := h(m)
-							mu.Lock()
-							seen++
-							mu.Unlock()
-							return out, err
-						}
-					}, mw)
-					return runRouter(t, r)
-				}
-				copyOf := func() *message.Message { return msg("order-42", []byte(`{"order":42}`)) }
-				handled := func(n int) func() bool {
-					return func() bool { mu.Lock(); defer mu.Unlock(); return seen == n }
-				}
-
-				mwA := newMW(t)
-				stopA := consumer("a", mwA)
-				s.publish(topic, copyOf())
-				waitFor(t, 10*time.Second, "the first copy", handled(1))
-				stopA()
-				switch situation {
-				case "restart":
-					// The same consumer again, in a new process: a new
-					// middleware.
-					consumer("a", newMW(t))
-				case "second replica":
-					// Another replica of the service, with its own
-					// middleware; a's is still in memory, unseen by it.
-					consumer("b", newMW(t))
-				}
-				s.publish(topic, copyOf())
-				waitFor(t, 10*time.Second, "the second copy", handled(2))
-				mu.Lock()
-				defer mu.Unlock()
-				if runs != want[name] {
-					t.Errorf("the handler ran %d times, want %d", runs, want[name])
-				}
-			})
-		}
 	}
 }
