@@ -52,7 +52,7 @@ CONSUMERS_N ?= 5000x
 CONSUMERS_COUNT ?= 3
 CONSUMERS_REDIS_PORT ?= 6398
 
-bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run → bench/results/consumers.{txt,md} and docs/benchmarks.md; needs NATS on :4222 and RabbitMQ on :5672
+bench-consumers: ## consumers (idemnats, idemamqp, idemkafka, idemwatermill) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run → bench/results/consumers.{txt,md} and docs/benchmarks.md; needs NATS on :4222 and RabbitMQ on :5672
 	@mkdir -p bench/results .cache/bench-consumers
 	@set -e; d=$(CURDIR)/.cache/bench-consumers; \
 		redis-server --port $(CONSUMERS_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $$d --pidfile $$d/redis.pid --logfile $$d/redis.log; \
@@ -62,6 +62,8 @@ bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message
 		{ uptime; \
 		  (cd idemnats && $(LOCKED) $(GO) test -run '^$$' -bench 'RedisBaseline|Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  (cd idemamqp && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemkafka && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemwatermill && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  uptime; } >bench/results/consumers.txt
 	cd bench && $(GO) run ./consumers
 
