@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,15 +15,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemkafka"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 )
-
-// benchRedis is the Redis of the idemkafka+redis rows, whose CPU they
-// report (make bench-consumers starts one of its own).
-func benchRedis() string {
-	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
 
 // BenchmarkConsume consumes b.N records of a topic of 4 partitions (on the
 // kfake emulator in this process, or KAFKA_BROKERS), with a bare franz-go
@@ -50,7 +40,7 @@ func BenchmarkConsume(b *testing.B) {
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
 			b.ResetTimer()
-			cpu := benchkit.StartCPU(b, benchRedis(), "")
+			cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), "")
 			start := time.Now()
 			switch name {
 			case "bare":

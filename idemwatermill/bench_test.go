@@ -28,16 +28,6 @@ import (
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
-// benchStoreRedis is the Redis of the benchmarks' store (make
-// bench-consumers starts one of its own), whose CPU they report as
-// redis-cpu-µs/msg.
-func benchStoreRedis() string {
-	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
 // benchStreamsRedis is the Redis that is the Redis Streams broker
 // (IDEM_REDISSTREAM_ADDR, by default the one on :6379), whose CPU the
 // Redis Streams rows report as broker-cpu-µs/msg; when it is the store's
@@ -99,11 +89,11 @@ func redisStreamsBench() benchBroker {
 			return topic, subs
 		},
 		cpu: func(b *testing.B) func(int) {
-			if benchStreamsRedis() == benchStoreRedis() {
-				cpu := benchkit.StartCPU(b, benchStoreRedis(), "")
+			if benchStreamsRedis() == benchkit.StoreRedis() {
+				cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), "")
 				return func(n int) { cpu.Report(b, n) }
 			}
-			cpu := benchkit.StartCPU(b, benchStoreRedis(), "")
+			cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), "")
 			brk, err := benchkit.RedisCPU(benchStreamsRedis())
 			return func(n int) {
 				cpu.Report(b, n)
@@ -165,7 +155,7 @@ func natsBench() benchBroker {
 			return topic, subs
 		},
 		cpu: func(b *testing.B) func(int) {
-			cpu := benchkit.StartCPU(b, benchStoreRedis(), "nats-server")
+			cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), "nats-server")
 			return func(n int) { cpu.Report(b, n) }
 		},
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemtest/childproc"
 	"github.com/seed-a1b882c0/idem/idemwatermill"
 )
 
@@ -95,37 +95,9 @@ func effect(rc *redis.Client, prefix string, m *message.Message, who string) err
 	return rc.SetNX(context.Background(), prefix+"effect:"+c.DownstreamKey("ship"), who, time.Hour).Err()
 }
 
-// child starts TestKillChild for stage on broker and topic, and returns it
-// with its standard input and its output, line by line.
-func child(t *testing.T, stage, broker, topic, prefix string) (*exec.Cmd, io.Writer, *bufio.Scanner) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "IDEMWM_STAGE="+stage, "IDEMWM_BROKER="+broker, "IDEMWM_TOPIC="+topic, "IDEMWM_PREFIX="+prefix)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, in, bufio.NewScanner(out)
-}
-
-// waitLine reads the child's output until a line that is want.
-func waitLine(t *testing.T, sc *bufio.Scanner, want string) {
-	t.Helper()
-	for sc.Scan() {
-		if sc.Text() == want {
-			return
-		}
-	}
-	t.Fatalf("the child ended before %q", want)
+// child starts TestKillChild for stage on broker and topic.
+func child(t *testing.T, stage, broker, topic, prefix string) *childproc.Child {
+	return childproc.Start(t, "TestKillChild", "IDEMWM_STAGE="+stage, "IDEMWM_BROKER="+broker, "IDEMWM_TOPIC="+topic, "IDEMWM_PREFIX="+prefix)
 }
 
 // state is key's record.
@@ -168,17 +140,17 @@ func TestKillRouter(t *testing.T) {
 				rc := redisClient(t)
 				t.Cleanup(func() { cleanPrefix(rc, prefix) })
 				e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease})
-				cmd, _, out := child(t, stage, name, topic, prefix)
+				c := child(t, stage, name, topic, prefix)
 				if stage == "handler" {
-					waitLine(t, out, "RAN order-2")
+					c.WaitLine(t, "RAN order-2")
 					waitFor(t, 10*time.Second, "order-0 and order-1 recorded", func() bool {
 						return recorded(t, e, "order-0") && recorded(t, e, "order-1")
 					})
 				} else {
-					waitLine(t, out, "SETTLED order-3 done")
+					c.WaitLine(t, "SETTLED order-3 done")
 				}
-				_ = cmd.Process.Kill() // SIGKILL
-				_ = cmd.Wait()
+				_ = c.Cmd.Process.Kill() // SIGKILL
+				_ = c.Cmd.Wait()
 
 				var (
 					mu   sync.Mutex
@@ -247,9 +219,9 @@ func TestZombieRouter(t *testing.T) {
 			t.Cleanup(func() { cleanPrefix(rc, prefix) })
 			e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease, Owner: "taker"})
 
-			cmd, in, out := child(t, "zombie", name, topic, prefix)
-			waitLine(t, out, "RAN order-0")
-			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			c := child(t, "zombie", name, topic, prefix)
+			c.WaitLine(t, "RAN order-0")
+			if err := c.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
 			var (
@@ -278,15 +250,15 @@ func TestZombieRouter(t *testing.T) {
 			waitFor(t, 30*time.Second, "the taker's outcome", func() bool { mu.Lock(); defer mu.Unlock(); return done })
 			taken := state(t, e, "order-0")
 
-			if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			if err := c.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := io.WriteString(in, "go\n"); err != nil {
+			if _, err := io.WriteString(c.In, "go\n"); err != nil {
 				t.Fatal(err)
 			}
-			waitLine(t, out, "SETTLED order-0 leave")
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			c.WaitLine(t, "SETTLED order-0 leave")
+			_ = c.Cmd.Process.Kill()
+			_ = c.Cmd.Wait()
 
 			mu.Lock()
 			if runs != 1 {
