@@ -111,7 +111,7 @@ func natsBench() benchBroker {
 		prepare: func(b *testing.B, n, members int) (string, []message.Subscriber) {
 			url := "nats://" + testenv.Reach(b, "NATS", "IDEM_NATS_URL", "127.0.0.1:4222")
 			conn := func() *nats.Conn {
-				nc, err := nats.Connect(url)
+				nc, err := nats.Connect(url, nats.Timeout(10*time.Second))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -48,9 +48,12 @@ func TestVerdictsNATSJetStream(t *testing.T) { verdicts(t, natsBroker(t)) }
 // consumer "g" that the group's members share; a message delivered to a
 // member that does not ack it comes again after the consumer's AckWait,
 // heldFor.
+//
+// Connections wait up to 10s for the server's handshake (nats.go's default
+// is 2s, which a loaded machine can miss).
 func natsBroker(t testing.TB) broker {
 	url := "nats://" + testenv.Reach(t, "NATS", "IDEM_NATS_URL", "127.0.0.1:4222")
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.Timeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,7 @@ func natsBroker(t testing.TB) broker {
 	// subscriber's Close only drains its connection, which ends in the
 	// background, after goleak may have looked.
 	conn := func(t testing.TB) *nats.Conn {
-		nc, err := nats.Connect(url)
+		nc, err := nats.Connect(url, nats.Timeout(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
