@@ -69,10 +69,13 @@
 // # Tests
 //
 // On the real servers the machine runs, through Watermill's own
-// publishers and subscribers: the consumers' verdict table on Redis
-// Streams (watermill-redisstream), NATS JetStream (watermill-nats),
-// RabbitMQ (watermill-amqp) and PostgreSQL (watermill-sql, its queue
-// schema); on Redis Streams, two router processes on one topic with one
-// SIGKILLed, Retry and PoisonQueue composed, a replay, and a side by side
-// with Watermill's Deduplicator (a restart, a second replica).
+// publishers and subscribers: Redis Streams (watermill-redisstream), NATS
+// JetStream (watermill-nats), RabbitMQ (watermill-amqp) and PostgreSQL
+// (watermill-sql, its queue schema). On each: the consumers' verdict
+// table; two router processes on one topic with one SIGKILLed in a
+// handler or before an ack; a router process stopped (SIGSTOP) in a
+// handler, its message and key taken over by another, whose outcome write
+// is then refused (a zombie); and a side by side with Watermill's
+// Deduplicator (a restart, a second replica). On Redis Streams: Retry and
+// PoisonQueue composed, and a replay.
 package idemwatermill
