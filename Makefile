@@ -51,17 +51,21 @@ bench-peers: ## idem and AWS Powertools (TypeScript) side by side (bench/peers; 
 CONSUMERS_N ?= 5000x
 CONSUMERS_COUNT ?= 3
 CONSUMERS_REDIS_PORT ?= 6398
+CONSUMERS_STREAMS_PORT ?= 6399
 
-bench-consumers: ## consumers (idemnats, idemamqp) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run, then again pinned (scripts/bench-consumers-pinned: Redis and a nats-server of its own on CPU 0, the client on CPU 1; RabbitMQ only with CONSUMERS_PIN_RABBITMQ=1) → bench/results/consumers{,-pinned}.txt, consumers.md, docs/benchmarks.md and docs/img/consumers.png; needs NATS on :4222 and RabbitMQ on :5672
+bench-consumers: ## consumers (idemnats, idemamqp, idemkafka, idemwatermill) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu; another is the Redis Streams broker) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run, then again pinned (scripts/bench-consumers-pinned: Redis and a nats-server of its own on CPU 0, the client on CPU 1; RabbitMQ only with CONSUMERS_PIN_RABBITMQ=1) → bench/results/consumers{,-pinned}.txt, consumers.md, docs/benchmarks.md and docs/img/consumers.png; needs NATS on :4222 and RabbitMQ on :5672
 	@mkdir -p bench/results .cache/bench-consumers
 	@set -e; d=$(CURDIR)/.cache/bench-consumers; \
 		redis-server --port $(CONSUMERS_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $$d --pidfile $$d/redis.pid --logfile $$d/redis.log; \
-		trap 'kill $$(cat $$d/redis.pid)' EXIT; \
-		until redis-cli -p $(CONSUMERS_REDIS_PORT) ping >/dev/null 2>&1; do sleep 0.1; done; \
-		export IDEM_REDIS_ADDR=127.0.0.1:$(CONSUMERS_REDIS_PORT); \
+		redis-server --port $(CONSUMERS_STREAMS_PORT) --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $$d --pidfile $$d/streams.pid --logfile $$d/streams.log; \
+		trap 'kill $$(cat $$d/redis.pid) $$(cat $$d/streams.pid)' EXIT; \
+		until redis-cli -p $(CONSUMERS_REDIS_PORT) ping >/dev/null 2>&1 && redis-cli -p $(CONSUMERS_STREAMS_PORT) ping >/dev/null 2>&1; do sleep 0.1; done; \
+		export IDEM_REDIS_ADDR=127.0.0.1:$(CONSUMERS_REDIS_PORT) IDEM_REDISSTREAM_ADDR=127.0.0.1:$(CONSUMERS_STREAMS_PORT); \
 		{ uptime; \
 		  (cd idemnats && $(LOCKED) $(GO) test -run '^$$' -bench 'RedisBaseline|Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  (cd idemamqp && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemkafka && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemwatermill && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  uptime; } >bench/results/consumers.txt
 	GO=$(GO) CONSUMERS_N=$(CONSUMERS_N) CONSUMERS_COUNT=$(CONSUMERS_COUNT) BENCH_LOCK=$(BENCH_LOCK) scripts/bench-consumers-pinned >bench/results/consumers-pinned.txt
 	cd bench && $(GO) run ./consumers && $(GO) run ./plot -only consumers

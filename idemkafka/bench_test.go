@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,20 +13,16 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/idemkafka"
+	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 )
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkConsume consumes b.N records of a topic of 4 partitions (on the
 // kfake emulator in this process, or KAFKA_BROKERS), with a bare franz-go
 // group consumer (poll, commit each poll) and with idemkafka over
-// memstore and over the real Redis, and reports records per second and CPU per record (the
-// emulator's included, in this process).
+// memstore and over the real Redis, and reports records per second
+// (msgs/s) and CPU per record: this process's (client-cpu-µs/msg, the
+// emulator's included when it runs here) and the store's Redis's
+// (redis-cpu-µs/msg), the metrics of the other consumers' benchmarks.
 func BenchmarkConsume(b *testing.B) {
 	for _, name := range []string{"bare", "idemkafka", "idemkafka+redis"} {
 		b.Run(name, func(b *testing.B) {
@@ -45,7 +40,8 @@ func BenchmarkConsume(b *testing.B) {
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
 			b.ResetTimer()
-			start, cpu := time.Now(), cpuTime()
+			cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), "")
+			start := time.Now()
 			switch name {
 			case "bare":
 				cl, err := kgo.NewClient(groupOpts(seeds, group, tp)...)
@@ -80,10 +76,10 @@ func BenchmarkConsume(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			elapsed, used := time.Since(start), cpuTime()-cpu
+			elapsed := time.Since(start)
 			b.StopTimer()
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
-			b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/record")
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			cpu.Report(b, b.N)
 		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/idemkafka"
+	"github.com/seed-a1b882c0/idem/idemtest/childproc"
 )
 
 // killLease is the lease of the engines of the kill and zombie tests: a
@@ -86,38 +86,10 @@ func TestKillChild(t *testing.T) {
 	}
 }
 
-// child starts TestKillChild for stage and returns it with its output,
-// line by line.
-func child(t *testing.T, stage string, seeds []string, group, tp, prefix string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "IDEMKAFKA_STAGE="+stage, "IDEMKAFKA_BROKERS="+strings.Join(seeds, ","),
+// child starts TestKillChild for stage.
+func child(t *testing.T, stage string, seeds []string, group, tp, prefix string) *childproc.Child {
+	return childproc.Start(t, "TestKillChild", "IDEMKAFKA_STAGE="+stage, "IDEMKAFKA_BROKERS="+strings.Join(seeds, ","),
 		"IDEMKAFKA_TOPIC="+tp, "IDEMKAFKA_GROUP="+group, "IDEMKAFKA_PREFIX="+prefix)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, in, bufio.NewScanner(out)
-}
-
-// waitLine reads the child's output until a line that is want.
-func waitLine(t *testing.T, sc *bufio.Scanner, want string) {
-	t.Helper()
-	for sc.Scan() {
-		if sc.Text() == want {
-			return
-		}
-	}
-	t.Fatalf("the child ended before %q", want)
 }
 
 // recorded reports whether key's outcome is recorded as COMPLETED.
@@ -154,17 +126,17 @@ func TestKillMidBatch(t *testing.T) {
 			prefix := fmt.Sprintf("idemkafka-kill-%d:", rand.Uint64())
 			eng := killEngine(t, prefix)
 
-			cmd, _, out := child(t, stage, seeds, group, tp, prefix)
+			ch := child(t, stage, seeds, group, tp, prefix)
 			if stage == "handler" {
-				waitLine(t, out, "RAN order-2")
+				ch.WaitLine(t, "RAN order-2")
 				waitFor(t, 10*time.Second, "order-0 and order-1 recorded", func() bool {
 					return recorded(t, eng, "order-0") && recorded(t, eng, "order-1")
 				})
 			} else {
-				waitLine(t, out, "SETTLED order-3 done")
+				ch.WaitLine(t, "SETTLED order-3 done")
 			}
-			_ = cmd.Process.Kill() // SIGKILL
-			_ = cmd.Wait()
+			_ = ch.Cmd.Process.Kill() // SIGKILL
+			_ = ch.Cmd.Wait()
 			if got := committed(t, seeds, group, tp, 0); got != -1 {
 				t.Fatalf("the killed consumer committed %d", got)
 			}
@@ -213,9 +185,9 @@ func TestZombieConsumer(t *testing.T) {
 	prefix := fmt.Sprintf("idemkafka-zombie-%d:", rand.Uint64())
 	eng := killEngine(t, prefix)
 
-	cmd, in, out := child(t, "zombie", seeds, group, tp, prefix)
-	waitLine(t, out, "RAN order-0")
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	z := child(t, "zombie", seeds, group, tp, prefix)
+	z.WaitLine(t, "RAN order-0")
+	if err := z.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -240,16 +212,16 @@ func TestZombieConsumer(t *testing.T) {
 	}
 	mu.Unlock()
 
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := z.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(in, "go\n"); err != nil {
+	if _, err := io.WriteString(z.In, "go\n"); err != nil {
 		t.Fatal(err)
 	}
-	waitLine(t, out, "SETTLED order-0 leave")
+	z.WaitLine(t, "SETTLED order-0 leave")
 	// The zombie's batch is over: whatever it commits now is not past 1.
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	_ = z.Cmd.Process.Kill()
+	_ = z.Cmd.Wait()
 	if got := committed(t, seeds, group, tp, 0); got != 1 {
 		t.Errorf("committed %d after the zombie's batch, want 1", got)
 	}

@@ -24,6 +24,8 @@
 //     console over HTTP.
 //   - [github.com/seed-a1b882c0/idem/idemtest/consumetest]: the verdict
 //     table every message consumer runs.
+//   - [github.com/seed-a1b882c0/idem/idemtest/childproc]: runs a test of
+//     the test binary as a process of its own, to kill or stop it.
 //
 // They are exported, not internal, because the stores, idemlambda and
 // idem-gateway are modules of their own: a module that imported the core's

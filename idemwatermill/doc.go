@@ -18,7 +18,9 @@
 // new UUID unless the producer sets it, so a producer that retries a
 // publish should set the UUID (or a metadata field) from its own id. The
 // fingerprint is the SHA-256 of the payload and the metadata (every field
-// but Config.IgnoreMetadata's): a copy with the same key and another
+// but Config.IgnoreMetadata's and Watermill's own, named
+// "_watermill_…", which its Pub/Subs set per delivery, such as
+// watermill-amqp's redelivered flag): a copy with the same key and another
 // payload or metadata is refused as a key reused, and dead-lettered.
 //
 // # Verdicts, Ack and Nack
@@ -67,10 +69,13 @@
 // # Tests
 //
 // On the real servers the machine runs, through Watermill's own
-// publishers and subscribers: the consumers' verdict table on Redis
-// Streams (watermill-redisstream), NATS JetStream (watermill-nats),
-// RabbitMQ (watermill-amqp) and PostgreSQL (watermill-sql, its queue
-// schema); on Redis Streams, two router processes on one topic with one
-// SIGKILLed, Retry and PoisonQueue composed, a replay, and a side by side
-// with Watermill's Deduplicator (a restart, a second replica).
+// publishers and subscribers: Redis Streams (watermill-redisstream), NATS
+// JetStream (watermill-nats), RabbitMQ (watermill-amqp) and PostgreSQL
+// (watermill-sql, its queue schema). On each: the consumers' verdict
+// table; two router processes on one topic with one SIGKILLed in a
+// handler or before an ack; a router process stopped (SIGSTOP) in a
+// handler, its message and key taken over by another, whose outcome write
+// is then refused (a zombie); and a side by side with Watermill's
+// Deduplicator (a restart, a second replica). On Redis Streams: Retry and
+// PoisonQueue composed, and a replay.
 package idemwatermill

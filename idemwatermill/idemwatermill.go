@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,6 +20,13 @@ import (
 // ErrInvalidConfig is returned by [Middleware] and [AddHandler] for an
 // unusable [Config]; it wraps [idem.ErrInvalidConfig].
 var ErrInvalidConfig = fmt.Errorf("idemwatermill: %w", idem.ErrInvalidConfig)
+
+// WatermillMetadataPrefix begins the names of the metadata fields that
+// Watermill's Pub/Subs and components set on a message as they deliver it
+// (watermill-amqp's "_watermill_amqp_redelivered" on a redelivery): they
+// are left out of the fingerprint, so that a redelivery is the same
+// message.
+const WatermillMetadataPrefix = "_watermill_"
 
 // ErrNoKey: the message has no key (Config.MetadataKey names a field it
 // does not have, or the UUID is empty).
@@ -39,7 +47,10 @@ type Config struct {
 	// IgnoreMetadata are metadata fields left out of the fingerprint
 	// (the payload and every other field are in it), for fields a
 	// publisher or a middleware sets anew on every publish of the same
-	// message.
+	// message. Watermill's own fields, whose names begin with
+	// "_watermill_" (WatermillMetadataPrefix), are always left out: its
+	// Pub/Subs and components set them per delivery (watermill-amqp's
+	// redelivered flag, the requeuer's retry count).
 	IgnoreMetadata []string
 	// MaxDelay bounds how long the middleware waits before it returns the
 	// error of a message whose key another consumer holds (the verdict's
@@ -217,7 +228,8 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message) (consume.V
 }
 
 // identity is msg's key and fingerprint: the SHA-256 of its payload and
-// its metadata (sorted, less IgnoreMetadata), each length-prefixed.
+// its metadata (sorted, less IgnoreMetadata and Watermill's own fields),
+// each length-prefixed.
 func (m *middleware) identity(msg *message.Message) (idem.Identity, error) {
 	var key string
 	switch {
@@ -242,7 +254,7 @@ func (m *middleware) identity(msg *message.Message) (idem.Identity, error) {
 func (m *middleware) fingerprintInput(msg *message.Message) []byte {
 	keys := make([]string, 0, len(msg.Metadata))
 	for k := range msg.Metadata {
-		if !slices.Contains(m.cfg.IgnoreMetadata, k) {
+		if !strings.HasPrefix(k, WatermillMetadataPrefix) && !slices.Contains(m.cfg.IgnoreMetadata, k) {
 			keys = append(keys, k)
 		}
 	}

@@ -2,45 +2,58 @@ package idemwatermill_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/idemtest/childproc"
 	"github.com/seed-a1b882c0/idem/idemwatermill"
 )
 
-// killLease is the lease of the kill test's engines: a dead router's
-// claim is taken over this long after its last renewal.
+// killLease is the lease of the kill and zombie tests' engines: a dead or
+// stopped router's claim is taken over this long after its last renewal.
 const killLease = time.Second
 
 const killOrders = 4
 
-// TestKillChild is the router process TestKillRouter runs and kills: a
-// router on IDEMWM_TOPIC (consumer "child" of group "g"), the engine over
-// the real Redis under IDEMWM_PREFIX. It prints "RAN <key>" as each
-// handler begins and "SETTLED <key> <verdict>", and blocks in order-2's
-// handler (stage "handler") or, once order-3 is settled, before its ack
-// (stage "ack").
+// TestKillChild is the router process TestKillRouter and TestZombieRouter
+// run: a router on IDEMWM_TOPIC of broker IDEMWM_BROKER (a member
+// "child" of the topic's group), the engine over the real Redis under
+// IDEMWM_PREFIX, its owner "child". It prints "RAN <key>" as each handler
+// begins and "SETTLED <key> <verdict>" as each message is settled, and
+// then:
+//   - stage "handler": blocks in order-2's handler, to be killed there;
+//   - stage "ack": blocks once order-3 is settled, before its ack, to be
+//     killed there;
+//   - stage "zombie": blocks in order-0's handler until a line comes on
+//     its standard input (it is stopped and continued meanwhile), then
+//     makes the order's effect (see effect) and returns.
 func TestKillChild(t *testing.T) {
 	stage := os.Getenv("IDEMWM_STAGE")
 	if stage == "" {
-		t.Skip("run by TestKillRouter")
+		t.Skip("run by TestKillRouter and TestZombieRouter")
 	}
-	s := newStreams(t)
+	b := newBroker(t, os.Getenv("IDEMWM_BROKER"))
+	prefix := os.Getenv("IDEMWM_PREFIX")
 	var out sync.Mutex
 	say := func(s string) { out.Lock(); fmt.Println(s); out.Unlock() }
-	e := newEngine(t, redisStore(t, os.Getenv("IDEMWM_PREFIX")), idem.Config{Lease: killLease})
+	stdin := bufio.NewReader(os.Stdin)
+	rc := redisClient(t)
+	e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease, Owner: "child"})
 	r := newRouter(t)
 	_, err := idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
 		Operation: "ship", MetadataKey: "Idem-Key",
@@ -50,10 +63,17 @@ func TestKillChild(t *testing.T) {
 				select {} // killed here, before the ack
 			}
 		},
-	}, "ship", os.Getenv("IDEMWM_TOPIC"), s.subscriber("g", "child", time.Hour), func(m *message.Message) error {
-		say("RAN " + m.Metadata.Get("Idem-Key"))
-		if stage == "handler" && m.Metadata.Get("Idem-Key") == "order-2" {
+	}, "ship", os.Getenv("IDEMWM_TOPIC"), b.member(t, os.Getenv("IDEMWM_TOPIC"), "child"), func(m *message.Message) error {
+		key := m.Metadata.Get("Idem-Key")
+		say("RAN " + key)
+		switch {
+		case stage == "handler" && key == "order-2":
 			select {} // killed here
+		case stage == "zombie" && key == "order-0":
+			if _, err := stdin.ReadString('\n'); err != nil && err != io.EOF {
+				return err
+			}
+			return effect(rc, prefix, m, "child")
 		}
 		return nil
 	})
@@ -64,191 +84,210 @@ func TestKillChild(t *testing.T) {
 	select {}
 }
 
-// TestKillRouter: two router processes consume one topic in one consumer
-// group. The first is SIGKILLed in order-2's handler (order-0 and order-1
-// done and acked), or after order-3's outcome is recorded and before its
-// ack. The second claims what the dead one left pending and runs again
-// only what had not run to its end: order-2 (after the dead holder's
-// lease) and order-3, or nothing.
+// effect is an order's effect downstream, made by who: a downstream that
+// honours idempotency keys (SET NX under the claim's DownstreamKey), as
+// the engine's docs ask of a downstream for exactly-once effects.
+func effect(rc *redis.Client, prefix string, m *message.Message, who string) error {
+	c, ok := idem.FromContext(m.Context())
+	if !ok {
+		return errors.New("no claim in the handler's context")
+	}
+	return rc.SetNX(context.Background(), prefix+"effect:"+c.DownstreamKey("ship"), who, time.Hour).Err()
+}
+
+// child starts TestKillChild for stage on broker and topic.
+func child(t *testing.T, stage, broker, topic, prefix string) *childproc.Child {
+	return childproc.Start(t, "TestKillChild", "IDEMWM_STAGE="+stage, "IDEMWM_BROKER="+broker, "IDEMWM_TOPIC="+topic, "IDEMWM_PREFIX="+prefix)
+}
+
+// state is key's record.
+func state(t testing.TB, e *idem.Engine, key string) *idem.State {
+	req := idem.Request{Operation: "ship", Key: key}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(context.Background(), id.StoreKey)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+func recorded(t testing.TB, e *idem.Engine, key string) bool {
+	st := state(t, e, key)
+	return st != nil && st.Status == idem.StatusCompleted
+}
+
+// TestKillRouter, on each broker: two router processes consume one topic
+// as members of one group. The first is SIGKILLed in order-2's handler
+// (order-0 and order-1 done), or after order-3's outcome is recorded and
+// before its ack. The second gets what the dead one left unacknowledged
+// and runs again only what had not run to its end: order-2 (after the
+// dead holder's lease) and order-3, or nothing.
 func TestKillRouter(t *testing.T) {
 	t.Parallel()
-	for _, stage := range []string{"handler", "ack"} {
-		t.Run("killed in "+stage, func(t *testing.T) {
-			t.Parallel()
-			s := newStreams(t)
-			topic := s.topic()
-			for i := range killOrders {
-				s.publish(topic, msg("order-"+strconv.Itoa(i), []byte(`{"order":`+strconv.Itoa(i)+`}`)))
-			}
-			prefix := fmt.Sprintf("idemwm-kill-%d:", rand.Uint64())
-			cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
-			cmd.Env = append(os.Environ(), "IDEMWM_STAGE="+stage, "IDEMWM_TOPIC="+topic, "IDEMWM_PREFIX="+prefix)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			want := "RAN order-2"
-			if stage == "ack" {
-				want = "SETTLED order-3 done"
-			}
-			sc := bufio.NewScanner(out)
-			for sc.Scan() && sc.Text() != want {
-			}
-			if stage == "handler" {
-				// Kill once order-1's outcome is recorded.
+	for _, name := range brokerNames {
+		for _, stage := range []string{"handler", "ack"} {
+			t.Run(name+"/killed in "+stage, func(t *testing.T) {
+				t.Parallel()
+				b := newBroker(t, name)
+				topic := b.topic(t)
+				for i := range killOrders {
+					b.publish(t, topic, msg("order-"+strconv.Itoa(i), []byte(`{"order":`+strconv.Itoa(i)+`}`)))
+				}
+				prefix := fmt.Sprintf("idemwm-kill-%d:", rand.Uint64())
+				rc := redisClient(t)
+				t.Cleanup(func() { cleanPrefix(rc, prefix) })
 				e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease})
-				req := idem.Request{Operation: "ship", Key: "order-1"}
-				id, _ := req.Identity()
-				waitFor(t, 10*time.Second, "order-1 recorded", func() bool {
-					st, err := e.Status(t.Context(), id.StoreKey)
-					return err == nil && st.Status == idem.StatusCompleted
-				})
-			}
-			_ = cmd.Process.Kill() // SIGKILL
-			_ = cmd.Wait()
+				c := child(t, stage, name, topic, prefix)
+				if stage == "handler" {
+					c.WaitLine(t, "RAN order-2")
+					waitFor(t, 10*time.Second, "order-0 and order-1 recorded", func() bool {
+						return recorded(t, e, "order-0") && recorded(t, e, "order-1")
+					})
+				} else {
+					c.WaitLine(t, "SETTLED order-3 done")
+				}
+				_ = c.Cmd.Process.Kill() // SIGKILL
+				_ = c.Cmd.Wait()
 
+				var (
+					mu   sync.Mutex
+					runs = map[string]int{}
+					done = map[string]bool{}
+				)
+				r := newRouter(t)
+				_, err := idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
+					Operation: "ship", MetadataKey: "Idem-Key",
+					Settled: func(m *message.Message, v consume.Verdict) {
+						if v.Action == consume.Done {
+							mu.Lock()
+							done[m.Metadata.Get("Idem-Key")] = true
+							mu.Unlock()
+						}
+					},
+				}, "ship", topic, b.member(t, topic, "second"), func(m *message.Message) error {
+					mu.Lock()
+					runs[m.Metadata.Get("Idem-Key")]++
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				runRouter(t, r)
+				// The dead router acked what it finished: the second sees
+				// the rest.
+				waitFor(t, 30*time.Second, "the orders left done", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return done["order-3"] && (stage == "ack" || done["order-2"])
+				})
+				wantRuns := map[string]int{}
+				if stage == "handler" {
+					wantRuns = map[string]int{"order-2": 1, "order-3": 1}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if fmt.Sprint(runs) != fmt.Sprint(wantRuns) {
+					t.Fatalf("the second router ran %v, want %v", runs, wantRuns)
+				}
+			})
+		}
+	}
+}
+
+// TestZombieRouter, on each broker: a router process stops (SIGSTOP) in
+// order-0's handler, before the order's effect. The broker gives the
+// message to another member of the group (heldFor), whose router takes
+// the key over once the stopped one's lease has run out, makes the effect
+// and records the outcome. The stopped router, continued, ends its
+// handler: its effect is refused downstream (the same downstream key),
+// its outcome write is refused (consume.Leave, nacked), and the record
+// stays the taker's.
+func TestZombieRouter(t *testing.T) {
+	t.Parallel()
+	for _, name := range brokerNames {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newBroker(t, name)
+			topic := b.topic(t)
+			b.publish(t, topic, msg("order-0", []byte(`{"order":0}`)))
+			prefix := fmt.Sprintf("idemwm-zombie-%d:", rand.Uint64())
+			rc := redisClient(t)
+			t.Cleanup(func() { cleanPrefix(rc, prefix) })
+			e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease, Owner: "taker"})
+
+			c := child(t, "zombie", name, topic, prefix)
+			c.WaitLine(t, "RAN order-0")
+			if err := c.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
 			var (
 				mu   sync.Mutex
-				runs = map[string]int{}
-				done = map[string]bool{}
+				runs int
+				done bool
 			)
-			e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: killLease})
 			r := newRouter(t)
-			_, err = idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
+			_, err := idemwatermill.AddConsumerHandler(r, e, &idemwatermill.Config{
 				Operation: "ship", MetadataKey: "Idem-Key",
-				Settled: func(m *message.Message, v consume.Verdict) {
-					if v.Action == consume.Done {
-						mu.Lock()
-						done[m.Metadata.Get("Idem-Key")] = true
-						mu.Unlock()
-					}
+				Settled: func(_ *message.Message, v consume.Verdict) {
+					mu.Lock()
+					done = done || v.Action == consume.Done
+					mu.Unlock()
 				},
-			}, "ship", topic, s.subscriber("g", "second", killLease), func(m *message.Message) error {
+			}, "ship", topic, b.member(t, topic, "taker"), func(m *message.Message) error {
 				mu.Lock()
-				runs[m.Metadata.Get("Idem-Key")]++
+				runs++
 				mu.Unlock()
-				return nil
+				return effect(rc, prefix, m, "taker")
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			runRouter(t, r)
-			// The dead router acked what it finished: the second sees
-			// the rest.
-			waitFor(t, 30*time.Second, "the orders left done", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return done["order-3"] && (stage == "ack" || done["order-2"])
-			})
-			wantRuns := map[string]int{}
-			if stage == "handler" {
-				wantRuns = map[string]int{"order-2": 1, "order-3": 1}
+			waitFor(t, 30*time.Second, "the taker's outcome", func() bool { mu.Lock(); defer mu.Unlock(); return done })
+			taken := state(t, e, "order-0")
+
+			if err := c.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
 			}
+			if _, err := io.WriteString(c.In, "go\n"); err != nil {
+				t.Fatal(err)
+			}
+			c.WaitLine(t, "SETTLED order-0 leave")
+			_ = c.Cmd.Process.Kill()
+			_ = c.Cmd.Wait()
+
 			mu.Lock()
-			defer mu.Unlock()
-			if fmt.Sprint(runs) != fmt.Sprint(wantRuns) {
-				t.Fatalf("the second router ran %v, want %v", runs, wantRuns)
+			if runs != 1 {
+				t.Errorf("the taker ran order-0 %d times, want 1", runs)
+			}
+			mu.Unlock()
+			st := state(t, e, "order-0")
+			if st == nil || st.Status != idem.StatusCompleted || !strings.HasPrefix(st.Owner, "taker") || st.Fence != taken.Fence || !st.CompletedAt.Equal(taken.CompletedAt) {
+				t.Errorf("order-0's record after the zombie: %+v, want the taker's, as it was: %+v", st, taken)
+			}
+			keys, err := rc.Keys(context.Background(), prefix+"effect:*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != 1 {
+				t.Fatalf("effects under %v, want one downstream key", keys)
+			}
+			if who, _ := rc.Get(context.Background(), keys[0]).Result(); who != "taker" {
+				t.Errorf("the effect was made by %q, want the taker (the zombie's was refused downstream)", who)
 			}
 		})
 	}
 }
 
-// Watermill's own Deduplicator and idemwatermill side by side, on one
-// message published twice (a producer's retry: same payload, same key):
-// the Deduplicator remembers in its process's memory, so a copy consumed
-// after a restart, or by another replica, runs again; idem's record is in
-// the store (Redis), and the copy is replayed.
-func TestSideBySideWithDeduplicator(t *testing.T) {
-	t.Parallel()
-	s := newStreams(t)
-	prefix := fmt.Sprintf("idemwm-dedup-%d:", rand.Uint64())
-	e := newEngine(t, redisStore(t, prefix), idem.Config{Lease: 30 * time.Second})
-	mws := map[string]func(t *testing.T) message.HandlerMiddleware{
-		"watermill deduplicator": func(t *testing.T) message.HandlerMiddleware {
-			repo, err := middleware.NewMapExpiringKeyRepository(time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return (&middleware.Deduplicator{Repository: repo}).Middleware
-		},
-		"idem": func(t *testing.T) message.HandlerMiddleware {
-			mw, err := idemwatermill.Middleware(e, &idemwatermill.Config{Operation: "ship-" + strings.ReplaceAll(t.Name(), "/", "-"), MetadataKey: "Idem-Key"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return mw
-		},
-	}
-	want := map[string]int{"watermill deduplicator": 2, "idem": 1}
-	for _, situation := range []string{"restart", "second replica"} {
-		for name, newMW := range mws {
-			t.Run(situation+"/"+name, func(t *testing.T) {
-				topic := s.topic()
-				var (
-					mu   sync.Mutex
-					runs int
-					seen int
-				)
-				// consumer runs a router of consumer in group "g" with mw,
-				// until stopped.
-				consumer := func(consumer string, mw message.HandlerMiddleware) (stop func()) {
-					r := newRouter(t)
-					// A closed subscriber's reader may still take one
-					// message before it ends (watermill-redisstream): it
-					// stays pending on that consumer until the live one
-					// claims it.
-					h := r.AddConsumerHandler("ship", topic, s.subscriber("g", consumer, 300*time.Millisecond), func(*message.Message) error {
-						mu.Lock()
-						runs++
-						mu.Unlock()
-						return nil
-					})
-					// Outermost, the first middleware given: counts every
-					// copy, whether the handler ran or not.
-					h.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-						return func(m *message.Message) ([]*message.Message, error) {
-							out, err := h(m)
-							mu.Lock()
-							seen++
-							mu.Unlock()
-							return out, err
-						}
-					}, mw)
-					return runRouter(t, r)
-				}
-				copyOf := func() *message.Message { return msg("order-42", []byte(`{"order":42}`)) }
-				handled := func(n int) func() bool {
-					return func() bool { mu.Lock(); defer mu.Unlock(); return seen == n }
-				}
-
-				mwA := newMW(t)
-				stopA := consumer("a", mwA)
-				s.publish(topic, copyOf())
-				waitFor(t, 10*time.Second, "the first copy", handled(1))
-				stopA()
-				switch situation {
-				case "restart":
-					// The same consumer again, in a new process: a new
-					// middleware.
-					consumer("a", newMW(t))
-				case "second replica":
-					// Another replica of the service, with its own
-					// middleware; a's is still in memory, unseen by it.
-					consumer("b", newMW(t))
-				}
-				s.publish(topic, copyOf())
-				waitFor(t, 10*time.Second, "the second copy", handled(2))
-				mu.Lock()
-				defer mu.Unlock()
-				if runs != want[name] {
-					t.Errorf("the handler ran %d times, want %d", runs, want[name])
-				}
-			})
-		}
+// cleanPrefix deletes the keys under prefix.
+func cleanPrefix(rc *redis.Client, prefix string) {
+	ctx := context.Background()
+	keys, _ := rc.Keys(ctx, prefix+"*").Result()
+	if len(keys) > 0 {
+		rc.Del(ctx, keys...)
 	}
 }

@@ -150,7 +150,16 @@ type broker struct {
 	// acked reports whether nothing is left unacknowledged on topic, when
 	// the broker can tell.
 	acked func(t testing.TB, topic string) bool
+	// member is a subscriber, as consumer, of topic's one group, closed by
+	// the router: the group's members, in this process or another, share
+	// the topic's messages, and a message held by a member that died or
+	// stopped comes to another after at most heldFor (and a lease).
+	member func(t testing.TB, topic, consumer string) message.Subscriber
 }
+
+// heldFor is how long a message held by a member that stopped, or died,
+// stays with it before the broker gives it to another member.
+const heldFor = 2 * time.Second
 
 // verdicts runs the consumers' table (idemtest/consumetest) through a
 // Watermill router on b: every situation settles the message by consume's
@@ -201,9 +210,14 @@ func verdicts(t *testing.T, b broker) {
 
 // The verdict table on Redis Streams (watermill-redisstream, the real
 // Redis).
-func TestVerdictsRedisStreams(t *testing.T) {
+func TestVerdictsRedisStreams(t *testing.T) { verdicts(t, redisBroker(t)) }
+
+// redisBroker is Redis Streams: a stream per topic, consumer group "g";
+// a member claims a message pending on another that has been idle for
+// heldFor.
+func redisBroker(t testing.TB) broker {
 	s := newStreams(t)
-	verdicts(t, broker{
+	return broker{
 		topic:      func(testing.TB) string { return s.topic() },
 		publish:    func(_ testing.TB, topic string, m *message.Message) { s.publish(topic, m) },
 		subscriber: func(testing.TB, string) message.Subscriber { return s.subscriber("g", "c", time.Hour) },
@@ -211,7 +225,8 @@ func TestVerdictsRedisStreams(t *testing.T) {
 			p, err := s.client.XPending(context.Background(), topic, "g").Result()
 			return err == nil && p.Count == 0
 		},
-	})
+		member: func(_ testing.TB, _, consumer string) message.Subscriber { return s.subscriber("g", consumer, heldFor) },
+	}
 }
 
 // waitFor polls cond every 10ms until it holds, or fails t after d.

@@ -161,3 +161,13 @@ func FindProcess(name string) int {
 	}
 	return 0
 }
+
+// StoreRedis is the address of the Redis a benchmark's store uses, whose
+// CPU it reports: IDEM_REDIS_ADDR (make bench-consumers starts a Redis of
+// its own and sets it), or 127.0.0.1:6379.
+func StoreRedis() string {
+	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
