@@ -278,7 +278,7 @@ func TestBatchConfigChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]idemnats.BatchConfig{"negative Size": {Size: -1}, "negative Wait": {Wait: -time.Second}} {
+	for name, c := range map[string]idemnats.BatchConfig{"negative Size": {Size: -1}, "negative Wait": {Wait: -time.Second}, "negative Ahead": {Ahead: -1}} {
 		if err := idemnats.ConsumeBatch(context.Background(), nil, &c, p); !errors.Is(err, idemnats.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
@@ -349,6 +349,77 @@ func TestConsumeBatchStops(t *testing.T) {
 	}
 	if l := largest.Load(); l > 8 || l < 2 {
 		t.Errorf("largest batch %d, want 2..8", l)
+	}
+	// Its pull stopped with it: messages published now are the next
+	// consumer's at once, not held by a pull nobody reads (until AckWait).
+	for i := range 3 {
+		publish(t, js, subj, "after-"+strconv.Itoa(i), 0)
+	}
+	if got := fetchN(t, cons, 3, 2*time.Second); len(got) != 3 {
+		t.Fatalf("%d of the 3 messages published after ConsumeBatch returned could be fetched", len(got))
+	}
+}
+
+// TestConsumeBatchPullBounded: the long-lived pull keeps no more messages
+// delivered and not yet settled than the batches in hand (Size ×
+// Batches), Ahead, the Size that a batch in forming holds and one,
+// however many the stream has, also while the batches are held longer
+// than the pull's idle heartbeats (1s) may be missed twice; all of them
+// are then settled.
+func TestConsumeBatchPullBounded(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	const n, size, batches, ahead = 80, 4, 2, 6
+	for i := range n {
+		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
+	}
+	cons, p := shipConsumer(t, s, "bounded")
+	release := make(chan struct{})
+	var running, acked atomic.Int64
+	consumeBatches(t, cons, &idemnats.BatchConfig{Size: size, Batches: batches, Ahead: ahead}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+		running.Add(1)
+		<-release
+		ds, errs := p(ctx, msgs)
+		for _, d := range ds {
+			if d == idemnats.Acked {
+				acked.Add(1)
+			}
+		}
+		return ds, errs
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before consumeBatches' own cleanup, also on a failure
+	const most = size*batches + ahead + size + 1
+	// Poll the server for what it has delivered while both batches are
+	// held (past two missed heartbeats): only the pull and the batch in
+	// forming can fill, up to most.
+	held := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	last := 0
+	for running.Load() < batches || time.Now().Before(held) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches running, %d delivered unsettled", running.Load(), last)
+		}
+		time.Sleep(50 * time.Millisecond)
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last = info.NumAckPending; last > most {
+			t.Fatalf("%d messages delivered and not settled while the batches are held, want at most %d", last, most)
+		}
+	}
+	if last <= size*batches {
+		t.Fatalf("%d messages delivered while the batches are held, want the pull to hold more than the %d in hand", last, size*batches)
+	}
+	free()
+	for acked.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acked", acked.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
