@@ -22,17 +22,26 @@ func Collect[M any](in <-chan M, size int, wait time.Duration, clock store.Clock
 	first := clock.Now()
 	batch := append(make([]M, 0, size), m)
 	for len(batch) < size {
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, m)
-		default:
+		m, ok, ready := take(in)
+		switch {
+		case !ready:
 			return collectFor(batch, in, size, wait-clock.Now().Sub(first), clock)
+		case !ok:
+			return batch
 		}
+		batch = append(batch, m)
 	}
 	return batch
+}
+
+// take receives from in if it holds a message (or is closed) now.
+func take[M any](in <-chan M) (m M, ok, ready bool) {
+	select {
+	case m, ok = <-in:
+		return m, ok, true
+	default:
+		return m, false, false
+	}
 }
 
 // collectFor adds to batch what in brings within left on clock, up to

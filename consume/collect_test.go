@@ -19,6 +19,17 @@ func TestCollect(t *testing.T) {
 		go func() { out <- consume.Collect(ds, size, window, clock) }()
 		return out
 	}
+	// whole checks that b is the first n of a, b, c, … and that no timer
+	// was left behind for it.
+	whole := func(t *testing.T, b []string, n int, clock *clocktest.Clock) {
+		t.Helper()
+		if len(b) != n || b[0] != "a" || b[n-1] != string(rune('a'+n-1)) {
+			t.Fatalf("batch %v, want the first %d", b, n)
+		}
+		if w := clock.Waiters(); w != 0 {
+			t.Fatalf("%d timers left behind", w)
+		}
+	}
 	t.Run("full", func(t *testing.T) {
 		t.Parallel()
 		clock := clocktest.New(time.Unix(0, 0))
@@ -27,12 +38,7 @@ func TestCollect(t *testing.T) {
 		for i := range 3 {
 			ds <- string(rune('a' + i))
 		}
-		if b := <-out; len(b) != 3 || b[0] != "a" || b[2] != "c" {
-			t.Fatalf("batch %v, want a, b, c", b)
-		}
-		if n := clock.Waiters(); n != 0 {
-			t.Fatalf("%d timers left behind", n)
-		}
+		whole(t, <-out, 3, clock)
 	})
 	t.Run("window", func(t *testing.T) {
 		t.Parallel()
@@ -60,12 +66,7 @@ func TestCollect(t *testing.T) {
 		for i := range 5 {
 			ds <- string(rune('a' + i))
 		}
-		if b := <-start(ds, 4, clock); len(b) != 4 || b[3] != "d" {
-			t.Fatalf("batch %v, want the 4 the channel held at once", b)
-		}
-		if n := clock.Waiters(); n != 0 {
-			t.Fatalf("%d timers for a batch the channel filled at once", n)
-		}
+		whole(t, <-start(ds, 4, clock), 4, clock) // the 4 the channel held at once
 	})
 	t.Run("closed", func(t *testing.T) {
 		t.Parallel()
