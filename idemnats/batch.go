@@ -218,8 +218,9 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 //
 // Batches in hand when ctx ends still run to the end and are settled
 // (with ctx's values, without its cancellation); the pull is stopped at
-// once, and a message it had delivered that no batch had taken yet comes
-// back after the consumer's AckWait. It returns nil when ctx is done, and
+// once, and a message it had delivered that no batch had taken yet is
+// nakked, so the server redelivers it at once (if the Nak is lost, after
+// the consumer's AckWait). It returns nil when ctx is done, and
 // an error when the consumer cannot be read (deleted, connection
 // closed), in both cases once the pull is stopped, every batch it
 // started has been settled and its goroutines have ended.
@@ -256,7 +257,7 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 		})
 	}
 	err = feed(ctx, c, it, msgs)
-	it.Stop() // no more messages to this client while the batches in hand finish
+	stop(it) // no more messages to this client while the batches in hand finish
 	close(msgs)
 	wg.Wait()
 	return err
@@ -284,6 +285,26 @@ func feed(ctx context.Context, c jetstream.Consumer, it jetstream.MessagesContex
 		}
 	}
 }
+
+// stop ends the pull: it unsubscribes and, once the server has seen it
+// (jetstream's Drain), naks what the pull had delivered that no batch
+// took, so that it is redelivered now rather than after AckWait. It
+// gives up waiting for the server after drainWait.
+func stop(it jetstream.MessagesContext) {
+	it.Drain()
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(drainWait))
+		if err != nil {
+			it.Stop()
+			return
+		}
+		_ = m.Nak() // if it fails, AckWait redelivers it
+	}
+}
+
+// drainWait bounds how long stop waits for the server to confirm the end
+// of the pull.
+const drainWait = 5 * time.Second
 
 // idleHeartbeat is how often the server confirms the pull while it has
 // no message for it; a pull that hears nothing for twice as long asks

@@ -423,6 +423,69 @@ func TestConsumeBatchPullBounded(t *testing.T) {
 	}
 }
 
+// TestConsumeBatchNaksWhatItHeld: when ConsumeBatch's context ends, the
+// messages its pull had delivered that no batch took are nakked, so they
+// can be fetched at once, well within the consumer's AckWait (5s); the
+// batch in hand is still settled.
+func TestConsumeBatchNaksWhatItHeld(t *testing.T) {
+	t.Parallel()
+	js, s, subj := stream(t)
+	ctx := context.Background()
+	const n = 20
+	for i := range n {
+		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
+	}
+	cons, p := shipConsumer(t, s, "held")
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	var acked atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- idemnats.ConsumeBatch(cctx, cons, &idemnats.BatchConfig{Size: 2, Batches: 1, Ahead: 8}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			select {
+			case started <- struct{}{}:
+				<-release // the first batch is held until ctx has ended
+			default:
+			}
+			ds, errs := p(ctx, msgs)
+			for _, d := range ds {
+				if d == idemnats.Acked {
+					acked.Add(1)
+				}
+			}
+			return ds, errs
+		})
+	}()
+	<-started
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending >= 8 { // the batch in hand and 6 more that the pull holds
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d delivered, want the pull to fill", info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("ConsumeBatch: %v, want nil after cancel", err)
+	}
+	if acked.Load() < 2 {
+		t.Fatalf("%d acked, want the batch in hand settled", acked.Load())
+	}
+	left := n - int(acked.Load())
+	if got := fetchN(t, cons, left, 2*time.Second); len(got) != left {
+		t.Fatalf("%d of the %d messages not acked could be fetched within 2s (AckWait 5s)", len(got), left)
+	}
+}
+
 // ackSignal closes acked when the message is acknowledged.
 type ackSignal struct {
 	jetstream.Msg
