@@ -174,8 +174,9 @@ type BatchConfig struct {
 	// own, while the next is formed. Default 2 (consume.DefaultBatches).
 	Batches int
 	// Ahead is the most messages the pull keeps delivered to this client
-	// and not yet taken by a batch (jetstream.PullMaxMessages): the larger,
-	// the fewer pull requests per message. Such a message is not kept
+	// ahead of the batches, besides the Size that the batch being formed
+	// holds (jetstream.PullMaxMessages): the larger, the fewer pull
+	// requests per message. Such a message is not kept
 	// alive by msg.InProgress until its batch runs, so the consumer's
 	// AckWait must outlast the time it waits: behind up to Ahead + Size ×
 	// (Batches + 1) others, that is about Ahead / (Size × Batches) + 2
