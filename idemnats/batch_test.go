@@ -306,18 +306,40 @@ func shipConsumer(t *testing.T, s jetstream.Stream, durable string) (jetstream.C
 	return cons, p
 }
 
+// shipOrders publishes order-0 … order-(n-1), once each, to a stream of
+// its own, and returns the stream's publisher and subject and a
+// shipConsumer of it named durable.
+func shipOrders(t *testing.T, n int, durable string) (jetstream.JetStream, string, jetstream.Consumer, idemnats.ProcessBatch) {
+	t.Helper()
+	js, s, subj := stream(t)
+	for i := range n {
+		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
+	}
+	cons, p := shipConsumer(t, s, durable)
+	return js, subj, cons, p
+}
+
+// countAcks is p, adding to acked the messages it acknowledged.
+func countAcks(p idemnats.ProcessBatch, acked *atomic.Int64) idemnats.ProcessBatch {
+	return func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+		ds, errs := p(ctx, msgs)
+		for _, d := range ds {
+			if d == idemnats.Acked {
+				acked.Add(1)
+			}
+		}
+		return ds, errs
+	}
+}
+
 // TestConsumeBatchStops: ConsumeBatch hands out batches of at most Size,
 // returns nil once its context is cancelled, and leaves no goroutine
 // behind (goleak in TestMain).
 func TestConsumeBatchStops(t *testing.T) {
 	t.Parallel()
-	js, s, subj := stream(t)
-	ctx := context.Background()
 	const n = 50
-	for i := range n {
-		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
-	}
-	cons, p := shipConsumer(t, s, "s")
+	js, subj, cons, p := shipOrders(t, n, "s")
+	ctx := context.Background()
 	var acked, largest atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -327,13 +349,7 @@ func TestConsumeBatchStops(t *testing.T) {
 			if int64(len(msgs)) > largest.Load() {
 				largest.Store(int64(len(msgs)))
 			}
-			ds, errs := p(ctx, msgs)
-			for _, d := range ds {
-				if d == idemnats.Acked {
-					acked.Add(1)
-				}
-			}
-			return ds, errs
+			return countAcks(p, &acked)(ctx, msgs)
 		})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -368,25 +384,15 @@ func TestConsumeBatchStops(t *testing.T) {
 // are then settled.
 func TestConsumeBatchPullBounded(t *testing.T) {
 	t.Parallel()
-	js, s, subj := stream(t)
-	ctx := context.Background()
 	const n, size, batches, ahead = 80, 4, 2, 6
-	for i := range n {
-		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
-	}
-	cons, p := shipConsumer(t, s, "bounded")
+	_, _, cons, p := shipOrders(t, n, "bounded")
+	ctx := context.Background()
 	release := make(chan struct{})
 	var running, acked atomic.Int64
 	consumeBatches(t, cons, &idemnats.BatchConfig{Size: size, Batches: batches, Ahead: ahead}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
 		running.Add(1)
 		<-release
-		ds, errs := p(ctx, msgs)
-		for _, d := range ds {
-			if d == idemnats.Acked {
-				acked.Add(1)
-			}
-		}
-		return ds, errs
+		return countAcks(p, &acked)(ctx, msgs)
 	})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
@@ -429,13 +435,9 @@ func TestConsumeBatchPullBounded(t *testing.T) {
 // batch in hand is still settled.
 func TestConsumeBatchNaksWhatItHeld(t *testing.T) {
 	t.Parallel()
-	js, s, subj := stream(t)
-	ctx := context.Background()
 	const n = 20
-	for i := range n {
-		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
-	}
-	cons, p := shipConsumer(t, s, "held")
+	_, _, cons, p := shipOrders(t, n, "held")
+	ctx := context.Background()
 	release, started := make(chan struct{}), make(chan struct{}, 1)
 	var acked atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
@@ -448,13 +450,7 @@ func TestConsumeBatchNaksWhatItHeld(t *testing.T) {
 				<-release // the first batch is held until ctx has ended
 			default:
 			}
-			ds, errs := p(ctx, msgs)
-			for _, d := range ds {
-				if d == idemnats.Acked {
-					acked.Add(1)
-				}
-			}
-			return ds, errs
+			return countAcks(p, &acked)(ctx, msgs)
 		})
 	}()
 	<-started
