@@ -34,7 +34,9 @@
 // (idemnats.ConsumeBatch, idemamqp's Consumer.RunBatch) takes the shape of
 // its batches from [Batching], whose zero fields mean the defaults:
 // batches of up to [DefaultBatchSize] messages, what arrived within
-// [DefaultBatchWait] of each other, [DefaultBatches] of them at once.
+// [DefaultBatchWait] of the first, [DefaultBatches] of them at once; and
+// forms them with [Collect], which takes what the broker has delivered
+// already before it waits for more.
 //
 // # An outcome write that did not land
 //

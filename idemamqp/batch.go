@@ -10,7 +10,6 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
-	"github.com/seed-a1b882c0/idem/store"
 )
 
 // HandleBatch is [Consumer.Handle] for deliveries received together: the
@@ -120,7 +119,7 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 	for range a.Batches {
 		wg.Go(func() {
 			for {
-				batch := collect(deliveries, a.Size, a.Window, clock)
+				batch := consume.Collect(deliveries, a.Size, a.Window, clock)
 				if len(batch) == 0 {
 					return
 				}
@@ -133,60 +132,4 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 		return nil
 	}
 	return fmt.Errorf("idemamqp: deliveries of %s stopped: %w", a.Queue, amqp.ErrClosed)
-}
-
-// collect takes the next batch from deliveries: it waits for a first
-// delivery, takes those that deliveries already holds, and only when that
-// is not size yet waits for more, until there are size or window has
-// passed on clock since the first. It returns an empty batch once
-// deliveries is closed and drained.
-func collect(deliveries <-chan amqp.Delivery, size int, window time.Duration, clock store.Clock) []amqp.Delivery {
-	d, ok := <-deliveries
-	if !ok {
-		return nil
-	}
-	first := clock.Now()
-	batch := append(make([]amqp.Delivery, 0, size), d)
-	for len(batch) < size {
-		d, ok, ready := take(deliveries)
-		switch {
-		case !ready:
-			return wait(batch, deliveries, size, window-clock.Now().Sub(first), clock)
-		case !ok:
-			return batch
-		}
-		batch = append(batch, d)
-	}
-	return batch
-}
-
-// take receives from deliveries if it holds a delivery (or is closed)
-// now.
-func take(deliveries <-chan amqp.Delivery) (d amqp.Delivery, ok, ready bool) {
-	select {
-	case d, ok = <-deliveries:
-		return d, ok, true
-	default:
-		return d, false, false
-	}
-}
-
-// wait adds to batch what deliveries brings within left on clock, up to
-// size.
-func wait(batch []amqp.Delivery, deliveries <-chan amqp.Delivery, size int, left time.Duration, clock store.Clock) []amqp.Delivery {
-	up := make(chan struct{})
-	t := clock.AfterFunc(left, func() { close(up) })
-	defer t.Stop()
-	for len(batch) < size {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, d)
-		case <-up:
-			return batch
-		}
-	}
-	return batch
 }

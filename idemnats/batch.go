@@ -2,6 +2,7 @@ package idemnats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // ProcessBatch handles a batch of messages; see [WrapBatch]. ds[i] and
@@ -163,14 +165,25 @@ type BatchConfig struct {
 	// Size is the most messages in one batch. Default 16
 	// (consume.DefaultBatchSize, as for every idem consumer).
 	Size int
-	// Wait bounds how long a batch waits for messages the server does
-	// not have yet: a batch is what the server has, up to Size, at once;
-	// when it had none, the first message to arrive and those that
-	// arrive within Wait after it. Default 2ms (consume.DefaultBatchWait).
+	// Wait bounds how long a batch waits for more: a batch is what the
+	// pull has delivered, up to Size, at once; when that is fewer, also
+	// what it delivers within Wait after the batch's first message.
+	// Default 2ms (consume.DefaultBatchWait).
 	Wait time.Duration
 	// Batches is how many batches run at once, each in a goroutine of its
-	// own, while the next is pulled. Default 2 (consume.DefaultBatches).
+	// own, while the next is formed. Default 2 (consume.DefaultBatches).
 	Batches int
+	// Ahead is the most messages the pull keeps delivered to this client
+	// ahead of the batches, besides the Size that the batch being formed
+	// holds (jetstream.PullMaxMessages): the larger, the fewer pull
+	// requests per message. Such a message is not kept
+	// alive by msg.InProgress until its batch runs, so the consumer's
+	// AckWait must outlast the time it waits: behind up to Ahead + Size ×
+	// (Batches + 1) others, that is about Ahead / (Size × Batches) + 2
+	// batch durations. Default 4 × Size × Batches (128 with the other
+	// defaults, so about 6 batch durations); lower it when a batch can
+	// take longer than a sixth of AckWait.
+	Ahead int
 }
 
 func (c *BatchConfig) withDefaults() (BatchConfig, error) {
@@ -180,30 +193,38 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 	}
 	b := consume.Batching{Size: out.Size, Wait: out.Wait, Batches: out.Batches}.WithDefaults()
 	out.Size, out.Wait, out.Batches = b.Size, b.Wait, b.Batches
-	if out.Size < 0 || out.Wait < 0 || out.Batches < 0 {
-		return out, fmt.Errorf("%w: BatchConfig Size %d, Wait %v and Batches %d must be positive (defaults %d, %v, %d)", ErrInvalidConfig, out.Size, out.Wait, out.Batches, consume.DefaultBatchSize, consume.DefaultBatchWait, consume.DefaultBatches)
+	if out.Size < 0 || out.Wait < 0 || out.Batches < 0 || out.Ahead < 0 {
+		return out, fmt.Errorf("%w: BatchConfig Size %d, Wait %v, Batches %d and Ahead %d must be positive (defaults %d, %v, %d, 4 × Size × Batches)", ErrInvalidConfig, out.Size, out.Wait, out.Batches, out.Ahead, consume.DefaultBatchSize, consume.DefaultBatchWait, consume.DefaultBatches)
+	}
+	if out.Ahead == 0 {
+		out.Ahead = 4 * out.Size * out.Batches
 	}
 	return out, nil
 }
 
-// ConsumeBatch pulls messages from c and hands them to p (made by
+// ConsumeBatch consumes c and hands its messages to p (made by
 // [WrapBatch]) in batches of up to cfg.Size, cfg.Batches at once, until
-// ctx is done. Each batch is one pull (jetstream.Consumer.FetchNoWait)
-// of up to Size messages, which the server answers at once with what it
-// has; when it had none, ConsumeBatch waits for a first message as long
-// as ctx lasts, then cfg.Wait for more, and pulls what the server has
-// then. The next batch is pulled while batches run. Every batch runs on one
-// [idem.BatchRunner], held for as long as ConsumeBatch runs (its context
-// carries it, [idem.WithBatchRunner]), so the engine's batch workers
-// outlive each batch.
+// ctx is done. The messages come from one long-lived pull
+// (jetstream.Consumer.Messages) that keeps up to cfg.Ahead of them
+// delivered ahead of the batches, asking the server for more when half
+// are taken; a batch is what that pull has delivered, up to Size, and,
+// when that is fewer, what it delivers within cfg.Wait of the batch's
+// first message (consume.Collect, the rule of every idem consumer that
+// forms batches). Every batch runs on one [idem.BatchRunner], held for
+// as long as ConsumeBatch runs (its context carries it,
+// [idem.WithBatchRunner]), so the engine's batch workers outlive each
+// batch. A message is kept from redelivery by msg.InProgress once its
+// batch runs; see [BatchConfig].Ahead for the AckWait this asks for
+// before.
 //
 // Batches in hand when ctx ends still run to the end and are settled
-// (with ctx's values, without its cancellation); a message the server
-// sent to a pull that ctx's end cut short comes back after the
-// consumer's AckWait. It returns nil when ctx is done, and the pull's
-// error when the consumer cannot be read (deleted, connection closed),
-// in both cases once every batch it started has been settled and its
-// goroutines have ended.
+// (with ctx's values, without its cancellation); the pull is stopped at
+// once, and a message it had delivered that no batch had taken yet is
+// nakked, so the server redelivers it at once (if the Nak is lost, after
+// the consumer's AckWait). It returns nil when ctx is done, and
+// an error when the consumer cannot be read (deleted, connection
+// closed), in both cases once the pull is stopped, every batch it
+// started has been settled and its goroutines have ended.
 func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p ProcessBatch) error {
 	bc, err := cfg.withDefaults()
 	if err != nil {
@@ -212,75 +233,92 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 	if c == nil || p == nil {
 		return fmt.Errorf("%w: ConsumeBatch needs a consumer and a ProcessBatch", ErrInvalidConfig)
 	}
+	// The iterator, not Consume with a handler: the iterator watches for
+	// the server's heartbeats only while it waits for a message, whereas
+	// Consume's handler, held while every batch is busy, would miss them
+	// and have Consume pull another Ahead messages each time.
+	it, err := c.Messages(jetstream.PullMaxMessages(bc.Ahead), jetstream.PullHeartbeat(idleHeartbeat))
+	if err != nil {
+		return fmt.Errorf("idemnats: reading the consumer: %w", err)
+	}
 	r := idem.NewBatchRunner()
 	defer r.Close()
 	run := idem.WithBatchRunner(context.WithoutCancel(ctx), r)
-	batches := make(chan []jetstream.Msg)
+	msgs := make(chan jetstream.Msg, bc.Size)
 	var wg sync.WaitGroup
 	for range bc.Batches {
 		wg.Go(func() {
-			for b := range batches {
+			for {
+				b := consume.Collect(msgs, bc.Size, bc.Wait, store.SystemClock{})
+				if len(b) == 0 {
+					return
+				}
 				p(run, b)
 			}
 		})
 	}
-	defer wg.Wait()
-	defer close(batches)
+	err = feed(ctx, c, it, msgs)
+	stop(it) // no more messages to this client while the batches in hand finish
+	close(msgs)
+	wg.Wait()
+	return err
+}
+
+// feed passes the messages of it to msgs until ctx is done (nil) or c
+// cannot be read (its error).
+func feed(ctx context.Context, c jetstream.Consumer, it jetstream.MessagesContext, msgs chan<- jetstream.Msg) error {
 	for {
-		batch, err := pull(ctx, c, bc)
-		if len(batch) > 0 {
-			batches <- batch
-		}
+		m, err := it.Next(jetstream.NextContext(ctx))
 		switch {
+		case err == nil:
+			msgs <- m
 		case ctx.Err() != nil:
 			return nil
-		case err != nil:
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			// The server stopped confirming the idle pull: a consumer
+			// deleted under it is not always told to it; otherwise the
+			// pull asks again by itself.
+			if err := exists(ctx, c); err != nil {
+				return fmt.Errorf("idemnats: reading the consumer: %w", err)
+			}
+		default:
 			return fmt.Errorf("idemnats: reading the consumer: %w", err)
 		}
 	}
 }
 
-// pull takes the next batch from c: what the server has, up to bc.Size
-// (FetchNoWait); when it has none, it waits for a first message as long
-// as ctx lasts, then bc.Wait for more to arrive, and takes what the
-// server has then. A pull never waits on the server's side for a batch
-// to fill (a pull request with an expiry that the server had only partly
-// answered could stay open long past its expiry).
-func pull(ctx context.Context, c jetstream.Consumer, bc BatchConfig) ([]jetstream.Msg, error) {
-	batch, err := fetch(make([]jetstream.Msg, 0, bc.Size), func() (jetstream.MessageBatch, error) { return c.FetchNoWait(bc.Size) })
-	for len(batch) == 0 && err == nil {
-		batch, err = fetch(batch, func() (jetstream.MessageBatch, error) {
-			return c.Fetch(1, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(idleHeartbeat))
-		})
-		if len(batch) == 0 || err != nil || bc.Size == 1 {
-			continue
+// stop ends the pull: it unsubscribes and, once the server has seen it
+// (jetstream's Drain), naks what the pull had delivered that no batch
+// took, so that it is redelivered now rather than after AckWait. It
+// gives up waiting for the server after drainWait.
+func stop(it jetstream.MessagesContext) {
+	it.Drain()
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(drainWait))
+		if err != nil {
+			it.Stop()
+			return
 		}
-		t := time.NewTimer(bc.Wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return batch, nil
-		}
-		batch, err = fetch(batch, func() (jetstream.MessageBatch, error) { return c.FetchNoWait(bc.Size - 1) })
+		_ = m.Nak() // if it fails, AckWait redelivers it
 	}
-	return batch, err
 }
 
-// idleHeartbeat is how often the server confirms a pull that waits for a
-// first message: a pull that hears nothing for twice as long ends with
-// the client's error (a consumer deleted under it is not always told to
-// its waiting pulls).
+// drainWait bounds how long stop waits for the server to confirm the end
+// of the pull.
+const drainWait = 5 * time.Second
+
+// idleHeartbeat is how often the server confirms the pull while it has
+// no message for it; a pull that hears nothing for twice as long asks
+// whether its consumer still exists.
 const idleHeartbeat = time.Second
 
-// fetch appends to batch the messages of one pull.
-func fetch(batch []jetstream.Msg, pull func() (jetstream.MessageBatch, error)) ([]jetstream.Msg, error) {
-	mb, err := pull()
-	if err != nil {
-		return batch, err
+// exists returns c's error when the server no longer has c, and nil when
+// it has it or cannot say (the pull keeps trying then).
+func exists(ctx context.Context, c jetstream.Consumer) error {
+	ctx, cancel := context.WithTimeout(ctx, idleHeartbeat)
+	defer cancel()
+	if _, err := c.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
 	}
-	for m := range mb.Messages() {
-		batch = append(batch, m)
-	}
-	return batch, mb.Error()
+	return nil
 }

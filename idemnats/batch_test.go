@@ -278,7 +278,7 @@ func TestBatchConfigChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]idemnats.BatchConfig{"negative Size": {Size: -1}, "negative Wait": {Wait: -time.Second}} {
+	for name, c := range map[string]idemnats.BatchConfig{"negative Size": {Size: -1}, "negative Wait": {Wait: -time.Second}, "negative Ahead": {Ahead: -1}} {
 		if err := idemnats.ConsumeBatch(context.Background(), nil, &c, p); !errors.Is(err, idemnats.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
@@ -306,18 +306,40 @@ func shipConsumer(t *testing.T, s jetstream.Stream, durable string) (jetstream.C
 	return cons, p
 }
 
+// shipOrders publishes order-0 … order-(n-1), once each, to a stream of
+// its own, and returns the stream's publisher and subject and a
+// shipConsumer of it named durable.
+func shipOrders(t *testing.T, n int, durable string) (jetstream.JetStream, string, jetstream.Consumer, idemnats.ProcessBatch) {
+	t.Helper()
+	js, s, subj := stream(t)
+	for i := range n {
+		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
+	}
+	cons, p := shipConsumer(t, s, durable)
+	return js, subj, cons, p
+}
+
+// countAcks is p, adding to acked the messages it acknowledged.
+func countAcks(p idemnats.ProcessBatch, acked *atomic.Int64) idemnats.ProcessBatch {
+	return func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+		ds, errs := p(ctx, msgs)
+		for _, d := range ds {
+			if d == idemnats.Acked {
+				acked.Add(1)
+			}
+		}
+		return ds, errs
+	}
+}
+
 // TestConsumeBatchStops: ConsumeBatch hands out batches of at most Size,
 // returns nil once its context is cancelled, and leaves no goroutine
 // behind (goleak in TestMain).
 func TestConsumeBatchStops(t *testing.T) {
 	t.Parallel()
-	js, s, subj := stream(t)
-	ctx := context.Background()
 	const n = 50
-	for i := range n {
-		publish(t, js, subj, "order-"+strconv.Itoa(i), 0)
-	}
-	cons, p := shipConsumer(t, s, "s")
+	js, subj, cons, p := shipOrders(t, n, "s")
+	ctx := context.Background()
 	var acked, largest atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -327,13 +349,7 @@ func TestConsumeBatchStops(t *testing.T) {
 			if int64(len(msgs)) > largest.Load() {
 				largest.Store(int64(len(msgs)))
 			}
-			ds, errs := p(ctx, msgs)
-			for _, d := range ds {
-				if d == idemnats.Acked {
-					acked.Add(1)
-				}
-			}
-			return ds, errs
+			return countAcks(p, &acked)(ctx, msgs)
 		})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
@@ -349,6 +365,120 @@ func TestConsumeBatchStops(t *testing.T) {
 	}
 	if l := largest.Load(); l > 8 || l < 2 {
 		t.Errorf("largest batch %d, want 2..8", l)
+	}
+	// Its pull stopped with it: messages published now are the next
+	// consumer's at once, not held by a pull nobody reads (until AckWait).
+	for i := range 3 {
+		publish(t, js, subj, "after-"+strconv.Itoa(i), 0)
+	}
+	if got := fetchN(t, cons, 3, 2*time.Second); len(got) != 3 {
+		t.Fatalf("%d of the 3 messages published after ConsumeBatch returned could be fetched", len(got))
+	}
+}
+
+// TestConsumeBatchPullBounded: the long-lived pull keeps no more messages
+// delivered and not yet settled than the batches in hand (Size ×
+// Batches), Ahead, the Size that a batch in forming holds and one,
+// however many the stream has, also while the batches are held longer
+// than the pull's idle heartbeats (1s) may be missed twice; all of them
+// are then settled.
+func TestConsumeBatchPullBounded(t *testing.T) {
+	t.Parallel()
+	const n, size, batches, ahead = 80, 4, 2, 6
+	_, _, cons, p := shipOrders(t, n, "bounded")
+	ctx := context.Background()
+	release := make(chan struct{})
+	var running, acked atomic.Int64
+	consumeBatches(t, cons, &idemnats.BatchConfig{Size: size, Batches: batches, Ahead: ahead}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+		running.Add(1)
+		<-release
+		return countAcks(p, &acked)(ctx, msgs)
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before consumeBatches' own cleanup, also on a failure
+	const most = size*batches + ahead + size + 1
+	// Poll the server for what it has delivered while both batches are
+	// held (past two missed heartbeats): only the pull and the batch in
+	// forming can fill, up to most.
+	held := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	last := 0
+	for running.Load() < batches || time.Now().Before(held) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches running, %d delivered unsettled", running.Load(), last)
+		}
+		time.Sleep(50 * time.Millisecond)
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last = info.NumAckPending; last > most {
+			t.Fatalf("%d messages delivered and not settled while the batches are held, want at most %d", last, most)
+		}
+	}
+	if last <= size*batches {
+		t.Fatalf("%d messages delivered while the batches are held, want the pull to hold more than the %d in hand", last, size*batches)
+	}
+	free()
+	for acked.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acked", acked.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestConsumeBatchNaksWhatItHeld: when ConsumeBatch's context ends, the
+// messages its pull had delivered that no batch took are nakked, so they
+// can be fetched at once, well within the consumer's AckWait (5s); the
+// batch in hand is still settled.
+func TestConsumeBatchNaksWhatItHeld(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	_, _, cons, p := shipOrders(t, n, "held")
+	ctx := context.Background()
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	var acked atomic.Int64
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- idemnats.ConsumeBatch(cctx, cons, &idemnats.BatchConfig{Size: 2, Batches: 1, Ahead: 8}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
+			select {
+			case started <- struct{}{}:
+				<-release // the first batch is held until ctx has ended
+			default:
+			}
+			return countAcks(p, &acked)(ctx, msgs)
+		})
+	}()
+	<-started
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending >= 8 { // the batch in hand and 6 more that the pull holds
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d delivered, want the pull to fill", info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("ConsumeBatch: %v, want nil after cancel", err)
+	}
+	if acked.Load() < 2 {
+		t.Fatalf("%d acked, want the batch in hand settled", acked.Load())
+	}
+	left := n - int(acked.Load())
+	if got := fetchN(t, cons, left, 2*time.Second); len(got) != left {
+		t.Fatalf("%d of the %d messages not acked could be fetched within 2s (AckWait 5s)", len(got), left)
 	}
 }
 

@@ -28,10 +28,13 @@
 //
 // # Batches
 //
-// [WrapBatch] handles messages fetched together ([ConsumeBatch] pulls
-// each batch with consumer.FetchNoWait: what the server has, up to
-// BatchConfig.Size; after an idle wait for a first message, what arrives
-// within BatchConfig.Wait too; and runs them on one [idem.BatchRunner]).
+// [WrapBatch] handles messages fetched together ([ConsumeBatch] reads
+// the consumer through one long-lived pull, consumer.Messages, that keeps
+// up to BatchConfig.Ahead messages delivered ahead of the batches; a
+// batch is what the pull has delivered, up to BatchConfig.Size, and, when
+// that is fewer, what it delivers within BatchConfig.Wait of the first,
+// as consume.Collect forms every idem consumer's batches; and it runs them
+// on one [idem.BatchRunner]).
 // The keys of a batch are claimed by [idem.DoBatch] in one store round
 // trip where the store claims in batches (redisstore's pipeline,
 // memstore); each handler then runs under its own lease, Config.Concurrency
@@ -44,5 +47,7 @@
 // then a replay, so Ack); one message's failed outcome write or refused
 // write settles only that message. Every message of a batch gets
 // InProgress every Heartbeat until it is settled, unless its claim was
-// lost while its handler ran. See docs/consumers-batch.md.
+// lost while its handler ran; before its batch runs, a message waits
+// behind at most about Ahead / (Size × Batches) + 2 batch durations,
+// which the consumer's AckWait must outlast. See docs/consumers-batch.md.
 package idemnats
