@@ -16,15 +16,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 )
 
-// benchRedis is the Redis the benchmarks' redis rows use, whose CPU they
-// read (make bench-consumers starts one of its own).
-func benchRedis() string {
-	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
 // benchBroker is the broker process whose CPU the benchmarks read: the
 // process id in IDEM_BENCH_BROKER_PID (make bench-consumers' pinned run
 // starts a server of its own beside the machine's), or the process named
@@ -118,7 +109,7 @@ func consumeBench(b *testing.B, conc int, start func(b *testing.B, conn *amqp.Co
 	var n atomic.Int64
 	all := make(chan struct{})
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("beam.smp"))
+	cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), benchBroker("beam.smp"))
 	t0 := time.Now()
 	start(b, conn, work, func() {
 		if n.Add(1) == int64(b.N) {

@@ -21,15 +21,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 )
 
-// benchRedis is the Redis the benchmarks' redis rows use, whose CPU they
-// read (make bench-consumers starts one of its own).
-func benchRedis() string {
-	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
-
 // benchBroker is the broker process whose CPU the benchmarks read: the
 // process id in IDEM_BENCH_BROKER_PID (make bench-consumers' pinned run
 // starts a server of its own beside the machine's), or the process named
@@ -46,7 +37,7 @@ func benchBroker(name string) string {
 // messages in flight — for the Redis CPU per message the consumer rows are
 // compared with (redis-cpu-µs/msg, in the same run).
 func BenchmarkRedisBaseline(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: benchRedis()})
+	c := redis.NewClient(&redis.Options{Addr: benchkit.StoreRedis()})
 	defer c.Close()
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -56,7 +47,7 @@ func BenchmarkRedisBaseline(b *testing.B) {
 	value := strings.Repeat("v", 64)
 	var next atomic.Int64
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), "")
+	cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), "")
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range 16 {
@@ -155,7 +146,7 @@ func consumeBatch(b *testing.B, atOnce int, p idemnats.ProcessBatch) {
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan error, 1)
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
+	cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), benchBroker("nats-server"))
 	start := time.Now()
 	go func() {
 		exited <- idemnats.ConsumeBatch(ctx, cons, &idemnats.BatchConfig{Size: 16, Batches: atOnce}, func(ctx context.Context, msgs []jetstream.Msg) ([]idemnats.Disposition, []error) {
@@ -212,7 +203,7 @@ func consume(b *testing.B, conc int, handle func(context.Context, jetstream.Msg)
 	ctx := context.Background()
 	var done atomic.Int64
 	b.ResetTimer()
-	cpu := benchkit.StartCPU(b, benchRedis(), benchBroker("nats-server"))
+	cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), benchBroker("nats-server"))
 	start := time.Now()
 	for range conc {
 		cc, err := cons.Consume(func(m jetstream.Msg) {
