@@ -183,3 +183,21 @@ func behind(t *testing.T, s store.Store, off, bound time.Duration, within bool) 
 		t.Fatalf("B (%v behind, beyond MaxClockOffset) on an ended lease: %+v %v, ran %v; want it held off", off, res, err, ran)
 	}
 }
+
+// ServerTime checks that st tells the server's own clock, on a server of
+// this machine: the local time when it answered, within the round trip
+// and half the clock's resolution (0 for a clock read to the
+// microsecond, a second for DynamoDB's Date header) plus 50ms.
+func ServerTime(t *testing.T, st store.ServerTimer, resolution time.Duration) {
+	t.Helper()
+	slack := resolution/2 + 50*time.Millisecond
+	before := time.Now()
+	got, err := st.ServerTime(context.Background())
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Before(before.Add(-slack)) || got.After(after.Add(slack)) {
+		t.Fatalf("ServerTime %v, want within %v of %v .. %v (one machine)", got, slack, before, after)
+	}
+}

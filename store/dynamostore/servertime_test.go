@@ -1,7 +1,6 @@
 package dynamostore_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -20,16 +19,7 @@ func TestServerTime(t *testing.T) {
 	ep := testenv.DynamoDB(t)
 	for name, cfg := range map[string]dynamostore.Config{"key only": {}, "sort key": {SortKeyAttr: "sk", PartitionValue: "idem"}} {
 		t.Run(name, func(t *testing.T) {
-			var st store.ServerTimer = newStore(t, dynamotest.NewClient(ep), cfg)
-			before := time.Now()
-			got, err := st.ServerTime(context.Background())
-			after := time.Now()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Before(before.Add(-600*time.Millisecond)) || got.After(after.Add(600*time.Millisecond)) {
-				t.Fatalf("ServerTime %v, want within half a second of %v .. %v (one machine)", got, before, after)
-			}
+			clockskew.ServerTime(t, newStore(t, dynamotest.NewClient(ep), cfg), 1100*time.Millisecond)
 		})
 	}
 }
