@@ -52,23 +52,9 @@ func watchOnce(t *testing.T, f *fixture) string {
 	go func() {
 		code <- Run(ctx, []string{"watch", "-metrics", "127.0.0.1:0", "-interval", "1h"}, f.env(&out, &errb))
 	}()
-	addr := regexp.MustCompile(`serving metrics on (http://\S+)`)
-	var body string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		m := addr.FindStringSubmatch(errb.String())
-		if m == nil {
-			continue
-		}
-		resp, err := http.Get(m[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if body = string(b); strings.Contains(body, "idem_monitor_last_sweep_timestamp_seconds ") && !strings.Contains(body, "idem_monitor_last_sweep_timestamp_seconds 0\n") {
-			break
-		}
-	}
+	body, _ := scrapeUntil(t, &errb, 10*time.Second, func(body string) bool {
+		return strings.Contains(body, "idem_monitor_last_sweep_timestamp_seconds ") && !strings.Contains(body, "idem_monitor_last_sweep_timestamp_seconds 0\n")
+	})
 	cancel()
 	if c := <-code; c != ExitOK {
 		t.Fatalf("watch: exit %d\n%s", c, errb.String())
@@ -133,27 +119,12 @@ func TestWatchReportsEvictionTurnedOn(t *testing.T) {
 			t.Errorf("watch: exit %d\n%s", c, errb.String())
 		}
 	}()
-	addr := regexp.MustCompile(`serving metrics on (http://\S+)`)
 	// await waits (for the watch's goroutines) until /metrics serves want.
 	await := func(want string) {
 		t.Helper()
-		var body string
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			m := addr.FindStringSubmatch(errb.String())
-			if m == nil {
-				continue
-			}
-			resp, err := http.Get(m[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if body = string(b); strings.Contains(body, want) {
-				return
-			}
+		if body, ok := scrapeUntil(t, &errb, 20*time.Second, func(body string) bool { return strings.Contains(body, want) }); !ok {
+			t.Fatalf("/metrics never served %q:\n%s\n%s", want, body, errb.String())
 		}
-		t.Fatalf("/metrics never served %q:\n%s\n%s", want, body, errb.String())
 	}
 	sweep := func() { // the next sweep, on the watch's clock
 		for clock.Waiters() == 0 {
@@ -177,4 +148,31 @@ func TestWatchReportsEvictionTurnedOn(t *testing.T) {
 	if !strings.Contains(errb.String(), "the store setting is right again") {
 		t.Errorf("the log does not say the setting is right again:\n%s", errb.String())
 	}
+}
+
+var metricsAddr = regexp.MustCompile(`serving metrics on (http://\S+)`)
+
+// scrapeUntil reads the /metrics of the watch whose log is errb, every
+// 5ms once the log names its address, until done holds for the body or
+// within has passed (the watch runs on goroutines of its own); it returns
+// the last body and whether done held.
+func scrapeUntil(t *testing.T, errb *syncBuffer, within time.Duration, done func(body string) bool) (string, bool) {
+	t.Helper()
+	var body string
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		m := metricsAddr.FindStringSubmatch(errb.String())
+		if m == nil {
+			continue
+		}
+		resp, err := http.Get(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body = string(b); done(body) {
+			return body, true
+		}
+	}
+	return body, false
 }
