@@ -19,6 +19,7 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemnats"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 // benchBroker is the broker process whose CPU the benchmarks read: the
@@ -41,7 +42,7 @@ func BenchmarkRedisBaseline(b *testing.B) {
 	defer c.Close()
 	ctx := context.Background()
 	if err := c.Ping(ctx).Err(); err != nil {
-		b.Skip("no Redis:", err)
+		testenv.Missing(b, "no Redis at "+benchkit.StoreRedis()+": "+err.Error())
 	}
 	prefix := fmt.Sprintf("idemnats-baseline-%d:", time.Now().UnixNano())
 	value := strings.Repeat("v", 64)
