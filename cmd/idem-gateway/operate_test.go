@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a1b882c0/idem/idemtest/clockskew"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/monitor"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
@@ -81,8 +82,12 @@ func operate(t *testing.T, gwURL, toolURL string) {
 	}
 	gw.kill()
 	release()
-	// The dead gateway's lease lives in the store: wait it out.
-	time.Sleep(time.Until(killedAt.Add(lease + 200*time.Millisecond)))
+	// The dead gateway's lease lives in the store: wait it out. The lease
+	// ends on the store's clock, which the gateway read with a
+	// measurement's error (DynamoDB's Date header tells whole seconds),
+	// and idemctl lists it as stuck on this machine's: wait that error
+	// out too.
+	time.Sleep(time.Until(killedAt.Add(lease + clockskew.Slack)))
 
 	ctl := idemctl(t)
 	out := ctl.must(t, "-store", toolURL, "list", "--stuck", "-o", "json")
