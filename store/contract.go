@@ -158,6 +158,24 @@ type BatchCompleter interface {
 	CompleteBatch(ctx context.Context, ps []CompleteParams) (errs []error)
 }
 
+// BatchExtender is an optional power of a store: renewing the leases of
+// many claims in one round trip (one script, a pipeline, one statement).
+// The engine finds it by type assertion and renews together the claims
+// whose renewals fall due together: the claims of a batch that wait for
+// their turn, and concurrent calls' leases. A store without it is renewed
+// one Extend at a time. A wrapper that embeds such a store and changes
+// its Extend (faults, instrumentation) must wrap ExtendBatch too, or the
+// engine bypasses it.
+type BatchExtender interface {
+	// ExtendBatch makes each of ps exactly as Extend would, in order, and
+	// answers errs[i] for ps[i] (len(ps) of them): each keeps its own
+	// fence and owner condition and its own refusal (ErrFenced,
+	// ErrNotFound, ErrInvalidParams), and one refusal neither stops nor
+	// changes another. A failure of the whole round trip is every
+	// Extend's error.
+	ExtendBatch(ctx context.Context, ps []ExtendParams) (errs []error)
+}
+
 // ClaimResult is the answer of [Store.Claim].
 type ClaimResult struct {
 	// Acquired is true when the caller now holds the claim.

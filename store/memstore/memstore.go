@@ -183,6 +183,16 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 	return errs
 }
 
+// ExtendBatch implements [store.BatchExtender]: each Extend in turn, as
+// CompleteBatch does, so that the engine's batched renewals run here too.
+func (s *Store) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = s.Extend(ctx, p)
+	}
+	return errs
+}
+
 // Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := ctx.Err(); err != nil {

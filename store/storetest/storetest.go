@@ -111,6 +111,7 @@ var Cases = []struct {
 	{"ClaimBatch", TestClaimBatch},
 	{"ClaimBatchMatchesClaim", TestClaimBatchMatchesClaim},
 	{"CompleteBatch", TestCompleteBatch},
+	{"ExtendBatch", TestExtendBatch},
 	{"BatchOwnParams", TestBatchOwnParams},
 	{"BatchStorm", TestBatchStorm},
 	{"Fencing", TestFencing},
@@ -587,6 +588,89 @@ func TestCompleteBatch(t *testing.T, f Features, newStore NewStore) {
 		}
 	}
 	if errs := bc.CompleteBatch(ctx, nil); len(errs) != 0 {
+		t.Errorf("empty batch: %d errors", len(errs))
+	}
+}
+
+// TestExtendBatch: a store that renews leases in batches
+// ([store.BatchExtender]) makes every Extend of a batch exactly as Extend
+// would, each under its own condition and with its own lease: two held
+// claims are renewed, each to its own LeaseUntil; a renewal whose fence
+// another claim took over, one whose owner differs, one for a settled
+// record and one for a key with no record are refused (ErrFenced,
+// ErrNotFound) and change nothing, without stopping the renewals after
+// them; an Extend with a settled From is refused with ErrInvalidParams
+// alone. Skipped for stores without batch renewals.
+func TestExtendBatch(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	be, ok := s.(store.BatchExtender)
+	if !ok {
+		t.Skip("store does not renew leases in batches")
+	}
+	ctx := context.Background()
+	now := base()
+	a, b, taken, other, done, missing, from := newKey(t), newKey(t), newKey(t), newKey(t), newKey(t), newKey(t), newKey(t)
+	for _, k := range []string{a, b, other, done, from} {
+		claimAt(t, s, k, "owner-a", fp("x"), now)
+	}
+	claimAt(t, s, taken, "owner-a", fp("x"), now-2*lease)
+	takenBy := claimAt(t, s, taken, "owner-b", fp("x"), now).Record // fence 2
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: done, Fence: 1, Owner: "owner-a", Now: now}, ExpiresAt: now + expiry, Result: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]*store.Record{}
+	for _, k := range []string{taken, other, done, from} {
+		before[k] = mustGet(t, s, k)
+	}
+	x := func(key, owner string, fence uint64, until int64) store.ExtendParams {
+		return store.ExtendParams{ClaimRef: store.ClaimRef{Key: key, Fence: fence, Owner: owner, Now: now + 1}, LeaseUntil: until}
+	}
+	bad := x(from, "owner-a", 1, now+9*lease)
+	bad.From = store.StatusCompleted
+	ps := []store.ExtendParams{
+		x(a, "owner-a", 1, now+3*lease),
+		x(taken, "owner-a", 1, now+9*lease),
+		x(b, "owner-a", 1, now+4*lease),
+		x(other, "owner-z", 1, now+9*lease),
+		x(done, "owner-a", 1, now+9*lease),
+		x(missing, "owner-a", 1, now+9*lease),
+		bad,
+	}
+	errs := be.ExtendBatch(ctx, ps)
+	if len(errs) != len(ps) {
+		t.Fatalf("ExtendBatch of %d answered %d errors", len(ps), len(errs))
+	}
+	for _, r := range []struct {
+		i    int
+		what string
+		want error
+	}{{1, "fence taken over", store.ErrFenced}, {3, "another owner", store.ErrFenced}, {4, "a settled record", store.ErrFenced}, {5, "no record", store.ErrNotFound}, {6, "a settled From", store.ErrInvalidParams}} {
+		if !errors.Is(errs[r.i], r.want) {
+			t.Errorf("%s: %v, want %v", r.what, errs[r.i], r.want)
+		}
+	}
+	var fe *store.FencedError
+	if !errors.As(errs[1], &fe) || fe.Current != takenBy.Fence || fe.CurrentOwner != "owner-b" {
+		t.Errorf("the taken-over key's refusal %v does not name the new claim (fence %d, owner-b)", errs[1], takenBy.Fence)
+	}
+	for i, k := range []string{a, b} {
+		if errs[2*i] != nil {
+			t.Errorf("renewal of held claim %s: %v", k, errs[2*i])
+		}
+		if r := mustGet(t, s, k); r.Status != store.StatusInProgress || r.LeaseUntil != ps[2*i].LeaseUntil {
+			t.Errorf("%s after the batch: %s lease %d, want IN_PROGRESS lease %d", k, r.Status, r.LeaseUntil, ps[2*i].LeaseUntil)
+		}
+	}
+	for k, r := range before {
+		sameRecord(t, "a refused renewal changed "+k, mustGet(t, s, k), r)
+	}
+	if _, err := s.Get(ctx, missing); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the key with no record: %v, want ErrNotFound", err)
+	}
+	if res := claimAt(t, s, a, "owner-c", fp("x"), now+2*lease); res.Acquired {
+		t.Error("a claim after the old lease took over a claim the batch renewed")
+	}
+	if errs := be.ExtendBatch(ctx, nil); len(errs) != 0 {
 		t.Errorf("empty batch: %d errors", len(errs))
 	}
 }

@@ -36,6 +36,8 @@ var broken = map[string]struct {
 	"extend-ignores-from":        {func(m *memstore.Store) store.Store { return &extendIgnoresFrom{Store: m} }, "ExtendFrom"},
 	"lists-one-shard":            {func(m *memstore.Store) store.Store { return &oneShard{Store: m} }, "Admin"},
 	"batch-complete-unfenced":    {func(m *memstore.Store) store.Store { return &batchUnfenced{Store: m} }, "CompleteBatch"},
+	"batch-extend-unfenced":      {func(m *memstore.Store) store.Store { return &extendUnfenced{Store: m} }, "ExtendBatch"},
+	"batch-extend-first-lease":   {func(m *memstore.Store) store.Store { return &extendFirstLease{Store: m} }, "ExtendBatch"},
 	"batch-shares-first-params":  {func(m *memstore.Store) store.Store { return &batchFirstParams{Store: m} }, "BatchOwnParams"},
 	"racy-batch-claim":           {func(m *memstore.Store) store.Store { return &racyBatch{Store: m} }, "BatchStorm"},
 	"takes-over-anyway":          {func(m *memstore.Store) store.Store { return &takesOverAnyway{Store: m} }, "NoTakeover"},
@@ -248,6 +250,33 @@ func (s *batchUnfenced) CompleteBatch(ctx context.Context, ps []store.CompletePa
 		errs[i] = s.Store.Complete(ctx, p)
 	}
 	return errs
+}
+
+// extendUnfenced renews each lease of a batch under whatever claim holds
+// the record, as a batch that dropped each renewal's own condition would.
+type extendUnfenced struct{ *memstore.Store }
+
+func (s *extendUnfenced) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		if r, err := s.Get(ctx, p.Key); err == nil && r.Status == store.StatusInProgress {
+			p.Fence, p.Owner = r.Fence, r.Owner
+		}
+		errs[i] = s.Store.Extend(ctx, p)
+	}
+	return errs
+}
+
+// extendFirstLease renews every lease of a batch to the first one's end,
+// as a batch statement that bound it once would.
+type extendFirstLease struct{ *memstore.Store }
+
+func (s *extendFirstLease) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	ps = append([]store.ExtendParams(nil), ps...)
+	for i := range ps {
+		ps[i].LeaseUntil = ps[0].LeaseUntil
+	}
+	return s.Store.ExtendBatch(ctx, ps)
 }
 
 // batchFirstParams claims every key of a batch with the first claim's
