@@ -6,31 +6,18 @@ package idem
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// DoBatch is [DoIdentity] for a batch of keys, as a consumer receives them
-// (an SQS batch): the keys are claimed together — in one round trip when
-// the store is a [store.BatchClaimer], as redisstore's pipeline is — and
-// fn(ctx, i) then runs for each ids[i] whose key was claimed, up to
-// concurrency at once (0: all at once; 1: in order), each with its own
-// lease and outcome write, as DoIdentity's would be. results[i] and
-// errs[i] answer ids[i] exactly as DoIdentity would have: a value, a
-// replay, an [*InProgressError], a [*MismatchError], a [*StoreError] of the
-// claim. A key named twice is a duplicate in flight: the later one answers
-// from the earlier, as concurrent calls in one process do. Over a store
-// without batch claims, each key is claimed by its own call, concurrently.
-//
-// It is [DoBatchWith] with only BatchOptions.Concurrency set.
-func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, concurrency int, fn func(ctx context.Context, i int) (T, error)) (results []Result[T], errs []error) {
-	return DoBatchWith(ctx, e, ids, BatchOptions[T]{Concurrency: concurrency}, fn)
-}
-
-// BatchOptions are the options of [DoBatchWith].
+// BatchOptions are the options of [DoBatch]; a nil *BatchOptions is the
+// zero value: every item at once, no Answered.
 type BatchOptions[T any] struct {
 	// Concurrency is how many of the batch's operations run at once: 0,
 	// all of them; 1, one after the other, in order.
@@ -41,45 +28,71 @@ type BatchOptions[T any] struct {
 	// answered: a consumer settles each message by it (package consume).
 	// It is called exactly once for each item, with what results[i] and
 	// errs[i] will hold, from the goroutine that answered the item (the
-	// caller's or one of the batch's workers), possibly concurrently for
-	// different items; DoBatchWith returns after every call has
-	// returned. It is not called for an item whose fn panicked.
+	// caller's, one of the batch's workers, or the one writing the
+	// batch's outcomes), possibly concurrently for different items;
+	// DoBatch returns after every call has returned. It is not called
+	// for an item whose fn panicked.
 	Answered func(i int, res Result[T], err error)
-	// Runner, when not nil, runs the batch's operations on its workers,
-	// which outlive the batch (see [BatchRunner]); nil, the runner of
-	// ctx ([WithBatchRunner]), or else the engine's workers, which end
-	// when no batch of the engine runs.
-	Runner *BatchRunner
 }
 
-// DoBatchWith is [DoBatch] with options: the batch's concurrency and a
-// callback for each item's answer as soon as it is known.
+// DoBatch runs fn(ctx, i) at most once for each key of ids, as a consumer
+// receives them (an SQS batch, a poll of a partition): pick it for a
+// batch of messages, [Do] for one call. The batch is one unit from claim
+// to outcome:
+//
+//   - the keys are claimed together, in one round trip when the store is a
+//     [store.BatchClaimer] (else each key is claimed by its own call when
+//     its turn comes);
+//   - every claim is held from then on: the leases of the items waiting
+//     for their turn are renewed together (one round trip per renewal
+//     over a [store.BatchExtender]), and an item whose claim was lost
+//     while it waited — a renewal refused because another caller took
+//     the key over, or a lease that passed — does not run: it answers an
+//     error wrapping [ErrLeaseLost] (a consumer's verdict: Leave);
+//   - fn runs for each claimed item, up to o.Concurrency at once (0: all
+//     at once; 1: in order), under its item's claim, renewed while it runs;
+//   - the successes are recorded together: an item that succeeded hands
+//     its Complete to the batch and the next item starts; the Completes
+//     that gather while one write is in flight go in one round trip when
+//     the store is a [store.BatchCompleter]. Terminal errors and releases
+//     are written at once, as by DoIdentity.
+//
+// results[i] and errs[i] answer ids[i] exactly as DoIdentity would have:
+// a value, a replay, an [*InProgressError], a [*MismatchError], a
+// [*StoreError] of the claim; an item whose success could not be recorded
+// has Result.Unrecorded set, as DoIdentity's. A key named twice is a
+// duplicate in flight: the later one answers from the earlier, as
+// concurrent calls in one process do. o may be nil for the defaults.
 //
 // No goroutine is started per item. The operations run on at most
 // Concurrency goroutines, the caller's among them, taking the claimed
 // items in order; the goroutines besides the caller's are the workers of
-// a [BatchRunner] (BatchOptions.Runner, or ctx's), which outlive the
-// batch, or else the engine's batch workers, reused while batches of the
-// engine overlap and ended when none runs. An item that did not claim its key answers on the
-// caller's goroutine, at once — except one that may have to wait for
-// another holder of its key (Config.Wait above zero: a duplicate of a key
-// in flight, or a key held elsewhere), which waits on a goroutine of its
-// own so that it holds up nothing else.
+// ctx's [BatchRunner] ([WithBatchRunner]), which outlive the batch, or
+// else the engine's batch workers, reused while batches of the engine
+// overlap and ended when none runs. An item that did not claim its key
+// answers on the caller's goroutine, at once — except one that may have
+// to wait for another holder of its key (Config.Wait above zero: a
+// duplicate of a key in flight, or a key held elsewhere), which waits on a
+// goroutine of its own so that it holds up nothing else.
 //
 // A panic of fn is handled as by DoIdentity (the key is released), and
-// DoBatchWith raises it again on the caller's goroutine once every other
+// DoBatch raises it again on the caller's goroutine once every other
 // item has answered.
-func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchOptions[T], fn func(ctx context.Context, i int) (T, error)) (results []Result[T], errs []error) {
+func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, o *BatchOptions[T], fn func(ctx context.Context, i int) (T, error)) (results []Result[T], errs []error) {
+	var opts BatchOptions[T]
+	if o != nil {
+		opts = *o
+	}
 	n := len(ids)
 	results, errs = make([]Result[T], n), make([]error, n)
-	concurrency := o.Concurrency
+	concurrency := opts.Concurrency
 	if concurrency <= 0 || concurrency > n {
 		concurrency = n
 	}
 	answer := func(i int, r Result[T], err error) {
 		results[i], errs[i] = r, err
-		if o.Answered != nil {
-			o.Answered(i, r, err)
+		if opts.Answered != nil {
+			opts.Answered(i, r, err)
 		}
 	}
 	var batch call // the batch's span, when traced: each key's call is its child
@@ -87,7 +100,7 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 		ctx, batch.span = e.tracer.StartCall(ctx, observe.Call{Kind: observe.CallBatch, DBSystem: e.dbSystem, BatchSize: n})
 		defer batch.endSpan(observe.CallEnd{})
 	}
-	b := batchWork{runner: batchRunner(o.Runner, ctx)}
+	b := batchWork{runner: batchRunner(ctx)}
 	defer b.wait()
 	bc, batched := e.store.(store.BatchClaimer)
 	if e.cfg.Disabled || !batched || n < 2 {
@@ -136,6 +149,7 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 			params = append(params, t.claimParams(ctx, now, lease, true))
 		}
 	}
+	w := &batchWriter{e: e}
 	if len(params) > 0 {
 		start := e.callStart(now)
 		sctx, ss := batch.storeSpan(ctx, observe.StoreClaimBatch)
@@ -158,15 +172,39 @@ func DoBatchWith[T any](ctx context.Context, e *Engine, ids []Identity, o BatchO
 		endStore(ss, first)
 		// Every flight hears its claim's answer before any operation runs
 		// (and takes a slot of concurrency): its followers wait for it.
+		// Every claim acquired is held from now on, its lease renewed
+		// while it waits for its turn, and its success is written by the
+		// batch's writer.
+		w.wg, w.safely = &b.wg, b.safely
+		w.answer = func(i int, out outcome, err error) {
+			r, err := calls[i].result(ctx, out, err)
+			answer(i, r, err)
+		}
 		for j, i := range leaders {
 			k := &kn[i]
 			k.res, k.err = calls[i].claimAnswer(res[j], cerrs[j])
 			tell(k.f, k.res, k.err)
+			if k.err == nil && k.res.Acquired {
+				t := calls[i]
+				t.hold(ctx, k.f, k.now, k.lease, k.res)
+				t.batch, t.bi = w, i
+			}
 		}
 	}
 	run := func(i int) {
-		out, err := calls[i].run(ctx, &kn[i])
-		r, err := calls[i].result(ctx, out, err)
+		t := calls[i]
+		if t.batch != nil {
+			if err := t.turn(); err != nil {
+				r, err := t.result(ctx, outcome{}, err)
+				answer(i, r, err)
+				return
+			}
+		}
+		out, err := t.run(ctx, &kn[i])
+		if err == errQueued {
+			return // answered by the batch's writer
+		}
+		r, err := t.result(ctx, out, err)
 		answer(i, r, err)
 	}
 	// The calls that run their operation; those that only answer.
@@ -270,5 +308,173 @@ func (b *batchWork) wait() {
 	b.wg.Wait()
 	if b.panicked {
 		panic(b.value)
+	}
+}
+
+// errQueued is execute's answer for a success handed to its batch's
+// writer, which answers the call once the write lands.
+var errQueued = errors.New("idem: queued for the batch's outcome write")
+
+// turn checks, when an item of a batch comes to run, that its claim is
+// still held: its renewals, made with the batch's others while it
+// waited, were not refused, and its lease has not run low. A lease that
+// has (renewals failing) is renewed once more, fenced, before the
+// operation runs; if the key was taken over meanwhile, the item does not
+// run and its answer wraps [ErrLeaseLost]. A store that cannot tell
+// answers a [*StoreError]: the item does not run, and its claim lapses.
+func (h *holder) turn() error {
+	e := h.e
+	r := &e.renewals
+	r.mu.Lock()
+	lost := h.lost
+	r.mu.Unlock()
+	var why error
+	if !lost {
+		now := store.Millis(e.cfg.Clock.Now())
+		left := time.Duration(h.flight.leaseUntil.Load()-now) * time.Millisecond
+		switch {
+		case h.cancel == nil && left > 0, h.cancel != nil && left >= h.interval():
+			return nil
+		case h.cancel == nil:
+			lost, why = true, errors.New("its lease passed while it waited, and it is not renewed")
+		default:
+			until := h.renewalEnd(now)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(h.opCtx.Context), h.attemptTimeout())
+			err := e.timed(observe.StoreExtend, func() error {
+				return e.store.Extend(ctx, store.ExtendParams{ClaimRef: h.ref(now), LeaseUntil: until})
+			})
+			cancel()
+			switch {
+			case err == nil:
+				h.flight.leaseUntil.Store(until)
+				return nil
+			case store.TakenOver(err):
+				lost, why = true, err
+			default:
+				h.stopRenewal()
+				e.land(h.key, h.flight, nil)
+				h.observe(observe.OutcomeStoreError)
+				return &StoreError{Op: observe.StoreExtend, Key: h.key, Err: err}
+			}
+		}
+	}
+	h.stopRenewal()
+	e.land(h.key, h.flight, nil)
+	h.observe(observe.OutcomeFenced)
+	e.cfg.Logger.Warn("idem: a batch item's claim was lost while it waited for its turn; it does not run",
+		"key", h.key, "fence", h.fence)
+	if why == nil {
+		return fmt.Errorf("%w: %s waited for its turn in a batch and the key was taken over; it did not run", ErrLeaseLost, h.key)
+	}
+	return fmt.Errorf("%w: %s waited for its turn in a batch and did not run: %w", ErrLeaseLost, h.key, why)
+}
+
+// batchWriter records the successes of a batch's items together: an item
+// that succeeded queues its Complete and its goroutine goes on to the next
+// item; one goroutine at a time writes what is queued, in one
+// CompleteBatch over a [store.BatchCompleter], so the Completes that
+// gather while one write is in flight share the next. Each item keeps its
+// own answer: a Complete the batch could not make goes again alone,
+// through the one write path with its retries; a refused one (the key
+// taken over) is the item's Unrecorded. An item's lease is renewed until
+// its write lands.
+type batchWriter struct {
+	e      *Engine
+	answer func(i int, out outcome, err error) // answers call i of the batch
+	wg     *sync.WaitGroup                     // the batch's goroutines
+	safely func(func())                        // keeps a panic for the batch
+
+	mu     sync.Mutex
+	queued []queuedComplete
+	busy   bool // a goroutine writes
+}
+
+// queuedComplete is a success waiting for the batch's write.
+type queuedComplete struct {
+	h   *holder
+	res opResult
+}
+
+// queue hands h's success to the writer.
+func (w *batchWriter) queue(h *holder, res opResult) {
+	w.mu.Lock()
+	w.queued = append(w.queued, queuedComplete{h, res})
+	if w.busy {
+		w.mu.Unlock()
+		return
+	}
+	w.busy = true
+	w.mu.Unlock()
+	w.wg.Go(func() { w.safely(w.drain) })
+}
+
+// drain writes what is queued until nothing is.
+func (w *batchWriter) drain() {
+	for {
+		w.mu.Lock()
+		q := w.queued
+		w.queued = nil
+		if len(q) == 0 {
+			w.busy = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		w.write(q)
+	}
+}
+
+// write records the successes of q and answers their calls.
+func (w *batchWriter) write(q []queuedComplete) {
+	e := w.e
+	now := store.Millis(e.cfg.Clock.Now())
+	errs := make([]error, len(q))
+	bc, batched := e.store.(store.BatchCompleter)
+	if batched && len(q) > 1 {
+		ps := make([]store.CompleteParams, len(q))
+		for i, c := range q {
+			ps[i] = store.CompleteParams{ClaimRef: c.h.ref(now), ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: c.res.result}
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(q[0].h.opCtx.Context), max(e.cfg.WriteTimeout/3, time.Millisecond))
+		_ = e.timed(observe.StoreComplete, func() error {
+			errs = bc.CompleteBatch(ctx, ps)
+			if len(errs) != len(ps) {
+				bad := &store.CorruptError{Key: ps[0].Key, Reason: "store answered a batch complete with the wrong number of results"}
+				errs = make([]error, len(ps))
+				for i := range errs {
+					errs[i] = bad
+				}
+			}
+			for _, err := range errs {
+				if err != nil && !store.TakenOver(err) {
+					return err
+				}
+			}
+			return nil
+		})
+		cancel()
+	} else {
+		for i := range errs {
+			errs[i] = errQueued // not tried: each goes alone below
+		}
+	}
+	for i, c := range q {
+		h := c.h
+		var unrecorded error
+		switch err := errs[i]; {
+		case err == nil:
+			h.noteCompleted(c.res.result, now)
+			if e.cache != nil {
+				h.cachePut(c.res.value)
+			}
+		case store.TakenOver(err):
+			h.writeFailed(observe.StoreComplete, err)
+			unrecorded = err
+		default:
+			unrecorded = h.complete(h.opCtx.Context, c.res.result, c.res.value)
+		}
+		h.stopRenewal()
+		e.land(h.key, h.flight, h)
+		w.answer(h.bi, outcome{fence: h.fence, recorded: h.wrote, unrecorded: unrecorded}, nil)
 	}
 }

@@ -57,7 +57,7 @@ func TestDoBatchClaimsInOneCall(t *testing.T) {
 
 	var runs [6]atomic.Int32
 	batch := ids(t, "a", "b", "done", "held", "a", "c")
-	res, errs := idem.DoBatch(ctx, en.eng, batch, 0, func(ctx context.Context, i int) (string, error) {
+	res, errs := idem.DoBatch(ctx, en.eng, batch, nil, func(ctx context.Context, i int) (string, error) {
 		runs[i].Add(1)
 		if c, ok := idem.FromContext(ctx); !ok || c.Key != batch[i].StoreKey.String() {
 			t.Errorf("record %d runs without its claim: %+v", i, c)
@@ -90,7 +90,7 @@ func TestDoBatchClaimsInOneCall(t *testing.T) {
 		}
 	}
 	// Replayed now, from the store.
-	res, errs = idem.DoBatch(ctx, en.eng, ids(t, "a", "b"), 1, func(context.Context, int) (string, error) {
+	res, errs = idem.DoBatch(ctx, en.eng, ids(t, "a", "b"), &idem.BatchOptions[string]{Concurrency: 1}, func(context.Context, int) (string, error) {
 		t.Error("a settled key ran again")
 		return "", nil
 	})
@@ -106,7 +106,7 @@ func TestDoBatchClaimFailure(t *testing.T) {
 	en := setup(t, idem.Config{})
 	boom := errors.New("connection reset")
 	en.store.FailAlways("claim_batch", boom)
-	_, errs := idem.DoBatch(context.Background(), en.eng, ids(t, "a", "b", "c"), 0, func(context.Context, int) (int, error) {
+	_, errs := idem.DoBatch(context.Background(), en.eng, ids(t, "a", "b", "c"), nil, func(context.Context, int) (int, error) {
 		t.Error("ran without a claim")
 		return 0, nil
 	})
@@ -128,7 +128,7 @@ func TestDoBatchOutcomes(t *testing.T) {
 	t.Parallel()
 	en := setup(t, idem.Config{})
 	ctx := context.Background()
-	_, errs := idem.DoBatch(ctx, en.eng, ids(t, "ok", "term", "retry"), 1, func(_ context.Context, i int) (int, error) {
+	_, errs := idem.DoBatch(ctx, en.eng, ids(t, "ok", "term", "retry"), &idem.BatchOptions[int]{Concurrency: 1}, func(_ context.Context, i int) (int, error) {
 		switch i {
 		case 1:
 			return 0, &idem.TerminalError{Code: "card_declined", Message: "declined"}
@@ -142,7 +142,7 @@ func TestDoBatchOutcomes(t *testing.T) {
 		t.Fatalf("outcomes: %v", errs)
 	}
 	ran := 0
-	res, errs := idem.DoBatch(ctx, en.eng, ids(t, "ok", "term", "retry"), 0, func(context.Context, int) (int, error) { ran++; return 8, nil })
+	res, errs := idem.DoBatch(ctx, en.eng, ids(t, "ok", "term", "retry"), nil, func(context.Context, int) (int, error) { ran++; return 8, nil })
 	if res[0].Value != 7 || !errors.As(errs[1], &te) || te.Code != "card_declined" || errs[2] != nil || res[2].Value != 8 || ran != 1 {
 		t.Fatalf("after: %+v %v (ran %d)", res, errs, ran)
 	}
@@ -174,7 +174,7 @@ func TestDoBatchRacesRunEachKeyOnce(t *testing.T) {
 			if g%2 == 1 {
 				e = other
 			}
-			_, _ = idem.DoBatch(ctx, e, ids(t, batch...), 3, func(_ context.Context, i int) (int, error) { run(batch[i]); return i, nil })
+			_, _ = idem.DoBatch(ctx, e, ids(t, batch...), &idem.BatchOptions[int]{Concurrency: 3}, func(_ context.Context, i int) (int, error) { run(batch[i]); return i, nil })
 		})
 		wg.Go(func() {
 			_, _ = idem.Do(ctx, en.eng, req(keys[g]), func(context.Context) (int, error) { run(keys[g]); return 0, nil })
@@ -187,7 +187,7 @@ func TestDoBatchRacesRunEachKeyOnce(t *testing.T) {
 		}
 	}
 	// Every key is settled: a last batch replays all of them.
-	_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), 0, func(_ context.Context, i int) (int, error) { run(keys[i]); return 0, nil })
+	_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), nil, func(_ context.Context, i int) (int, error) { run(keys[i]); return 0, nil })
 	for _, k := range keys {
 		if runs[k] != 1 {
 			t.Errorf("key %s ran %d times in all", k, runs[k])
@@ -227,7 +227,7 @@ func TestDoBatchLandsFlightsItDidNotAcquire(t *testing.T) {
 	go func() {
 		defer close(done)
 		// Concurrency 1: "running" holds the one slot until released.
-		idem.DoBatch(ctx, e1, ids(t, "running", "held"), 1, func(ctx context.Context, i int) (string, error) {
+		idem.DoBatch(ctx, e1, ids(t, "running", "held"), &idem.BatchOptions[string]{Concurrency: 1}, func(ctx context.Context, i int) (string, error) {
 			if i == 0 {
 				close(started)
 				<-release
@@ -271,7 +271,7 @@ func TestDoBatchInOrderOnTheCallersGoroutine(t *testing.T) {
 			}
 			caller := goid()
 			var order []int
-			res, errs := idem.DoBatch(context.Background(), eng, ids(t, "a", "b", "c", "d"), 1, func(_ context.Context, i int) (int, error) {
+			res, errs := idem.DoBatch(context.Background(), eng, ids(t, "a", "b", "c", "d"), &idem.BatchOptions[int]{Concurrency: 1}, func(_ context.Context, i int) (int, error) {
 				if g := goid(); g != caller {
 					t.Errorf("item %d ran on goroutine %s, not the caller's %s", i, g, caller)
 				}
@@ -308,7 +308,7 @@ func TestDoBatchBoundedReusedWorkers(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		idem.DoBatch(ctx, en.eng, ids(t, "hold-0", "hold-1"), 2, func(_ context.Context, i int) (int, error) {
+		idem.DoBatch(ctx, en.eng, ids(t, "hold-0", "hold-1"), &idem.BatchOptions[int]{Concurrency: 2}, func(_ context.Context, i int) (int, error) {
 			if i == 0 {
 				close(holding)
 				<-hold
@@ -330,7 +330,7 @@ func TestDoBatchBoundedReusedWorkers(t *testing.T) {
 		// batch runs one of them.
 		var arrived atomic.Int32
 		all := make(chan struct{})
-		_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), conc, func(_ context.Context, i int) (int, error) {
+		_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), &idem.BatchOptions[int]{Concurrency: conc}, func(_ context.Context, i int) (int, error) {
 			if i < conc {
 				if arrived.Add(1) == conc {
 					close(all)
@@ -387,7 +387,7 @@ func TestDoBatchPanicReachesTheCaller(t *testing.T) {
 			var answered atomic.Int32
 			got := func() (v any) {
 				defer func() { v = recover() }()
-				idem.DoBatchWith(ctx, en.eng, ids(t, "a", "boom", "c"), idem.BatchOptions[int]{Concurrency: conc,
+				idem.DoBatch(ctx, en.eng, ids(t, "a", "boom", "c"), &idem.BatchOptions[int]{Concurrency: conc,
 					Answered: func(i int, _ idem.Result[int], err error) {
 						if i == 1 {
 							t.Error("the item that panicked was answered")
@@ -428,7 +428,7 @@ func TestDoBatchAnsweredPerItem(t *testing.T) {
 			if _, err := idem.Do(ctx, en.eng, req("done"), func(context.Context) (string, error) { return "earlier", nil }); err != nil {
 				t.Fatal(err)
 			}
-			res, errs := idem.DoBatchWith(ctx, en.eng, batch, idem.BatchOptions[string]{Concurrency: conc,
+			res, errs := idem.DoBatch(ctx, en.eng, batch, &idem.BatchOptions[string]{Concurrency: conc,
 				Answered: func(i int, r idem.Result[string], err error) {
 					calls[i].Add(1)
 					if i == 0 {
@@ -481,7 +481,7 @@ func TestBatchRunnerKeepsWorkersBetweenBatches(t *testing.T) {
 		var arrived atomic.Int32
 		all := make(chan struct{})
 		o.Concurrency = conc
-		_, errs := idem.DoBatchWith(ctx, en.eng, ids(t, keys...), o, func(_ context.Context, i int) (int, error) {
+		_, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), &o, func(_ context.Context, i int) (int, error) {
 			if i < conc {
 				if arrived.Add(1) == conc {
 					close(all)
@@ -504,14 +504,14 @@ func TestBatchRunnerKeepsWorkersBetweenBatches(t *testing.T) {
 		return mine
 	}
 	ctx := context.Background()
-	first := batch(ctx, idem.BatchOptions[int]{Runner: r}, 0)
+	first := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 0)
 	second := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 1)
 	if !maps.Equal(first, second) {
 		t.Errorf("the second batch ran on %v, the first on %v: want the same goroutines", second, first)
 	}
 	r.Close()
 	r.Close() // twice is fine
-	after := batch(ctx, idem.BatchOptions[int]{Runner: r}, 2)
+	after := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 2)
 	for g := range after {
 		if g != goid() && first[g] {
 			t.Errorf("a batch after Close ran on the closed runner's worker %s", g)
@@ -534,7 +534,7 @@ func TestBatchRunnerInsideASynctestBubble(t *testing.T) {
 		for round := range 3 {
 			keys := []string{fmt.Sprint("s-ok-", round), fmt.Sprint("s-fail-", round), fmt.Sprint("s-slow-", round)}
 			var answered atomic.Int32
-			res, errs := idem.DoBatchWith(ctx, en.eng, ids(t, keys...), idem.BatchOptions[string]{Answered: func(int, idem.Result[string], error) { answered.Add(1) }},
+			res, errs := idem.DoBatch(ctx, en.eng, ids(t, keys...), &idem.BatchOptions[string]{Answered: func(int, idem.Result[string], error) { answered.Add(1) }},
 				func(_ context.Context, i int) (string, error) {
 					switch i {
 					case 1:

@@ -279,7 +279,7 @@ func BenchmarkBatch16(b *testing.B) {
 	})
 	b.Run("batch", func(b *testing.B) {
 		run(b, func(ctx context.Context, e *idem.Engine, ids []idem.Identity) {
-			if rs, errs := idem.DoBatch(ctx, e, ids, 0, fn); errs[0] != nil || rs[0].Replayed {
+			if rs, errs := idem.DoBatch(ctx, e, ids, nil, fn); errs[0] != nil || rs[0].Replayed {
 				b.Error(rs[0], errs[0])
 			}
 		})
@@ -288,7 +288,7 @@ func BenchmarkBatch16(b *testing.B) {
 		r := idem.NewBatchRunner()
 		defer r.Close()
 		run(b, func(ctx context.Context, e *idem.Engine, ids []idem.Identity) {
-			if rs, errs := idem.DoBatchWith(ctx, e, ids, idem.BatchOptions[receipt]{Runner: r}, fn); errs[0] != nil || rs[0].Replayed {
+			if rs, errs := idem.DoBatch(idem.WithBatchRunner(ctx, r), e, ids, nil, fn); errs[0] != nil || rs[0].Replayed {
 				b.Error(rs[0], errs[0])
 			}
 		})

@@ -350,12 +350,39 @@ func (c *call) noteAcquired(res store.ClaimResult) {
 }
 
 // acquired runs the operation under the claim res acquired at now, its
-// followers told.
+// followers told. A call of a batch took its claim when the batch claimed
+// (hold), and may have waited for its turn since.
 func (h *holder) acquired(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) (outcome, error) {
+	if h.opCtx.h == nil {
+		h.hold(ctx, f, now, lease, res)
+	}
+	return h.execute()
+}
+
+// hold takes the claim res acquired at now: the holder's fence and lease,
+// the operation's context, and the lease's renewal, which starts now,
+// whether the operation runs at once (Do) or waits for its turn in a
+// batch: a claim is held from the moment it is made.
+//
+// The lease is renewed while the operation runs, whatever deadline its
+// caller set: a deadline says when the caller stops waiting, not when
+// the operation stops (most handlers run on after their context ended),
+// and a lease that ran out under a running operation would hand its key
+// to a retry at another server, which would run it again. The
+// deadline sets the first lease only, so a retry takes over promptly
+// when the holder is gone. Only a context marked [EndsAtDeadline] (an
+// AWS Lambda invocation, which is ended at its deadline) keeps the
+// deadline as its lease: its holder is gone there.
+func (h *holder) hold(ctx context.Context, f *flight, now time.Time, lease time.Duration, res store.ClaimResult) {
+	e := h.e
 	h.noteAcquired(res)
 	h.fence, h.owner, h.expiresAt, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, f
-	h.lease, h.claimedUntil = min(lease, h.e.cfg.Lease), res.Record.LeaseUntil
-	return h.execute(ctx, now)
+	h.lease, h.claimedUntil = min(lease, e.cfg.Lease), res.Record.LeaseUntil
+	h.opCtx = opContext{Context: ctx, h: h}
+	if e.cfg.RenewInterval > 0 && !endsAtDeadline(ctx) {
+		h.opCtx.Context, h.cancel = context.WithCancelCause(ctx)
+		e.renewals.start(h, now)
+	}
 }
 
 // claim makes the store's Claim of the call's key at now, with lease: the

@@ -89,12 +89,16 @@
 //
 // # Batches and cost
 //
-// [DoBatch] claims the keys of a batch (an SQS batch, a page of messages)
-// together, in one round trip over a store that is a [store.BatchClaimer],
-// and runs each claimed key as [DoIdentity] would, on at most its
-// concurrency of goroutines (the caller's and reused workers, not one per
-// key; a consumer loop keeps them from batch to batch with a
-// [BatchRunner]); [DoBatchWith] also hands each key's answer to a callback
+// [DoBatch] runs a batch (an SQS batch, a poll of a partition) as one
+// unit: its keys are claimed together, in one round trip over a store that
+// is a [store.BatchClaimer]; every claim is held until its item runs, the
+// leases of the items waiting their turn renewed together (one round trip
+// over a [store.BatchExtender]), and an item whose claim was lost while it
+// waited does not run; its successes are written together (one round trip
+// over a [store.BatchCompleter]). The operations run on at most the
+// batch's concurrency of goroutines (the caller's and reused workers, not
+// one per key; a consumer loop keeps them from batch to batch with a
+// [BatchRunner]); BatchOptions.Answered hands each key's answer to a callback
 // as soon as its outcome is recorded. A call costs the engine
 // about ten allocations over the store's own; a local-cache hit
 // (Config.Cache) none and no store call. The default [JSONCodec], and

@@ -42,6 +42,8 @@ type holder struct {
 	detached atomic.Bool
 
 	opCtx   opContext
+	batch   *batchWriter            // the batch whose writer records a success; nil for Do
+	bi      int                     // the call's index in that batch
 	cancel  context.CancelCauseFunc // cancels opCtx; nil when it is not renewed
 	wctx    writeCtx                // the first outcome write's context
 	wctxUse bool
@@ -56,6 +58,7 @@ type holder struct {
 	renewOn  bool  // renewal wanted: started and not stopped
 	renewing bool  // a renewal is in flight
 	ended    bool  // the claim is gone or settled: never resume
+	lost     bool  // a renewal was refused: the key was taken over
 	next     int64 // when the next renewal is due (Clock, UnixNano)
 	qi       int   // index in the renewal queue; -1 when not queued
 }
@@ -96,26 +99,17 @@ func (h *holder) final() *store.Record {
 		Result: h.result, Err: h.errRec, ExpiresAt: h.wroteAt + h.e.cfg.Expiry.Milliseconds(), CompletedAt: h.wroteAt}
 }
 
-// execute runs op under the claim (taken at now) and records its outcome.
-// The lease is renewed until the outcome is written (or the engine gives
-// up on it), so that retried outcome writes never hand the key to a
-// second execution.
-func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
+// execute runs op under the claim (taken by hold) and records its
+// outcome. The lease is renewed until the outcome is written (or the
+// engine gives up on it), so that retried outcome writes never hand the
+// key to a second execution. An item of a batch whose success is written
+// with the batch's others (h.batch) hands its Complete to the batch and
+// returns errQueued: the batch answers it once the write lands.
+func (h *holder) execute() (outcome, error) {
 	e := h.e
-	h.opCtx = opContext{Context: ctx, h: h}
-	// The lease is renewed while the operation runs, whatever deadline its
-	// caller set: a deadline says when the caller stops waiting, not when
-	// the operation stops (most handlers run on after their context ended),
-	// and a lease that ran out under a running operation would hand its key
-	// to a retry at another server, which would run it again. The
-	// deadline sets the first lease only, so a retry takes over promptly
-	// when the holder is gone. Only a context marked [EndsAtDeadline] (an
-	// AWS Lambda invocation, which is ended at its deadline) keeps the
-	// deadline as its lease: its holder is gone there.
-	if e.cfg.RenewInterval > 0 && !endsAtDeadline(ctx) {
-		h.opCtx.Context, h.cancel = context.WithCancelCause(ctx)
-		e.renewals.start(h, now)
-	}
+	// The outcome writes take the operation's context for its values
+	// only: they go on once it is cancelled (writeCtx).
+	ctx := h.opCtx.Context
 	finished := false
 	defer func() {
 		if finished {
@@ -133,6 +127,11 @@ func (h *holder) execute(ctx context.Context, now time.Time) (outcome, error) {
 	finished = true
 	if h.cancel != nil {
 		h.cancel(nil)
+	}
+	if h.batch != nil && opErr == nil && !res.selfRecorded && !h.detached.Load() &&
+		(e.cfg.MaxResultBytes <= 0 || len(res.result) <= e.cfg.MaxResultBytes) {
+		h.batch.queue(h, res)
+		return outcome{}, errQueued
 	}
 	defer h.stopRenewal()
 	unrecorded, err := h.record(ctx, res, opErr)

@@ -98,7 +98,10 @@ func (h *holder) resumeRenewal() {
 	r.scheduleLocked(h, h.e.cfg.Clock.Now())
 }
 
-// due runs when the timer fires: every renewal due starts.
+// due runs when the timer fires: every renewal due starts. Over a store
+// that renews in batches ([store.BatchExtender]) the renewals due
+// together — the claims of a batch waiting for their turn, concurrent
+// calls — go in one round trip; else each goes on its own goroutine.
 func (r *renewals) due() {
 	r.mu.Lock()
 	r.armed, r.timer = 0, nil
@@ -112,12 +115,63 @@ func (r *renewals) due() {
 	}
 	r.arm()
 	r.mu.Unlock()
+	if be, ok := r.e.store.(store.BatchExtender); ok && len(run) > 1 {
+		for len(run) > 0 {
+			n := min(len(run), maxRenewBatch)
+			chunk := run[:n]
+			if run = run[n:]; len(run) == 0 {
+				r.renewAll(be, chunk) // the timer's own goroutine takes the last
+			} else {
+				go r.renewAll(be, chunk)
+			}
+		}
+		return
+	}
 	for i, h := range run {
 		if i == len(run)-1 {
 			h.renewOnce() // the timer's own goroutine takes the last
 		} else {
 			go h.renewOnce()
 		}
+	}
+}
+
+// maxRenewBatch is the most renewals one ExtendBatch carries.
+const maxRenewBatch = 512
+
+// renewAll renews the leases of hs in one ExtendBatch, each under its own
+// claim and with its own answer, as renewOnce would one by one.
+func (r *renewals) renewAll(be store.BatchExtender, hs []*holder) {
+	e := r.e
+	now := store.Millis(e.cfg.Clock.Now())
+	ps := make([]store.ExtendParams, len(hs))
+	timeout := e.cfg.WriteTimeout
+	for i, h := range hs {
+		ps[i] = store.ExtendParams{ClaimRef: h.ref(now), LeaseUntil: h.renewalEnd(now)}
+		timeout = min(timeout, h.attemptTimeout())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var errs []error
+	err := e.timed(observe.StoreExtend, func() error {
+		errs = be.ExtendBatch(ctx, ps)
+		if len(errs) != len(ps) {
+			bad := &store.CorruptError{Key: ps[0].Key, Reason: "store answered a batch extend with the wrong number of results"}
+			errs = make([]error, len(ps))
+			for i := range errs {
+				errs[i] = bad
+			}
+		}
+		for _, err := range errs {
+			if err != nil && !store.TakenOver(err) {
+				return err
+			}
+		}
+		return nil
+	})
+	cancel()
+	_ = err // counted by timed; each holder's own answer is handled below
+	for i, h := range hs {
+		h.renewed(ps[i].LeaseUntil, errs[i])
 	}
 }
 
@@ -142,23 +196,45 @@ func (r *renewals) arm() {
 	r.timer, r.armed = r.e.cfg.Clock.AfterFunc(max(d, 0), r.fire), next
 }
 
+// renewalEnd is the lease end a renewal made at now (ms) asks for: a
+// renewed lease from now, never before the lease the claim was made with,
+// never past the claim's expiry.
+func (h *holder) renewalEnd(now int64) int64 {
+	return min(max(now+max(h.lease.Milliseconds(), 1), h.claimedUntil), h.expiresAt)
+}
+
+// attemptTimeout is how long one renewal may take: at most half an
+// interval, and a failed one is tried again after a quarter, so that a
+// reply that never comes, or a short outage, does not let the lease lapse
+// while the work runs (with the default interval of a third of the lease,
+// three attempts fit in it).
+func (h *holder) attemptTimeout() time.Duration {
+	return min(h.e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond))
+}
+
 // renewOnce makes one renewal of h's lease and queues the next.
 func (h *holder) renewOnce() {
 	e := h.e
-	r := &e.renewals
 	now := store.Millis(e.cfg.Clock.Now())
-	until := min(max(now+max(h.lease.Milliseconds(), 1), h.claimedUntil), h.expiresAt)
-	// One renewal may take at most half an interval, and a failed one is
-	// tried again after a quarter: a reply that never comes, or a short
-	// outage, must not let the lease lapse while the work runs (with the
-	// default interval of a third of the lease, three attempts fit in it).
-	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.WriteTimeout, max(h.interval()/2, time.Millisecond)))
+	until := h.renewalEnd(now)
+	ctx, cancel := context.WithTimeout(context.Background(), h.attemptTimeout())
 	ctx, ss := h.storeSpan(ctx, observe.StoreExtend)
 	err := e.timed(observe.StoreExtend, func() error {
 		return e.store.Extend(ctx, store.ExtendParams{ClaimRef: h.ref(now), LeaseUntil: until})
 	})
 	endStore(ss, err)
 	cancel()
+	h.renewed(until, err)
+}
+
+// renewed handles the answer (err) of a renewal of h's lease to until, and
+// queues the next: at once after a refusal that says the claim is gone
+// (taken over: the operation is cancelled, or an item of a batch still
+// waiting its turn will not run), a quarter interval after a failure, an
+// interval after a renewal that landed.
+func (h *holder) renewed(until int64, err error) {
+	e := h.e
+	r := &e.renewals
 	next := h.interval()
 	lost := false
 	switch fe, fenced := asFenced(err); {
@@ -186,6 +262,7 @@ func (h *holder) renewOnce() {
 	switch {
 	case next < 0:
 		h.renewOn, h.ended = false, true
+		h.lost = h.lost || lost
 	case h.renewOn && until < h.expiresAt: // the claim cannot outlive its expiry
 		h.next = e.cfg.Clock.Now().Add(next).UnixNano()
 		r.push(h)

@@ -144,11 +144,11 @@ func (g *gen) leaveIdle(in chan task) bool {
 }
 
 // BatchRunner keeps the goroutines that run the items of batches
-// ([DoBatchWith]) from one batch to the next, for as long as it is open,
+// ([DoBatch]) from one batch to the next, for as long as it is open,
 // where the engine's own end whenever no batch of the engine runs. A
 // consumer loop that runs one batch after another (idemnats.ConsumeBatch,
 // idemamqp's RunBatch) opens one when it starts, runs every batch on it
-// ([BatchOptions] Runner, or a context from [WithBatchRunner]) and closes
+// (through a context from [WithBatchRunner]) and closes
 // it when it ends, so its workers start once and their stacks grow once.
 //
 // The runner starts no goroutine of its own and holds no timer: its
@@ -178,18 +178,15 @@ func (r *BatchRunner) Close() {
 type runnerKey struct{}
 
 // WithBatchRunner returns ctx with r, for the batches run with it: a
-// [DoBatchWith] whose BatchOptions name no Runner runs on the context's.
+// [DoBatch] given the context runs on its workers.
 // A consumer loop hands its runner through the context to the batch
 // handlers it calls (idemnats.WrapBatch's ProcessBatch).
 func WithBatchRunner(ctx context.Context, r *BatchRunner) context.Context {
 	return context.WithValue(ctx, runnerKey{}, r)
 }
 
-// batchRunner is the runner of a batch: o's, or ctx's, or nil.
-func batchRunner(o *BatchRunner, ctx context.Context) *BatchRunner {
-	if o != nil {
-		return o
-	}
+// batchRunner is the runner of a batch: ctx's, or nil.
+func batchRunner(ctx context.Context) *BatchRunner {
 	r, _ := ctx.Value(runnerKey{}).(*BatchRunner)
 	return r
 }

@@ -19,6 +19,7 @@
 //	retryable error (claim released), store failed at claim Retry
 //	outcome uncertain (idem.Uncertain)                      Leave
 //	outcome write refused: the key was taken over           Leave
+//	claim lost while waiting its turn in a batch (not run)  Leave
 //
 // Done acknowledges (JetStream Ack, AMQP Ack, SQS: not reported). DeadLetter
 // stops redelivery (Term, Reject without requeue, a batch item failure that
@@ -151,7 +152,10 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		// redeliveries (MaxDeliver, maxReceiveCount), so a message held
 		// off comes back as seldom as a lease.
 		return Verdict{Action: RetryAfter, Delay: max(inProg.LeaseUntil.Sub(now), time.Second), Err: err}
-	case errors.Is(err, idem.ErrUncertain):
+	case errors.Is(err, idem.ErrUncertain), errors.Is(err, idem.ErrLeaseLost):
+		// Uncertain: no retry before the lease ends. Lease lost: an item
+		// of a batch whose claim was taken over while it waited did not
+		// run; the new holder settles the key.
 		return Verdict{Action: Leave, Err: err}
 	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey), errors.Is(err, ErrNoKey):
 		return Verdict{Action: DeadLetter, Err: err}

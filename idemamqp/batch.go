@@ -48,7 +48,7 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []amqp.Delivery, concurre
 		return ss
 	}
 	var later sync.WaitGroup
-	idem.DoBatchWith(ctx, c.eng, ids, idem.BatchOptions[struct{}]{
+	idem.DoBatch(ctx, c.eng, ids, &idem.BatchOptions[struct{}]{
 		Concurrency: concurrency,
 		// Each delivery is settled as soon as its own outcome is recorded;
 		// one to be tried later is settled on a goroutine of its own, so

@@ -530,7 +530,7 @@ func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop fun
 			break
 		}
 		seg, segAt := ids[:n], at[:n]
-		res, errs := idem.DoBatch(ctx, w.c.e, seg, 1, func(ctx context.Context, j int) (T, error) {
+		res, errs := idem.DoBatch(ctx, w.c.e, seg, &idem.BatchOptions[T]{Concurrency: 1}, func(ctx context.Context, j int) (T, error) {
 			if stopped.Load() || stop() {
 				var zero T
 				return zero, ErrNotBegun

@@ -118,7 +118,7 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 				ids, at = append(ids, id), append(at, i)
 			}
 		}
-		results, berrs := idem.DoBatch(idem.EndsAtDeadline(ctx), eng, ids, c.Concurrency, func(ctx context.Context, j int) (struct{}, error) {
+		results, berrs := idem.DoBatch(idem.EndsAtDeadline(ctx), eng, ids, &idem.BatchOptions[struct{}]{Concurrency: c.Concurrency}, func(ctx context.Context, j int) (struct{}, error) {
 			return struct{}{}, fn(ctx, ev.Records[at[j]])
 		})
 		now := eng.Config().Clock.Now()

@@ -278,7 +278,7 @@ func (s *stream[R]) segment(ctx context.Context, records []R, ids []idem.Identit
 		}
 	}
 	clock := s.eng.Config().Clock
-	res, errs := idem.DoBatchWith(idem.EndsAtDeadline(ctx), s.eng, ids, idem.BatchOptions[struct{}]{
+	res, errs := idem.DoBatch(idem.EndsAtDeadline(ctx), s.eng, ids, &idem.BatchOptions[struct{}]{
 		Concurrency: streamWindow,
 		Answered: func(k int, res idem.Result[struct{}], err error) {
 			if s.stops(consume.Decide(res, err, clock.Now())) {

@@ -67,7 +67,7 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 	}
 	hb := w.heartbeats(ctx, msgs, at)
 	defer hb.stop() // also when an fn panics: no heartbeat forever
-	idem.DoBatchWith(ctx, w.e, ids, idem.BatchOptions[T]{
+	idem.DoBatch(ctx, w.e, ids, &idem.BatchOptions[T]{
 		Concurrency: w.cfg.Concurrency,
 		// Each message is settled as soon as its own outcome is recorded,
 		// and gets no heartbeat after.

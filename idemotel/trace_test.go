@@ -474,7 +474,7 @@ func TestTraceOfABatch(t *testing.T) {
 		}
 		ids[i] = id
 	}
-	_, errs := idem.DoBatch(context.Background(), eng, ids, 1, func(ctx context.Context, i int) (int, error) {
+	_, errs := idem.DoBatch(context.Background(), eng, ids, &idem.BatchOptions[int]{Concurrency: 1}, func(ctx context.Context, i int) (int, error) {
 		_, s := tr.tp.Tracer("test").Start(ctx, fmt.Sprint("work ", i))
 		s.End()
 		return i, nil

@@ -28,7 +28,7 @@ type Store struct {
 // New wraps inner.
 func New(inner store.Store) *Store {
 	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
-	for _, m := range []string{"claim", "claim_batch", "complete", "fail", "release", "extend", "get"} {
+	for _, m := range []string{"claim", "claim_batch", "complete", "complete_batch", "fail", "release", "extend", "extend_batch", "get"} {
 		s.calls[m] = new(atomic.Int64)
 	}
 	return s
@@ -133,6 +133,43 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 		return err
 	}
 	return s.reply("complete", s.Inner.Complete(ctx, p))
+}
+
+// CompleteBatch implements store.BatchCompleter, counted as one
+// "complete_batch" call (a fault there fails every Complete of the batch)
+// and as one "complete" call per Complete, whose faults and lost replies
+// apply to each as they would alone. The Completes are then made one by
+// one on the inner store.
+func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []error {
+	errs := make([]error, len(ps))
+	if err := s.inject("complete_batch"); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i, p := range ps {
+		errs[i] = s.Complete(ctx, p)
+	}
+	return errs
+}
+
+// ExtendBatch implements store.BatchExtender, counted as one
+// "extend_batch" call (a fault there fails every Extend of the batch) and
+// as one "extend" call per Extend, whose faults and lost replies apply to
+// each as they would alone.
+func (s *Store) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	errs := make([]error, len(ps))
+	if err := s.inject("extend_batch"); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i, p := range ps {
+		errs[i] = s.Extend(ctx, p)
+	}
+	return errs
 }
 
 // Fail implements store.Store.

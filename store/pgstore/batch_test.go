@@ -114,7 +114,7 @@ func TestBatchOneStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = cnt.n.Load()
-	out, oerrs := idem.DoBatch(ctx, e, ids, 1, func(_ context.Context, i int) (int, error) { return i, nil })
+	out, oerrs := idem.DoBatch(ctx, e, ids, &idem.BatchOptions[int]{Concurrency: 1}, func(_ context.Context, i int) (int, error) { return i, nil })
 	for i := range ids {
 		if oerrs[i] != nil || out[i].Recorded != store.StatusCompleted {
 			t.Fatalf("call %d: %+v, %v", i, out[i], oerrs[i])

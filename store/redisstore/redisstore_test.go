@@ -504,7 +504,7 @@ func TestEngineBatchesCompletesOverRedis(t *testing.T) {
 	var cnt counter
 	c.AddHook(&cnt)
 	start := time.Now()
-	res, errs := idem.DoBatch(context.Background(), e, ids, 0, func(_ context.Context, i int) (int, error) { return i, nil })
+	res, errs := idem.DoBatch(context.Background(), e, ids, nil, func(_ context.Context, i int) (int, error) { return i, nil })
 	for i := range ids {
 		if errs[i] != nil || res[i].Recorded != store.StatusCompleted {
 			t.Fatalf("call %d: Recorded %v, %v", i, res[i].Recorded, errs[i])
