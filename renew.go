@@ -194,7 +194,10 @@ func (h *holder) renewOnce() {
 	r.ended.Broadcast()
 	r.mu.Unlock()
 	if lost {
-		h.cancel(ErrLeaseLost)
+		// The cause is ErrLeaseLost and the store's refusal (a
+		// *store.FencedError or store.ErrNotFound), so that an operation
+		// that stops on it can say why.
+		h.cancel(&leaseLostError{err})
 	}
 }
 
