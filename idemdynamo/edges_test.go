@@ -131,9 +131,16 @@ func TestDoTxLeaseLostWhileRunningIsFenced(t *testing.T) {
 		if err != nil {
 			return "", nil, err
 		}
-		if _, err := s.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint,
-			Now: rec.LeaseUntil, LeaseUntil: rec.LeaseUntil + 30_000, ExpiresAt: rec.ExpiresAt}); err != nil {
+		// Another process, its clock well past the lease (a renewal may
+		// move the lease on meanwhile), takes the key over.
+		now := rec.LeaseUntil + 20_000
+		res, err := s.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "other", Fingerprint: rec.Fingerprint,
+			Now: now, LeaseUntil: now + 30_000, ExpiresAt: rec.ExpiresAt})
+		if err != nil {
 			return "", nil, err
+		}
+		if !res.Acquired {
+			return "", nil, errors.New("the other process did not take the key over")
 		}
 		select { // the next renewal is refused and ends the context
 		case <-ctx.Done():
