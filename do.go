@@ -101,6 +101,15 @@ func (f runFunc[T]) Run(ctx context.Context) (T, error) { return f(ctx) }
 // Complete. If fn returns an error the transaction must have rolled back;
 // the error is handled as by Do (stored if terminal, else the key is
 // released). A nil error without a call to Params is recorded as by Do.
+//
+// A value whose encoding is over Config.MaxResultBytes is refused by
+// Params with a [*TerminalError] of code [CodeResultTooLarge]: fn returns
+// it without committing, the key is marked FAILED with it, and this call
+// and every retry get it ([ErrResultTooLarge]), as retries of Do do.
+//
+// When the engine runs fn without a claim (Config.Disabled, or
+// Config.FailOpen after the claim failed), c.Unprotected reports it: fn
+// makes its writes without the record, and does not call Params.
 func DoCompleting[T any](ctx context.Context, e *Engine, req Request, fn func(ctx context.Context, c *Completion[T]) (T, error)) (Result[T], error) {
 	id, err := req.Identity()
 	if err != nil {
@@ -112,18 +121,35 @@ func DoCompleting[T any](ctx context.Context, e *Engine, req Request, fn func(ct
 // Completion hands an operation run by [DoCompleting] the Complete of its
 // own claim.
 type Completion[T any] struct {
-	e      *Engine
-	claim  Claim
-	result []byte
+	e           *Engine
+	claim       Claim
+	result      []byte
+	unprotected bool // run without a claim: nothing to complete
 }
+
+// Unprotected reports whether the operation runs without a claim
+// (Config.Disabled, or Config.FailOpen after the claim failed): there is
+// no record to complete, so the operation makes its writes alone.
+func (c *Completion[T]) Unprotected() bool { return c.unprotected }
 
 // Params encodes v with the engine's codec and returns the parameters of
 // the Complete that records it under this call's claim. The operation makes
-// that Complete itself, inside its own transaction.
+// that Complete itself, inside its own transaction. An encoding over
+// Config.MaxResultBytes is refused with a [*TerminalError] of code
+// [CodeResultTooLarge] (see [DoCompleting]); so is none at all when the
+// operation runs without a claim ([Completion.Unprotected]), with
+// [ErrInvalidArgument].
 func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
+	if c.unprotected {
+		return store.CompleteParams{}, fmt.Errorf("%w: Completion.Params: the operation runs without a claim (Completion.Unprotected)", ErrInvalidArgument)
+	}
 	b, err := c.e.cfg.Codec.Marshal(v)
 	if err != nil {
 		return store.CompleteParams{}, &encodeError{err}
+	}
+	if limit := c.e.cfg.MaxResultBytes; limit > 0 && len(b) > limit {
+		er := resultTooLarge(len(b), limit)
+		return store.CompleteParams{}, &TerminalError{Code: er.Code, Message: er.Message}
 	}
 	c.result = b
 	now := store.Millis(c.e.cfg.Clock.Now())
@@ -144,7 +170,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn Runner[T], c
 			sp = c.span
 			sp.Outcome(observe.OutcomeUnprotected)
 		}
-		v, err := callOp(context.WithValue(ctx, disabledKey{}, id.StoreKey), fn, completing, &Completion[T]{e: e})
+		v, err := callOp(context.WithValue(ctx, disabledKey{}, id.StoreKey), fn, completing, &Completion[T]{e: e, unprotected: true})
 		if sp != nil {
 			sp.End(observe.CallEnd{Err: err})
 		}
@@ -180,7 +206,7 @@ func (t *typedCall[T]) answer(ctx context.Context, out outcome, err error) (Resu
 		t.observe(observe.OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
 			"key", t.key, "err", err)
-		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e})
+		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e, unprotected: true})
 		res.Value = v
 		return res, ferr
 	}

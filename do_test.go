@@ -128,6 +128,51 @@ func TestOperationCompletedItsOwnRecord(t *testing.T) {
 	}
 }
 
+// Completion.Params applies Config.MaxResultBytes, as Do's Complete does:
+// the operation gets a CodeResultTooLarge terminal error to return instead
+// of committing, the key is FAILED with it, and a retry replays it.
+func TestOperationCompletingItsOwnRecordKeepsMaxResultBytes(t *testing.T) {
+	en := setup(t, idem.Config{RenewInterval: -1, MaxResultBytes: 8})
+	ctx := context.Background()
+	runs := 0
+	op := func(ctx context.Context, c *idem.Completion[string]) (string, error) {
+		runs++
+		p, err := c.Params("a value over eight bytes")
+		if err != nil {
+			return "", err // the operation's transaction rolls back
+		}
+		return "v", en.mem.Complete(ctx, p)
+	}
+	for i := range 2 {
+		_, err := idem.DoCompleting(ctx, en.eng, req("large"), op)
+		var te *idem.TerminalError
+		if !errors.Is(err, idem.ErrResultTooLarge) || !errors.As(err, &te) || te.Code != idem.CodeResultTooLarge {
+			t.Fatalf("call %d: %v, want ErrResultTooLarge", i, err)
+		}
+	}
+	if runs != 1 || en.store.Calls("complete") != 0 {
+		t.Fatalf("%d runs, %d Completes; want 1 run and none", runs, en.store.Calls("complete"))
+	}
+}
+
+// A disabled engine runs the operation with Completion.Unprotected set, and
+// Params refuses: there is no claim to complete.
+func TestOperationCompletingItsOwnRecordUnprotected(t *testing.T) {
+	en := setup(t, idem.Config{Disabled: true})
+	res, err := idem.DoCompleting(context.Background(), en.eng, req("off"), func(ctx context.Context, c *idem.Completion[string]) (string, error) {
+		if !c.Unprotected() {
+			return "", errors.New("Unprotected is false on a disabled engine")
+		}
+		if _, err := c.Params("v"); !errors.Is(err, idem.ErrInvalidArgument) {
+			return "", fmt.Errorf("Params without a claim: %v, want ErrInvalidArgument", err)
+		}
+		return "v", nil
+	})
+	if err != nil || res.Value != "v" {
+		t.Fatalf("DoCompleting: %+v, %v", res, err)
+	}
+}
+
 type countingCodec struct {
 	idem.JSONCodec
 	marshals atomic.Int32

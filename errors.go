@@ -28,8 +28,9 @@ var (
 	// stored error instead of running the operation again.
 	ErrResultTooLarge = errors.New("idem: stored result was too large to replay")
 	// ErrLeaseLost: the lease could not be renewed because another caller
-	// took the key over. The operation's context is cancelled with this
-	// cause.
+	// took the key over. The operation's context is cancelled with a cause
+	// that matches it and wraps the store's refusal (a *store.FencedError
+	// or store.ErrNotFound).
 	ErrLeaseLost = errors.New("idem: lease lost to another caller")
 	// ErrStore: the store failed; the call failed closed and the operation
 	// did not run. The error is a [*StoreError].
@@ -280,3 +281,11 @@ func (e *UncertainError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrUncertain) true.
 func (e *UncertainError) Is(target error) bool { return target == ErrUncertain }
+
+// leaseLostError is the cause of an operation's context cancelled because
+// its lease was lost: [ErrLeaseLost], wrapping the store's refusal.
+type leaseLostError struct{ err error }
+
+func (e *leaseLostError) Error() string        { return ErrLeaseLost.Error() + ": " + e.err.Error() }
+func (e *leaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+func (e *leaseLostError) Unwrap() error        { return e.err }

@@ -197,8 +197,8 @@ func (h *holder) cachePut(value any) {
 func (h *holder) complete(ctx context.Context, result []byte, value any) error {
 	e := h.e
 	if e.cfg.MaxResultBytes > 0 && len(result) > e.cfg.MaxResultBytes {
-		return h.storeUnreplayable(ctx, CodeResultTooLarge,
-			fmt.Sprintf("result of %d bytes is over the limit of %d", len(result), e.cfg.MaxResultBytes), e.cfg.MaxResultBytes)
+		er := resultTooLarge(len(result), e.cfg.MaxResultBytes)
+		return h.storeUnreplayable(ctx, er.Code, er.Message, e.cfg.MaxResultBytes)
 	}
 	err := h.write(ctx, writeReq{kind: writeComplete, result: result})
 	if err != nil {
@@ -236,6 +236,13 @@ func (h *holder) storeUnreplayable(ctx context.Context, code, msg string, limit 
 	e.cfg.Logger.Error("idem: operation succeeded but its result cannot be stored; retries will get an error",
 		"key", h.key, "code", code, "reason", msg)
 	return h.fail(ctx, boundedError(code, msg, limit))
+}
+
+// resultTooLarge is the stored error of a successful result of n bytes,
+// over Config.MaxResultBytes (limit): the one rule of Do's complete and
+// of DoCompleting's Params.
+func resultTooLarge(n, limit int) store.ErrorRecord {
+	return boundedError(CodeResultTooLarge, fmt.Sprintf("result of %d bytes is over the limit of %d", n, limit), limit)
 }
 
 // boundedError is a stored error whose size ([ErrorRecord.Size]) fits

@@ -346,8 +346,9 @@ func TestLostLeaseCancelsTheOperation(t *testing.T) {
 	}()
 	<-inside
 	en.clock.Advance(time.Second)
-	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("operation context cause: %v, want ErrLeaseLost", err)
+	var fe *store.FencedError
+	if err := <-cause; !errors.Is(err, idem.ErrLeaseLost) || !errors.As(err, &fe) || fe.Current != 2 {
+		t.Fatalf("operation context cause: %v, want ErrLeaseLost wrapping the store's *FencedError", err)
 	}
 }
 

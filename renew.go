@@ -271,7 +271,10 @@ func (h *holder) renewed(until int64, err error) {
 	r.ended.Broadcast()
 	r.mu.Unlock()
 	if lost {
-		h.cancel(ErrLeaseLost)
+		// The cause is ErrLeaseLost and the store's refusal (a
+		// *store.FencedError or store.ErrNotFound), so that an operation
+		// that stops on it can say why.
+		h.cancel(&leaseLostError{err})
 	}
 }
 

@@ -48,35 +48,75 @@ import (
 //   - fn's error, or a panic: nothing is written; the engine then records a
 //     terminal error or releases the key, as for Do.
 //   - the claim was lost (a takeover moved the fence on, or the record
-//     expired): the transaction is cancelled, none of fn's writes happen,
-//     and the call returns the *store.FencedError or store.ErrNotFound.
+//     expired), before the transaction or while fn ran (the engine then
+//     cancels fn's context): none of fn's writes happen, and the call
+//     returns the *store.FencedError or store.ErrNotFound (while fn ran:
+//     in an error that also matches idem.ErrLeaseLost). Do not retry: the
+//     key's new holder answers it.
 //   - one of fn's own writes cancelled the transaction (its condition
 //     failed): nothing is written and the call returns a
 //     [*dynamostore.TxError] (matching [dynamostore.ErrTxCondition]); it is
 //     not a terminal error, so the key is released and a retry runs fn
 //     again. fn decides what a retry should meet: read first and return an
 //     [*idem.TerminalError] to store the refusal.
+//   - DynamoDB refused the request because of fn's writes (two on one
+//     item, an item over 400 KB, a table that does not exist): nothing is
+//     written, the key is released, and the call returns a
+//     [*dynamostore.TxError] naming the write and matching
+//     store.ErrInvalidParams: a retry meets the same refusal.
+//   - the value's encoding is over Config.MaxResultBytes: nothing is
+//     written, the key is marked FAILED with [idem.CodeResultTooLarge], and
+//     this call and every retry get that [*idem.TerminalError]
+//     ([idem.ErrResultTooLarge]).
 //   - the reply was lost: the SDK retries the transaction under its client
 //     request token, which DynamoDB applies once; a call that still fails
 //     leaves the record COMPLETED or IN_PROGRESS with nothing written, and a
 //     retry replays or, after the lease, runs fn again.
 //
-// A duplicate is replayed from the record without running fn. e must run
-// on s.
+// A duplicate is replayed from the record without running fn. An engine
+// that runs fn without a claim (Config.Disabled, IDEM_DISABLED, or
+// FailOpen after the claim failed) commits fn's writes in a transaction of
+// their own ([dynamostore.Store.WriteInTx]), with no record. e must run on
+// s.
 func DoTx[T any](ctx context.Context, e *idem.Engine, s *dynamostore.Store, r idem.Request, fn func(ctx context.Context) (T, []types.TransactWriteItem, error)) (idem.Result[T], error) {
 	return idem.DoCompleting(ctx, e, r, func(ctx context.Context, c *idem.Completion[T]) (T, error) {
-		if _, ok := idem.FromContext(ctx); !ok {
-			var zero T
-			return zero, errors.New("idemdynamo: DoTx: no claim in the operation's context")
-		}
 		v, items, err := fn(ctx)
 		if err != nil {
+			return v, err
+		}
+		if c.Unprotected() {
+			id, err := r.Identity()
+			if err != nil {
+				return v, err
+			}
+			return v, s.WriteInTx(ctx, id.StoreKey.String(), items)
+		}
+		if err := leaseLost(ctx); err != nil {
 			return v, err
 		}
 		p, err := c.Params(v)
 		if err != nil {
 			return v, fmt.Errorf("idemdynamo: DoTx: %w", err)
 		}
-		return v, s.CompleteInTx(ctx, p, items)
+		if err := s.CompleteInTx(ctx, p, items); err != nil {
+			if lost := leaseLost(ctx); lost != nil {
+				return v, lost
+			}
+			return v, err
+		}
+		return v, nil
 	})
+}
+
+// leaseLost is the cause of ctx's end when the engine ended it because
+// the claim was lost (idem.ErrLeaseLost, wrapping the store's refusal),
+// else nil.
+func leaseLost(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, idem.ErrLeaseLost) {
+		return cause
+	}
+	return nil
 }

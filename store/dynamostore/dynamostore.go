@@ -44,7 +44,10 @@
 // a Region failover then loses what had not yet replicated, as an
 // asynchronous standby does), or multi-Region strong consistency, whose
 // conditional writes are evaluated against the latest version of the item
-// whatever the Region. idem uses no transactions; it uses TTL only to
+// whatever the Region. The engine's calls use no transactions
+// ([Store.CompleteInTx], which idemdynamo.DoTx calls, is one: its
+// TransactWriteItems is evaluated in one Region too, and DynamoDB does not
+// make a transaction atomic across Regions). It uses TTL only to
 // reclaim storage (expiry is decided from the item's expiration_ms), so a
 // table without TTL answers correctly and keeps expired items until they
 // are deleted. docs/failover.md has the details.

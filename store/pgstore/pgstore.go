@@ -571,6 +571,25 @@ func (s *Store) CompleteInTx(ctx context.Context, key string, fn func(ctx contex
 	return s.translate("commit", key, tx.Commit(ctx))
 }
 
+// WriteInTx runs fn in a transaction begun on the store's DB and commits
+// it, with no record: the writes of an operation that an engine runs
+// without a claim (idem's Config.Disabled, or FailOpen after a failed
+// claim), which idempg.DoTx still makes in a transaction. fn's error, or a
+// panic, rolls it back (the error is returned as it is); a failed begin or
+// commit is translated as the store's other errors are. key names the call
+// in errors.
+func (s *Store) WriteInTx(ctx context.Context, key string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return s.translate("begin", key, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return s.translate("commit", key, tx.Commit(ctx))
+}
+
 func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
