@@ -324,9 +324,9 @@ func TestExtendBatchLongBatch(t *testing.T) {
 
 // TestBatchesOnAFullRedis: on a Redis (noeviction) out of memory, every
 // claim of a batch (a new key and a duplicate alike: Redis refuses a SET
-// before it looks at the key) and every Complete of a batch fails on its
-// own as unavailable, never as a damaged record, and changes nothing; once
-// memory is freed the same batches go through.
+// before it looks at the key) and every Complete and Extend of a batch
+// fails on its own as unavailable, never as a damaged record, and changes
+// nothing; once memory is freed the same batches go through.
 func TestBatchesOnAFullRedis(t *testing.T) {
 	t.Parallel()
 	_, admin := ownRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
@@ -361,16 +361,25 @@ func TestBatchesOnAFullRedis(t *testing.T) {
 			t.Errorf("complete %d on a full Redis: %v, want unavailable", i, err)
 		}
 	}
+	extend := []store.ExtendParams{{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "o", Now: now}, LeaseUntil: now + 120_000}}
+	for _, err := range s.ExtendBatch(ctx, extend) {
+		if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrCorrupt) {
+			t.Errorf("extend on a full Redis: %v, want unavailable", err)
+		}
+	}
 	if _, err := s.Get(ctx, "new"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the refused claim: %v, want no record", err)
 	}
-	if r, err := s.Get(ctx, "held"); err != nil || r.Status != store.StatusInProgress {
-		t.Errorf("the refused Complete's record: %+v, %v; want IN_PROGRESS", r, err)
+	if r, err := s.Get(ctx, "held"); err != nil || r.Status != store.StatusInProgress || r.LeaseUntil != now+60_000 {
+		t.Errorf("the refused Complete's and Extend's record: %+v, %v; want IN_PROGRESS, its lease kept", r, err)
 	}
 	unfill(t, admin)
 	res, errs := s.ClaimBatch(ctx, claims)
 	if errors.Join(errs...) != nil || !res[0].Acquired || res[1].Acquired || res[1].Record.Status != store.StatusCompleted {
 		t.Fatalf("claims after memory was freed: %+v, %v", res, errs)
+	}
+	if err := errors.Join(s.ExtendBatch(ctx, extend)...); err != nil {
+		t.Fatalf("Extends after memory was freed: %v", err)
 	}
 	if err := errors.Join(s.CompleteBatch(ctx, []store.CompleteParams{complete("held"), complete("new")})...); err != nil {
 		t.Fatalf("Completes after memory was freed: %v", err)
