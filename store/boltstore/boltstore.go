@@ -191,7 +191,7 @@ type Config struct {
 }
 
 // Store is an [store.Store] in one bbolt file. It also implements
-// [store.Lister] and [store.Deleter].
+// [store.Lister], [store.Deleter] and [store.BatchExtender].
 type Store struct {
 	readOnly bool // Config.ReadOnly: every write fails with ErrReadOnly
 	db       *bolt.DB

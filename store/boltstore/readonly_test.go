@@ -55,12 +55,13 @@ func TestReadOnlyChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	checkReadOnly(t, s, now)
 	for name, err := range map[string]error{
-		"claim":    second(s.Claim(ctx, localClaim("new", now))),
-		"complete": s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}, ExpiresAt: now + 3_600_000}),
-		"release":  s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}}),
-		"extend":   s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}, LeaseUntil: now + 1}),
-		"delete":   s.Delete(ctx, "done"),
-		"sweep":    second(s.Sweep(now + 10_000_000)),
+		"claim":        second(s.Claim(ctx, localClaim("new", now))),
+		"complete":     s.Complete(ctx, store.CompleteParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}, ExpiresAt: now + 3_600_000}),
+		"release":      s.Release(ctx, store.ReleaseParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}}),
+		"extend":       s.Extend(ctx, store.ExtendParams{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}, LeaseUntil: now + 1}),
+		"extend batch": errors.Join(s.ExtendBatch(ctx, []store.ExtendParams{{ClaimRef: store.ClaimRef{Key: "held", Fence: 1, Owner: "child", Now: now}, LeaseUntil: now + 1}})...),
+		"delete":       s.Delete(ctx, "done"),
+		"sweep":        second(s.Sweep(now + 10_000_000)),
 	} {
 		if !errors.Is(err, boltstore.ErrReadOnly) {
 			t.Errorf("%s on a read-only store: %v, want ErrReadOnly", name, err)

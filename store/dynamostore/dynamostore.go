@@ -14,6 +14,12 @@
 // Get is a strongly consistent GetItem. A new call therefore costs two
 // requests (claim + complete) and a duplicate one.
 //
+// The store has no batch powers (store.BatchClaimer, BatchCompleter,
+// BatchExtender): DynamoDB has no conditional batch write with an answer
+// per item (BatchWriteItem takes no conditions, TransactWriteItems is all
+// or nothing), so the engine claims, completes and renews a batch's items
+// one conditional request each (docs/dynamodb.md).
+//
 // A claim whose write was applied but whose reply was lost (and which the
 // SDK's retryer sends again) meets its own item: the store recognises its
 // owner and fingerprint in the returned item and answers "acquired",

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// batchStatements are the statements of ClaimBatch and CompleteBatch: one
-// each for a whole batch, its rows passed as arrays (unnest).
-type batchStatements struct{ claim, complete string }
+// batchStatements are the statements of ClaimBatch, CompleteBatch and
+// ExtendBatch: one each for a whole batch, its rows passed as arrays
+// (unnest).
+type batchStatements struct{ claim, complete, extend string }
 
 func newBatchStatements(t string) batchStatements {
 	// The claim is the upsert of claimUpsert for every row at once, the
@@ -40,14 +43,21 @@ func newBatchStatements(t string) batchStatements {
 	// The complete is the fenced UPDATE of every row at once; each row of
 	// the batch answers whether it was written and, when it was not, the
 	// row as the statement's snapshot had it, to explain the refusal.
-	complete := "WITH v AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::smallint[], $6::bigint[], $7::bytea[]) " +
-		"AS v(key, fence, owner, now, from_status, expires_at, result)), " +
-		"up AS (UPDATE " + t + " AS cur SET status = 2, result = v.result, err_code = NULL, err_message = NULL, err_body = NULL, " +
-		"expires_at = v.expires_at, completed_at = v.now FROM v WHERE cur.key = v.key AND cur.fence = v.fence AND cur.owner = v.owner " +
-		"AND cur.status = v.from_status AND cur.expires_at > v.now RETURNING cur.key) " +
-		"SELECT v.key, up.key IS NOT NULL, cur.fence, cur.owner, cur.status, cur.expires_at FROM v " +
-		"LEFT JOIN up ON up.key = v.key LEFT JOIN " + t + " AS cur ON cur.key = v.key AND up.key IS NULL"
-	return batchStatements{claim: claim, complete: complete}
+	// The extend is the same with Extend's SET: the lease kept where the
+	// row's lease_until is 0, the ref where its ref is empty. Both take
+	// the fence condition of the single write (fenced in newStatements).
+	fenced := func(unnest, set string) string {
+		return "WITH v AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::smallint[], " + unnest + ")), " +
+			"up AS (UPDATE " + t + " AS cur SET " + set + " FROM v WHERE cur.key = v.key AND cur.fence = v.fence AND cur.owner = v.owner " +
+			"AND cur.status = v.from_status AND cur.expires_at > v.now RETURNING cur.key) " +
+			"SELECT v.key, up.key IS NOT NULL, cur.fence, cur.owner, cur.status, cur.expires_at FROM v " +
+			"LEFT JOIN up ON up.key = v.key LEFT JOIN " + t + " AS cur ON cur.key = v.key AND up.key IS NULL"
+	}
+	complete := fenced("$6::bigint[], $7::bytea[]) AS v(key, fence, owner, now, from_status, expires_at, result",
+		"status = 2, result = v.result, err_code = NULL, err_message = NULL, err_body = NULL, expires_at = v.expires_at, completed_at = v.now")
+	extend := fenced("$6::bigint[], $7::text[]) AS v(key, fence, owner, now, from_status, lease_until, ref",
+		"lease_until = COALESCE(NULLIF(v.lease_until, 0), cur.lease_until), ref = COALESCE(NULLIF(v.ref, ''), cur.ref)")
+	return batchStatements{claim: claim, complete: complete, extend: extend}
 }
 
 // ClaimBatch implements [store.BatchClaimer] in one statement: the
@@ -189,8 +199,65 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 	if len(keys) == 0 {
 		return errs
 	}
-	answered := make(map[string]bool, len(keys))
 	rows, err := s.db.Query(ctx, s.bsql.complete, keys, fences, owners, nows, froms, exps, results)
+	s.fencedBatch("complete", rows, err, errs, at, again, func(i int) store.ClaimRef { return ps[i].ClaimRef }, func(i int) error {
+		return s.complete(ctx, s.db, ps[i])
+	})
+	return errs
+}
+
+// ExtendBatch implements [store.BatchExtender] in one statement: the
+// fenced UPDATE of Extend for every renewal of the batch at once (UPDATE
+// … FROM the batch's rows), each with its own lease end and ref, which
+// answers for each renewal whether it was made and, for one refused, the
+// row as the statement saw it, which explains the refusal (ErrFenced,
+// ErrNotFound), as CompleteBatch does. A refusal the row does not explain
+// and a key named again in the batch are made by Extend after the
+// statement, in order. An Extend that [store.ExtendParams.Check] refuses
+// is not sent.
+func (s *Store) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	errs := make([]error, len(ps))
+	at := make(map[string]int, len(ps)) // key → its renewal in the statement
+	var (
+		keys, owners, refs   []string
+		fences, nows, leases []int64
+		froms                []int16
+		again                []int // made one by one after the statement
+	)
+	for i, p := range ps {
+		if err := p.Check(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, ok := at[p.Key]; ok {
+			again = append(again, i)
+			continue
+		}
+		at[p.Key] = i
+		keys, owners, refs = append(keys, p.Key), append(owners, p.Owner), append(refs, p.Ref)
+		fences, nows, leases = append(fences, int64(p.Fence)), append(nows, p.Now), append(leases, p.LeaseUntil)
+		froms = append(froms, int16(p.From.OrInProgress()))
+	}
+	if len(keys) == 0 {
+		return errs
+	}
+	rows, err := s.db.Query(ctx, s.bsql.extend, keys, fences, owners, nows, froms, leases, refs)
+	s.fencedBatch("extend", rows, err, errs, at, again, func(i int) store.ClaimRef { return ps[i].ClaimRef }, func(i int) error {
+		return s.Extend(ctx, ps[i])
+	})
+	return errs
+}
+
+// fencedBatch reads the answer of a batch of fenced writes' statement
+// (rows, or its error err): per write, whether it was made and, for one
+// refused, the row the statement saw (fence, owner, status, expires_at).
+// at maps each key to the write of ps (ref(i) its claim) that the
+// statement made for it; errs gets each write's answer. A refusal the row
+// does not explain (the claim changed between the statement's snapshot
+// and its lock: see Store.fenced) joins again, the writes made one by one
+// with one(i) after the statement, in order.
+func (s *Store) fencedBatch(op string, rows pgx.Rows, err error, errs []error, at map[string]int, again []int, ref func(i int) store.ClaimRef, one func(i int) error) {
+	answered := make(map[string]bool, len(at))
 	if err == nil {
 		for rows.Next() {
 			var (
@@ -208,14 +275,14 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 				continue
 			}
 			answered[key] = true
-			p := ps[i]
+			c := ref(i)
 			switch {
 			case written:
-			case fence == nil || *expires <= p.Now:
+			case fence == nil || *expires <= c.Now:
 				errs[i] = store.ErrNotFound
 			default:
-				fe := p.Fenced(uint64(*fence), *owner, store.Status(*status))
-				if fe.Own() && fe.Status == p.From.OrInProgress() {
+				fe := c.Fenced(uint64(*fence), *owner, store.Status(*status))
+				if fe.Own() && fe.Status == c.From.OrInProgress() {
 					again = append(again, i) // out of date: see fenced
 					continue
 				}
@@ -229,22 +296,21 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 	}
 	for key, i := range at {
 		if err != nil {
-			errs[i] = s.translate("complete", key, err)
+			errs[i] = s.translate(op, key, err)
 		} else if !answered[key] {
-			errs[i] = fmt.Errorf("pgstore: complete %s: the batch statement returned no row for it: %w", key, store.ErrUnavailable)
+			errs[i] = fmt.Errorf("pgstore: %s %s: the batch statement returned no row for it: %w", op, key, store.ErrUnavailable)
 		}
 	}
 	if err != nil {
 		for _, i := range again {
 			if errs[i] == nil {
-				errs[i] = s.translate("complete", ps[i].Key, err)
+				errs[i] = s.translate(op, ref(i).Key, err)
 			}
 		}
-		return errs
+		return
 	}
 	slices.Sort(again)
 	for _, i := range again {
-		errs[i] = s.complete(ctx, s.db, ps[i])
+		errs[i] = one(i)
 	}
-	return errs
 }

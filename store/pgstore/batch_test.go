@@ -14,10 +14,10 @@ import (
 	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
 
-// TestBatchOneStatement: a batch claim and a batch complete are one
-// statement each, conflicts, refusals and their explanations included,
-// and the engine's batches use them (store.BatchClaimer,
-// store.BatchCompleter).
+// TestBatchOneStatement: a batch claim, a batch extend and a batch
+// complete are one statement each, conflicts, refusals and their
+// explanations included, each renewal with its own lease and ref, and the
+// engine's batches use them (store.BatchClaimer, store.BatchCompleter).
 func TestBatchOneStatement(t *testing.T) {
 	t.Parallel()
 	addr := hostPort(t)
@@ -64,6 +64,43 @@ func TestBatchOneStatement(t *testing.T) {
 	if res[9].Record.Owner != "other" {
 		t.Errorf("the conflict's record: %+v, want the holder's", res[9].Record)
 	}
+	var fe *store.FencedError
+	xs := make([]store.ExtendParams, 10)
+	for i, p := range ps {
+		xs[i] = store.ExtendParams{ClaimRef: store.ClaimRef{Key: p.Key, Fence: 1, Owner: "o", Now: now}, LeaseUntil: now + 120_000 + int64(i)}
+	}
+	xs[3].Key = "absent"
+	xs[5].LeaseUntil, xs[5].Ref = 0, "exec-5" // the lease kept, a ref attached
+	before = cnt.n.Load()
+	xerrs := s.ExtendBatch(ctx, xs)
+	if n := cnt.n.Load() - before; n != 1 {
+		t.Errorf("batch extend: %d statements, want 1", n)
+	}
+	for i, err := range xerrs {
+		switch i {
+		case 3:
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("extend of an absent key: %v, want ErrNotFound", err)
+			}
+		case 9:
+			if !errors.As(err, &fe) || fe.CurrentOwner != "other" || fe.Current != 1 || fe.Status != store.StatusInProgress {
+				t.Errorf("extend of a key another holds: %v, want a *FencedError naming other", err)
+			}
+			if r, err := s.Get(ctx, "held"); err != nil || r.LeaseUntil != now+60_000 {
+				t.Errorf("the refused renewal's record: %+v, %v; want its lease kept", r, err)
+			}
+		default:
+			want, ref := xs[i].LeaseUntil, ""
+			if i == 5 {
+				want, ref = now+60_000, "exec-5"
+			}
+			if err != nil {
+				t.Errorf("extend %d: %v", i, err)
+			} else if r, err := s.Get(ctx, xs[i].Key); err != nil || r.Status != store.StatusInProgress || r.LeaseUntil != want || r.Ref != ref {
+				t.Errorf("record %s: %+v, %v; want lease %d, ref %q", xs[i].Key, r, err, want, ref)
+			}
+		}
+	}
 	cs := make([]store.CompleteParams, 10)
 	for i, p := range ps {
 		cs[i] = store.CompleteParams{ClaimRef: store.ClaimRef{Key: p.Key, Fence: 1, Owner: "o", Now: now}, ExpiresAt: now + 3_600_000, Result: []byte(p.Key)}
@@ -74,7 +111,6 @@ func TestBatchOneStatement(t *testing.T) {
 	if n := cnt.n.Load() - before; n != 1 {
 		t.Errorf("batch complete: %d statements, want 1", n)
 	}
-	var fe *store.FencedError
 	for i, err := range cerrs {
 		switch i {
 		case 4:

@@ -17,8 +17,9 @@
 //
 // A batch is one statement too: [Store.ClaimBatch] claims every key of a
 // batch with one multi-row INSERT … ON CONFLICT DO UPDATE, and
-// [Store.CompleteBatch] makes a batch's Completes with one fenced UPDATE …
-// FROM the batch's rows that answers each row's outcome.
+// [Store.CompleteBatch] and [Store.ExtendBatch] make a batch's Completes,
+// or renew its leases, with one fenced UPDATE … FROM the batch's rows that
+// answers each row's outcome.
 //
 // # Completing inside your transaction
 //

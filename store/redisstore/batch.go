@@ -180,7 +180,7 @@ func slotMoved(msg string) bool {
 }
 
 // raised returns the message of an error a batch script raised for one
-// record: its reply {-2, message} (complete.lua).
+// record: its reply {-2, message} (complete.lua, extend.lua).
 func raised(v []any) (string, bool) {
 	if len(v) != 2 {
 		return "", false

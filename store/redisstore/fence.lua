@@ -1,6 +1,6 @@
--- idem fenced write, the part the single write (fenced.lua) and the batch
--- of Completes (complete.lua) share; a record is laid out as layout.go
--- says.
+-- idem fenced write, the part the single write (fenced.lua) and the
+-- batches of Completes (complete.lua) and of Extends (extend.lua) share; a
+-- record is laid out as layout.go says.
 --
 -- held(k, t, now, from) reads the record at k for a write by the claim
 -- t ('R' fence ':' len(owner) ':' owner) at now (ms) that expects the
@@ -34,6 +34,32 @@ end
 -- the error Redis answered.
 local function settle(k, t, v, q, r, n, st, exp, tail)
   local ok = redis.pcall('SET', k, t .. st .. exp .. ';' .. string.sub(v, q + 1, r + n) .. tail, 'PXAT', exp)
+  if ok.err then return ok end
+  return 0
+end
+
+-- lengthen writes the held record v (with q, r, n from held) with the
+-- lease end lease ('0': keep the lease) and the ref ref ('': keep the ref),
+-- keeping every other field and the key's expiry. It returns 0, or the
+-- error Redis answered, or an error reply 'idem: ...' when the kept fields
+-- are damaged.
+local function lengthen(k, v, q, r, n, lease, ref)
+  -- keep = lease_until ';' created ';' version ';' len(fp) ':' fp ref
+  local keep = string.sub(v, r + 1, r + n)
+  local a = string.find(keep, ';', 1, true)
+  if not a then return redis.error_reply('idem: record layout not recognised') end
+  if lease == '0' then lease = string.sub(keep, 1, a - 1) end
+  local rest = string.sub(keep, a)
+  if ref ~= '' then
+    local b = string.find(keep, ';', a + 1, true)
+    local c = b and string.find(keep, ';', b + 1, true)
+    local d = c and string.find(keep, ':', c + 1, true)
+    local f = d and tonumber(string.sub(keep, c + 1, d - 1))
+    if not f then return redis.error_reply('idem: record layout not recognised') end
+    rest = string.sub(keep, a, d + f) .. ref
+  end
+  keep = lease .. rest
+  local ok = redis.pcall('SET', k, string.sub(v, 1, q) .. #keep .. ':' .. keep .. string.sub(v, r + n + 1), 'KEEPTTL')
   if ok.err then return ok end
   return 0
 end

@@ -18,20 +18,7 @@ if op == 'settle' then
 elseif op == 'release' then
   redis.call('DEL', k)
 elseif op == 'extend' then
-  local keep = string.sub(v, r + 1, r + n)
-  local a = string.find(keep, ';', 1, true)
-  local lease = string.sub(keep, 1, a - 1)
-  if ARGV[5] ~= '0' then lease = ARGV[5] end
-  local rest = string.sub(keep, a)
-  if ARGV[6] ~= '' then
-    -- keep = lease ';' created ';' version ';' len(fp) ':' fp ref
-    local b = string.find(keep, ';', a + 1, true)
-    local c = string.find(keep, ';', b + 1, true)
-    local d = string.find(keep, ':', c + 1, true)
-    rest = string.sub(keep, a, d + tonumber(string.sub(keep, c + 1, d - 1))) .. ARGV[6]
-  end
-  keep = lease .. rest
-  redis.call('SET', k, string.sub(v, 1, q) .. #keep .. ':' .. keep .. string.sub(v, r + n + 1), 'KEEPTTL')
+  return lengthen(k, v, q, r, n, ARGV[5], ARGV[6])
 else
   return redis.error_reply('idem: unknown op ' .. op)
 end

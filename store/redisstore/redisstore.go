@@ -15,7 +15,12 @@
 //   - Complete, Fail, Release and Extend are one small Lua script each
 //     (EVALSHA, loaded on a NOSCRIPT miss) that checks the claim by
 //     comparing the record's prefix with the writer's fence and owner,
-//     checks status and expiry, and writes the new value with SET.
+//     checks status and expiry, and writes the new value with SET;
+//   - a batch of Completes ([Store.CompleteBatch]) or of Extends
+//     ([Store.ExtendBatch]) is one invocation of a batch script per
+//     master and per 128 writes, all in one pipeline, which decides each
+//     write by the same code as the single script (fence.lua), each with
+//     its own answer.
 //
 // The scripts declare themselves with a shebang (#!lua, Redis 7.0 or
 // later), so that a replica refuses them outright (READONLY, unavailable)
@@ -25,7 +30,7 @@
 //
 // Expiry is checked from the caller's Now; the key also carries a native
 // expiry (PXAT expires_at), which only reclaims memory. No operation
-// touches two keys.
+// touches two keys but a batch (below).
 //
 // # Redis Cluster
 //
@@ -102,19 +107,25 @@ var fencedMain string
 //go:embed complete.lua
 var completeMain string
 
+//go:embed extend.lua
+var extendMain string
+
 var (
 	claimScript = redis.NewScript(claimSrc)
 
-	// fencedSrc and completeSrc decide each write by the same code
-	// (fence.lua): one write, and a batch of Completes in one invocation.
+	// fencedSrc, completeSrc and extendSrc decide each write by the same
+	// code (fence.lua): one write, and a batch of Completes or of Extends
+	// in one invocation.
 	fencedSrc      = withFence(fencedMain)
 	completeSrc    = withFence(completeMain)
+	extendSrc      = withFence(extendMain)
 	fencedScript   = redis.NewScript(fencedSrc)
 	completeScript = redis.NewScript(completeSrc)
+	extendScript   = redis.NewScript(extendSrc)
 
 	// scriptSources are the sources [Store.evalsha] and [Store.script]
 	// send on NOSCRIPT.
-	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc, completeScript: completeSrc}
+	scriptSources = map[*redis.Script]string{claimScript: claimSrc, fencedScript: fencedSrc, completeScript: completeSrc, extendScript: extendSrc}
 )
 
 // withFence is the script src with fence.lua in place of its line
@@ -641,6 +652,42 @@ func (s *Store) CompleteBatch(ctx context.Context, ps []store.CompleteParams) []
 		return append(a, p.ExpiresAt, completeTail(p.Now, p.Result))
 	}, func(j int, v any, err error, w *redis.IntCmd) {
 		sent[j] = s.fencedAnswer("complete", ps[idx[j]].ClaimRef, v, err, w)
+	})
+	for j, i := range idx {
+		errs[i] = sent[j]
+	}
+	return errs
+}
+
+// ExtendBatch implements [store.BatchExtender]: the Extends in one
+// invocation of extend.lua (on Redis Cluster one per master, and one per
+// 128 writes), which decides each by the code that decides Extend's
+// (fence.lua), so each keeps its own condition, lease and answer. An
+// Extend that [store.ExtendParams.Check] refuses is not sent.
+func (s *Store) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	errs := make([]error, len(ps))
+	keys := make([]string, 0, len(ps))
+	idx := make([]int, 0, len(ps)) // the params sent: not refused by Check
+	for i, p := range ps {
+		if err := p.Check(); err != nil {
+			errs[i] = err
+			continue
+		}
+		keys, idx = append(keys, p.Key), append(idx, i)
+	}
+	if len(keys) == 0 {
+		return errs
+	}
+	sent := make([]error, len(keys))
+	s.scripted(ctx, "extend", fencedScript, extendScript, keys, sent, func(j int) []any {
+		p := ps[idx[j]]
+		return append(s.fencedArgs("extend", p.ClaimRef), p.LeaseUntil, p.Ref)
+	}, func(j int) []any {
+		p := ps[idx[j]]
+		a := s.fencedArgs("", p.ClaimRef)[1:] // tag, now, from
+		return append(a, p.LeaseUntil, p.Ref)
+	}, func(j int, v any, err error, w *redis.IntCmd) {
+		sent[j] = s.fencedAnswer("extend", ps[idx[j]].ClaimRef, v, err, w)
 	})
 	for j, i := range idx {
 		errs[i] = sent[j]
