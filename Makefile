@@ -50,10 +50,13 @@ bench-peers: ## idem and AWS Powertools (TypeScript) side by side (bench/peers; 
 
 CONSUMERS_N ?= 5000x
 CONSUMERS_COUNT ?= 3
+# idemkafka over DynamoDB Local and PostgreSQL: a few hundred records/s, so
+# fewer records than the other rows.
+CONSUMERS_STORES_N ?= 1000x
 CONSUMERS_REDIS_PORT ?= 6398
 CONSUMERS_STREAMS_PORT ?= 6399
 
-bench-consumers: ## consumers (idemnats, idemamqp, idemkafka, idemwatermill) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu; another is the Redis Streams broker) and the broker (/proc/PID/stat), bare, single and batch paths and a pipelined SET NX + SET, in one run, then again pinned (scripts/bench-consumers-pinned: Redis and a nats-server of its own on CPU 0, the client on CPU 1; RabbitMQ only with CONSUMERS_PIN_RABBITMQ=1) → bench/results/consumers{,-pinned}.txt, consumers.md, docs/benchmarks.md and docs/img/consumers.png; needs NATS on :4222 and RabbitMQ on :5672
+bench-consumers: ## consumers (idemnats, idemamqp, idemkafka, idemwatermill) in msgs/s and CPU per message of the client, Redis (a redis-server of its own, INFO cpu; another is the Redis Streams broker) and the broker (/proc/PID/stat), bare, single and batch paths, the dedup a team writes by hand (ConsumeHandDedup) and a pipelined SET NX + SET, in one run; idemkafka over DynamoDB Local (scripts/dynamodb-local run, for that step only) and PostgreSQL (127.0.0.1:5432) with CONSUMERS_STORES_N records; then again pinned (scripts/bench-consumers-pinned: Redis and a nats-server of its own on CPU 0, the client on CPU 1; RabbitMQ only with CONSUMERS_PIN_RABBITMQ=1) → bench/results/consumers{,-pinned}.txt, consumers.md, docs/benchmarks.md and docs/img/consumers.png; needs NATS on :4222 and RabbitMQ on :5672
 	@mkdir -p bench/results .cache/bench-consumers
 	@set -e; d=$(CURDIR)/.cache/bench-consumers; \
 		redis-server --port $(CONSUMERS_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir $$d --pidfile $$d/redis.pid --logfile $$d/redis.log; \
@@ -64,7 +67,8 @@ bench-consumers: ## consumers (idemnats, idemamqp, idemkafka, idemwatermill) in 
 		{ uptime; \
 		  (cd idemnats && $(LOCKED) $(GO) test -run '^$$' -bench 'RedisBaseline|Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  (cd idemamqp && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
-		  (cd idemkafka && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemkafka && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume/^(bare|idemkafka|idemkafka\+redis|redis)$$' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
+		  (cd idemkafka && $(CURDIR)/scripts/dynamodb-local run $(LOCKED) $(GO) test -run '^$$' -bench 'Consume/^idemkafka\+(dynamodb|postgres)$$' -benchtime $(CONSUMERS_STORES_N) -count $(CONSUMERS_COUNT) .); \
 		  (cd idemwatermill && $(LOCKED) $(GO) test -run '^$$' -bench 'Consume' -benchtime $(CONSUMERS_N) -count $(CONSUMERS_COUNT) .); \
 		  uptime; } >bench/results/consumers.txt
 	GO=$(GO) CONSUMERS_N=$(CONSUMERS_N) CONSUMERS_COUNT=$(CONSUMERS_COUNT) BENCH_LOCK=$(BENCH_LOCK) scripts/bench-consumers-pinned >bench/results/consumers-pinned.txt

@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemnats"
 	"github.com/seed-a1b882c0/idem/idemtest/benchkit"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
+	"github.com/seed-a1b882c0/idem/store/redisstore/handdedup"
 )
 
 // benchBroker is the broker process whose CPU the benchmarks read: the
@@ -136,6 +137,70 @@ func BenchmarkConsumeBatch(b *testing.B) {
 				consumeBatch(b, v.batches, p)
 			})
 		}
+	}
+}
+
+// BenchmarkConsumeHandDedup: the dedup a team writes by hand instead of
+// idemnats (handdedup), on the same Redis: per pull batch (a Fetch of c
+// messages, one batch at a time), one pipeline of SET NX per message (its
+// Nats-Msg-Id), the handlers of the messages it claimed, one pipeline of
+// SET per outcome, then an ack per message. It has none of idem's
+// guarantees; compare its msgs/s and CPU per message with
+// BenchmarkConsumeBatch's redis rows at the same c (messages in flight).
+func BenchmarkConsumeHandDedup(b *testing.B) {
+	for _, size := range []int{16, 32} {
+		b.Run(fmt.Sprintf("redis/c=%d", size), func(b *testing.B) {
+			rc := redis.NewClient(&redis.Options{Addr: testenv.Reach(b, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")})
+			defer rc.Close()
+			d, err := handdedup.New(rc, fmt.Sprintf("idemnats-hand-%d:", time.Now().UnixNano()), time.Hour)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cons, n := prepare(b)
+			ctx := context.Background()
+			handle := func(jetstream.Msg) ([]byte, error) { return []byte("{}"), nil }
+			done, batches := 0, 0
+			b.ResetTimer()
+			cpu := benchkit.StartCPU(b, benchkit.StoreRedis(), benchBroker("nats-server"))
+			start := time.Now()
+			for done < n {
+				// At most what is left, so that the last pull does not
+				// wait out FetchMaxWait for messages that never come.
+				mb, err := cons.Fetch(min(size, n-done), jetstream.FetchMaxWait(10*time.Second))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var msgs []jetstream.Msg
+				for m := range mb.Messages() {
+					msgs = append(msgs, m)
+				}
+				if err := mb.Error(); err != nil {
+					b.Fatal(err)
+				}
+				keys := make([]string, len(msgs))
+				for i, m := range msgs {
+					keys[i] = m.Headers().Get(nats.MsgIdHdr)
+				}
+				st, err := d.Batch(ctx, keys, func(i int) ([]byte, error) { return handle(msgs[i]) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, s := range st {
+					if s != handdedup.Ran {
+						b.Fatalf("message %s: %v; every message of the benchmark is new and succeeds", keys[i], s)
+					}
+					if err := msgs[i].Ack(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				done += len(st)
+				batches++
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+			b.ReportMetric(float64(n)/float64(batches), "msgs/batch")
+			cpu.Report(b, n)
+		})
 	}
 }
 

@@ -1,9 +1,12 @@
 // Command consumers turns the output of make bench-consumers
 // (bench/results/consumers.txt and consumers-pinned.txt: go test -bench of
-// idemnats and idemamqp, each between two uptime lines; the second with the
-// servers on CPU 0 and the client on CPU 1) into the two tables of
+// the consumers' modules, each between two uptime lines; the second with the
+// servers on CPU 0 and the client on CPU 1) into the tables of
 // docs/benchmarks.md, "Consumers: CPU per message", between its markers,
-// and into bench/results/consumers.md.
+// and into bench/results/consumers.md: for each run, idem against the
+// dedup a team writes by hand (per broker: bare, hand-written dedup, idem's
+// single and batch paths, and the batch path's ratios to the hand-written
+// one), then every benchmark's row.
 //
 //	cd bench && go run ./consumers
 package main
@@ -19,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed-a1b882c0/idem/bench/internal/baseline"
 )
 
 const (
@@ -44,11 +49,14 @@ func main() {
 		{in, "Unpinned: the client, Redis and the broker share the 2 cores."},
 		{pinned, "Pinned: Redis and the broker on CPU 0, the client on CPU 1 (`taskset`)."},
 	} {
-		t, err := table(f.file)
+		rows, t, err := table(f.file)
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Fprintf(&b, "%s %s\n", f.title, t)
+		if h := handTable(rows); h != "" {
+			fmt.Fprintf(&b, "%s\n", h)
+		}
 	}
 	tables := b.String()
 	if err := os.WriteFile(out, []byte(tables), 0o644); err != nil {
@@ -71,10 +79,10 @@ func main() {
 
 // table is the markdown table of one go test -bench output, with the
 // lines the output holds besides the benchmarks' (pinned: …) as notes.
-func table(file string) (string, error) {
+func table(file string) ([]*row, string, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	defer f.Close()
 	var (
@@ -117,10 +125,10 @@ func table(file string) (string, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if len(rows) == 0 {
-		return "", fmt.Errorf("no benchmark lines in %s", file)
+		return nil, "", fmt.Errorf("no benchmark lines in %s", file)
 	}
 	baseline := 0.0
 	for _, r := range rows {
@@ -148,7 +156,54 @@ func table(file string) (string, error) {
 		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %s | %s | %s |\n", r.pkg, r.name, num(r.runs["msgs/s"], 0), num(r.runs["msgs/batch"], 1), num(r.runs["client-cpu-µs/msg"], 1),
 			num(r.runs["redis-cpu-µs/msg"], 1), ratio, num(r.runs["broker-cpu-µs/msg"], 1), all)
 	}
-	return b.String(), nil
+	return rows, b.String(), nil
+}
+
+// handTable is the table of idem against the dedup a team writes by hand:
+// per broker and messages in flight, the bare consumer, the hand-written
+// dedup, idem's single and batch paths over the same Redis, with the batch
+// path's msgs/s, Redis CPU and client CPU per message divided by the
+// hand-written dedup's. "" when the run has no hand-written dedup.
+func handTable(rows []*row) string {
+	by := map[string]*row{}
+	for _, r := range rows {
+		by[r.pkg+" "+r.name] = r
+	}
+	var b strings.Builder
+	for _, g := range baseline.Groups {
+		hand := by[g.Key(g.Hand)]
+		if hand == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("Against the dedup a team writes by hand (`ConsumeHandDedup`: per batch a pipelined `SET NX` per message, the handlers, a pipelined `SET` per outcome, then ack or commit), same Redis, same run; the last three columns are idem's batch path ÷ the hand-written dedup.\n\n" +
+				"| broker | in flight | consumer | msgs/s | client CPU µs/msg | Redis CPU µs/msg | broker CPU µs/msg | batch ÷ hand: msgs/s | batch ÷ hand: Redis CPU | batch ÷ hand: client CPU |\n" +
+				"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		}
+		line := func(label string, r *row, ratios bool) {
+			if r == nil {
+				return
+			}
+			ratio := func(metric string) string {
+				h, v := median(hand.runs[metric]), median(r.runs[metric])
+				if !ratios || h <= 0 || v <= 0 {
+					return "—"
+				}
+				return fmt.Sprintf("%.2f", v/h)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Broker, g.InFlight, label,
+				num(r.runs["msgs/s"], 0), num(r.runs["client-cpu-µs/msg"], 1), num(r.runs["redis-cpu-µs/msg"], 1), num(r.runs["broker-cpu-µs/msg"], 1),
+				ratio("msgs/s"), ratio("redis-cpu-µs/msg"), ratio("client-cpu-µs/msg"))
+		}
+		line("bare (no dedup)", by[g.Key(g.Bare)], false)
+		line("hand-written dedup", hand, false)
+		line("idem single path", by[g.Key(g.Single)], false)
+		line("idem batch path", by[g.Key(g.Batch)], true)
+		for _, o := range g.Others {
+			line(o.Label, by[g.Key(o.Name)], false)
+		}
+	}
+	return b.String()
 }
 
 func runsOf(rows []*row) int {

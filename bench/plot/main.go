@@ -5,8 +5,11 @@
 //	engine.png            the core engine benchmarks' ns/op and allocs/op
 //	                      before and after issue 17, from engine-before.txt
 //	                      and engine-after.txt (go test -bench output)
-//	consumers.png         the consumers' msgs/s and CPU per message (client,
-//	                      Redis, broker) per path, unpinned and pinned, from
+//	consumers.png         per broker, the bare consumer, the dedup a team
+//	                      writes by hand and idem's single and batch paths
+//	                      over one Redis: msgs/s as a multiple of the
+//	                      hand-written dedup's, CPU per message (client,
+//	                      Redis, broker), unpinned and pinned, from
 //	                      consumers.txt and consumers-pinned.txt
 //
 // Run it from the bench module (make bench-plots; make bench-consumers
@@ -37,6 +40,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/seed-a1b882c0/idem/bench/internal/baseline"
 	"github.com/seed-a1b882c0/idem/bench/internal/stats"
 )
 
@@ -95,6 +99,7 @@ type series struct {
 	name   string
 	color  color.Color
 	values []float64
+	labels []string // each bar's label, in place of the format's when set
 }
 
 // bars is a grouped bar chart: one group per label, one bar per series,
@@ -124,6 +129,9 @@ func bars(title, ylabel string, groups []string, ss []series, format func(float6
 		for i, v := range s.values {
 			xys[i] = plotter.XY{X: float64(i), Y: v}
 			labels[i] = format(v) // "" for no label
+			if s.labels != nil {
+				labels[i] = s.labels[i]
+			}
 			top = max(top, v)
 		}
 		l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
@@ -373,12 +381,12 @@ func engineFigure(results, file string) error {
 		return strconv.FormatFloat(v, 'f', 2, 64) + " ns"
 	}
 	pns, err := bars("Engine over memstore: time per call", "ns/op (median of -count 5)", groups,
-		[]series{{"before issue 17 (f03a8e3)", grey, bns}, {"after", blue, ans}}, nsLabel)
+		[]series{{name: "before issue 17 (f03a8e3)", color: grey, values: bns}, {name: "after", color: blue, values: ans}}, nsLabel)
 	if err != nil {
 		return err
 	}
 	pal, err := bars("Allocations per call", "allocs/op", groups,
-		[]series{{"before issue 17 (f03a8e3)", grey, ba}, {"after", blue, aa}}, func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) })
+		[]series{{name: "before issue 17 (f03a8e3)", color: grey, values: ba}, {name: "after", color: blue, values: aa}}, func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) })
 	if err != nil {
 		return err
 	}
@@ -432,21 +440,14 @@ func readMetrics(file string) (map[string]map[string]float64, error) {
 	return out, nil
 }
 
-// consumerPaths are the rows of consumers.png: each consumer's single and
-// batch paths over Redis, and RabbitMQ's bare consumer (the goal's
-// reference; JetStream's, several times faster, is in the table).
-var consumerPaths = []struct{ label, name string }{
-	{"NATS\nsingle 16", "idemnats Consume/redis/c=16"},
-	{"NATS\nbatch 16", "idemnats ConsumeBatch/redis/c=16"},
-	{"NATS\nbatch 32", "idemnats ConsumeBatch/redis/c=32"},
-	{"AMQP\nbare 16", "idemamqp Consume/bare/c16"},
-	{"AMQP\nsingle 16", "idemamqp Consume/redis/c16"},
-	{"AMQP\nbatch 16", "idemamqp ConsumeBatch/redis/c16"},
-	{"AMQP\nbatch 32", "idemamqp ConsumeBatch/redis/c32"},
-}
-
-// consumersFigure: msgs/s per path, unpinned and pinned, and the CPU per
-// message of the client, Redis and the broker in each run.
+// consumersFigure: per broker and messages in flight (baseline.Groups),
+// the bare consumer, the dedup a team writes by hand, and idem's single and
+// batch paths over the same Redis: msgs/s as a multiple of the
+// hand-written dedup's (each bar labelled with its msgs/s), and the CPU per
+// message of the client, Redis and the broker, the batch path's bars
+// labelled with their ratio to the hand-written dedup. One row of panels
+// per run: unpinned (consumers.txt) and, when it has the hand-written
+// dedup, pinned (consumers-pinned.txt).
 func consumersFigure(results, file string) error {
 	free, err := readMetrics(filepath.Join(results, "consumers.txt"))
 	if err != nil {
@@ -456,44 +457,126 @@ func consumersFigure(results, file string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	var groups []string
-	var rate [2][]float64
-	var cpu [2][3][]float64
-	for _, p := range consumerPaths {
-		if free[p.name] == nil && pinned[p.name] == nil {
-			continue
-		}
-		groups = append(groups, p.label)
-		for k, run := range []map[string]map[string]float64{free, pinned} {
-			m := run[p.name] // nil: not measured, drawn as 0 with no label
-			rate[k] = append(rate[k], m["msgs/s"])
-			for j, metric := range []string{"client-cpu-µs/msg", "redis-cpu-µs/msg", "broker-cpu-µs/msg"} {
-				cpu[k][j] = append(cpu[k][j], m[metric])
-			}
-		}
-	}
-	if len(groups) == 0 {
-		return errors.New("no consumer benchmark over Redis in consumers.txt")
-	}
-	prate, err := bars("Consumers + Redis: messages per second", "msgs/s (median)", groups,
-		[]series{{"unpinned", grey, rate[0]}, {"pinned (servers CPU 0, client CPU 1)", blue, rate[1]}}, count)
-	if err != nil {
-		return err
-	}
-	us := func(v float64) string {
-		if v == 0 {
-			return ""
-		}
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	ps := []*plot.Plot{prate}
-	for k, title := range []string{"CPU per message, unpinned", "CPU per message, pinned"} {
-		p, err := bars(title, "µs of CPU per message (median)", groups,
-			[]series{{"client", blue, cpu[k][0]}, {"Redis", orange, cpu[k][1]}, {"broker", grey, cpu[k][2]}}, us)
+	var rows [][]*plot.Plot
+	for _, run := range []struct {
+		title   string
+		metrics map[string]map[string]float64
+	}{{"unpinned", free}, {"pinned: servers CPU 0, client CPU 1", pinned}} {
+		ps, err := handPanels(run.title, run.metrics)
 		if err != nil {
 			return err
 		}
-		ps = append(ps, p)
+		if ps != nil {
+			rows = append(rows, ps)
+		}
 	}
-	return save(file, 21*vg.Inch, 5*vg.Inch, ps...)
+	if len(rows) == 0 {
+		return fmt.Errorf("no hand-written dedup (ConsumeHandDedup) in consumers.txt, a run before it was measured: %w", fs.ErrNotExist)
+	}
+	return saveGrid(file, 22*vg.Inch, vg.Length(len(rows))*5*vg.Inch, rows)
+}
+
+// The paths' colours: no dedup grey, the hand-written dedup orange, idem blue.
+var paths = []struct {
+	name  string
+	color color.Color
+	bench func(g baseline.Group) string
+}{
+	{"bare (no dedup)", grey, func(g baseline.Group) string { return g.Bare }},
+	{"hand-written dedup (SET NX, SET)", orange, func(g baseline.Group) string { return g.Hand }},
+	{"idem single path", lightBlue, func(g baseline.Group) string { return g.Single }},
+	{"idem batch path", blue, func(g baseline.Group) string { return g.Batch }},
+}
+
+// handPanels are one run's panels of consumersFigure, nil when the run has
+// no hand-written dedup.
+func handPanels(title string, m map[string]map[string]float64) ([]*plot.Plot, error) {
+	var groups []string
+	var hands []map[string]float64
+	var gs []baseline.Group
+	for _, g := range baseline.Groups {
+		if h := m[g.Key(g.Hand)]; h != nil {
+			groups = append(groups, strings.Replace(g.Broker, " ", "\n", 1)+"\n"+g.InFlight)
+			hands = append(hands, h)
+			gs = append(gs, g)
+		}
+	}
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	// One panel per metric; series per path, bars per group.
+	panel := func(ptitle, ylabel, metric string, relative, ratio bool) (*plot.Plot, error) {
+		var ss []series
+		for _, p := range paths {
+			s := series{name: p.name, color: p.color}
+			any := false
+			for i, g := range gs {
+				v := m[g.Key(p.bench(g))][metric] // 0: not measured, no label
+				h := hands[i][metric]
+				label := ""
+				if v > 0 {
+					any = true
+					label = strconv.FormatFloat(v, 'f', 0, 64)
+					if metric == "msgs/s" {
+						label = count(v)
+					}
+					if ratio && p.name == "idem batch path" && h > 0 {
+						label += fmt.Sprintf(" (%.2f×)", v/h)
+					}
+				}
+				if relative {
+					if h > 0 {
+						v /= h
+					} else {
+						v = 0
+					}
+				}
+				s.values = append(s.values, v)
+				s.labels = append(s.labels, label)
+			}
+			if any {
+				ss = append(ss, s)
+			}
+		}
+		return bars(ptitle, ylabel, groups, ss, func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) })
+	}
+	rate, err := panel("msgs/s ÷ the hand-written dedup's, "+title, "× hand-written (bars: msgs/s)", "msgs/s", true, false)
+	if err != nil {
+		return nil, err
+	}
+	client, err := panel("Client CPU per message, "+title, "µs per message (batch: ÷ hand-written)", "client-cpu-µs/msg", false, true)
+	if err != nil {
+		return nil, err
+	}
+	redis, err := panel("Redis CPU per message, "+title, "µs per message (batch: ÷ hand-written)", "redis-cpu-µs/msg", false, true)
+	if err != nil {
+		return nil, err
+	}
+	broker, err := panel("Broker CPU per message, "+title, "µs per message", "broker-cpu-µs/msg", false, false)
+	if err != nil {
+		return nil, err
+	}
+	return []*plot.Plot{rate, client, redis, broker}, nil
+}
+
+// saveGrid writes rows of plots into one PNG.
+func saveGrid(file string, w, h vg.Length, rows [][]*plot.Plot) error {
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(110))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(rows), Cols: len(rows[0]), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 6, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(rows, tiles, dc)
+	for i, row := range rows {
+		for j, p := range row {
+			p.Draw(canvases[i][j])
+		}
+	}
+	fd, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(fd); err != nil {
+		fd.Close()
+		return err
+	}
+	return fd.Close()
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,5 +97,40 @@ BenchmarkConsume/bare/c16   	    5000	    100 ns/op	     20000 msgs/s
 	}
 	if got["idemamqp Consume/bare/c16"]["msgs/s"] != 20000 {
 		t.Errorf("idemamqp row %v (a name without the -GOMAXPROCS suffix, as a pinned run on one CPU writes it)", got["idemamqp Consume/bare/c16"])
+	}
+}
+
+// consumers.png is drawn from the hand-written dedup's rows and the paths
+// beside them; a run without them (before they were measured) skips the
+// figure instead of failing bench-plots.
+func TestConsumersFigure(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	old := `pkg: github.com/seed-a1b882c0/idem/idemnats
+BenchmarkConsumeBatch/redis/c=16-2   	    5000	    100 ns/op	        30.00 broker-cpu-µs/msg	        50.00 client-cpu-µs/msg	        16.00 msgs/batch	      9000 msgs/s	        20.00 redis-cpu-µs/msg
+`
+	if err := os.WriteFile(filepath.Join(dir, "consumers.txt"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := consumersFigure(dir, filepath.Join(dir, "consumers.png")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("consumersFigure without ConsumeHandDedup: %v, want a skip (fs.ErrNotExist)", err)
+	}
+	run := old + `BenchmarkConsume/bare/c=16-2   	    5000	    100 ns/op	        8.000 broker-cpu-µs/msg	        5.000 client-cpu-µs/msg	    100000 msgs/s	         0.1000 redis-cpu-µs/msg
+BenchmarkConsume/redis/c=16-2   	    5000	    100 ns/op	        40.00 broker-cpu-µs/msg	        100.0 client-cpu-µs/msg	      8000 msgs/s	        50.00 redis-cpu-µs/msg
+BenchmarkConsumeHandDedup/redis/c=16-2   	    5000	    100 ns/op	        20.00 broker-cpu-µs/msg	        20.00 client-cpu-µs/msg	        16.00 msgs/batch	     22000 msgs/s	        10.00 redis-cpu-µs/msg
+pkg: github.com/seed-a1b882c0/idem/idemkafka
+BenchmarkConsume/bare-2         	    5000	    100 ns/op	         2.500 client-cpu-µs/msg	    400000 msgs/s	         0.1000 redis-cpu-µs/msg
+BenchmarkConsume/idemkafka+redis-2         	    5000	    100 ns/op	         80.00 client-cpu-µs/msg	    8000 msgs/s	         60.00 redis-cpu-µs/msg
+BenchmarkConsumeHandDedup/redis-2         	    5000	    100 ns/op	         10.00 client-cpu-µs/msg	    32000 msgs/s	         12.00 redis-cpu-µs/msg
+`
+	if err := os.WriteFile(filepath.Join(dir, "consumers.txt"), []byte(run), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "consumers.png")
+	if err := consumersFigure(dir, out); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(out); err != nil || st.Size() == 0 {
+		t.Errorf("consumers.png: %v", err)
 	}
 }

@@ -19,11 +19,13 @@ const repo = "github.com/seed-a1b882c0/idem"
 
 // isKit reports whether p is a test kit: store/storetest, idemtest/..., a
 // store module's kit (store/dynamostore/dynamotest, which the tests of the
-// modules that use DynamoDB share without the core taking on the AWS SDK),
+// modules that use DynamoDB share without the core taking on the AWS SDK;
+// store/redisstore/handdedup, the hand-written Redis dedup the consumers'
+// benchmarks measure idem against, without the core taking on go-redis),
 // a module's internal kit (internal/…test, such as idemgrpc's ordertest,
 // which only that module's tests import), or a test library.
 func isKit(p string) bool {
-	return p == repo+"/store/storetest" || p == repo+"/store/dynamostore/dynamotest" ||
+	return p == repo+"/store/storetest" || p == repo+"/store/dynamostore/dynamotest" || p == repo+"/store/redisstore/handdedup" ||
 		p == repo+"/idemtest" || strings.HasPrefix(p, repo+"/idemtest/") ||
 		strings.HasPrefix(p, repo+"/") && strings.Contains(p, "/internal/") && strings.HasSuffix(p, "test") ||
 		strings.HasPrefix(p, "go.uber.org/goleak") || strings.HasPrefix(p, "github.com/anishathalye/porcupine")
