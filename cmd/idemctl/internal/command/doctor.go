@@ -131,7 +131,7 @@ func (d *doctor) clock(ctx context.Context, t store.ServerTimer) {
 	if err != nil {
 		f := store.FindingOf("clock", err)
 		f.What = "cannot read the store's clock: " + f.What
-		d.report(f)
+		d.report(d.after(f))
 		return
 	}
 	after := d.c.now()
@@ -144,8 +144,16 @@ func (d *doctor) clock(ctx context.Context, t store.ServerTimer) {
 	d.ok("clock", "%v from the store's (engines correct their timestamps by it)", offset)
 }
 
-// roundTrip times probes reads of a key no call uses. When it fails after
-// other problems, those are the likely cause, and its fix says so.
+// after is f, a check that failed after others had found problems: those
+// are the likely cause, and its fix says so.
+func (d *doctor) after(f store.Finding) store.Finding {
+	if d.problems > 0 {
+		f.Fix = "mend the problem(s) above first; " + f.Fix
+	}
+	return f
+}
+
+// roundTrip times probes reads of a key no call uses.
 func (d *doctor) roundTrip(ctx context.Context, s store.Store, probes int) {
 	times := make([]time.Duration, 0, probes)
 	for range probes {
@@ -154,10 +162,7 @@ func (d *doctor) roundTrip(ctx context.Context, s store.Store, probes int) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			f := store.FindingOf("round trip", err)
 			f.What = "a read failed: " + f.What
-			if d.problems > 0 {
-				f.Fix = "mend the problem(s) above first; " + f.Fix
-			}
-			d.report(f)
+			d.report(d.after(f))
 			return
 		}
 		times = append(times, time.Since(start))
