@@ -206,7 +206,7 @@ type Durability struct {
 
 // Durability reads the server's settings that decide whether an
 // acknowledged outcome survives a crash or a failover (docs/production.md):
-// one read-only query, for idemctl doctor.
+// one read-only query, for [Store.Diagnose].
 func (s *Store) Durability(ctx context.Context) (Durability, error) {
 	var d Durability
 	err := s.db.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "+

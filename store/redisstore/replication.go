@@ -34,7 +34,7 @@ type MasterReplication struct {
 }
 
 // Replication reads INFO replication on every server the store writes to
-// (read-only), for idemctl doctor.
+// (read-only), for [Store.Diagnose].
 func (s *Store) Replication(ctx context.Context) (Replication, error) {
 	r := Replication{WaitReplicas: s.cfg.WaitReplicas}
 	read := readReplication
