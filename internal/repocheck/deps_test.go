@@ -134,6 +134,14 @@ func storeUsesEngine(p string) bool {
 	return true
 }
 
+// contractOnly reports whether p is a command's package held to the store
+// contract: it may import package store and store/storeurl, no store's own
+// package. cmd/idem-gateway is not held yet (redisstore.SetLogger,
+// boltstore.DefaultPath).
+func contractOnly(p string) bool {
+	return p == repo+"/cmd/idemctl" || strings.HasPrefix(p, repo+"/cmd/idemctl/")
+}
+
 // rpcForbidden names, for the transport-neutral packages of module
 // idemgrpc, the transports they must not depend on.
 var rpcForbidden = map[string][]string{
@@ -189,6 +197,17 @@ func TestModulesKeepTheirBoundaries(t *testing.T) {
 				for _, f := range rpcForbidden[p.ImportPath] {
 					if d == f || strings.HasPrefix(d, f+"/") {
 						t.Errorf("%s reaches %s through %s; it must not depend on that transport", p.ImportPath, f, d)
+					}
+				}
+			}
+			// A command knows the store contract only: it opens stores
+			// through storeurl and asks them through store powers
+			// (store.Diagnoser for doctor), never a store package's own
+			// types (contractOnly).
+			if contractOnly(p.ImportPath) {
+				for _, imp := range p.Imports {
+					if storeUsesEngine(imp) && imp != repo+"/store" {
+						t.Errorf("%s imports %s; a command reaches stores through store/storeurl and the contract's powers", p.ImportPath, imp)
 					}
 				}
 			}

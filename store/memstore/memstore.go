@@ -312,3 +312,14 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	delete(s.m, key)
 	return nil
 }
+
+var _ store.Diagnoser = (*Store)(nil)
+
+// Diagnose implements store.Diagnoser with one finding, "persistence", a
+// warning: the records live in this process's memory and are forgotten
+// when it exits, and their operations then run again.
+func (s *Store) Diagnose(context.Context) []store.Finding {
+	return []store.Finding{{Check: "persistence", Severity: store.SeverityWarning,
+		What: "records live in this process's memory: they are forgotten when it exits, and their operations then run again",
+		Fix:  "for records that must outlive the process, use a bolt file, Redis with persistence, PostgreSQL or DynamoDB (docs/stores.md)"}}
+}

@@ -65,7 +65,8 @@ func insufficientPrivilege(err error) bool {
 // Check checks that the table exists and that the role the store connects
 // as holds SELECT, INSERT, UPDATE and DELETE on it: a [*PrivilegeError]
 // names the privileges missing and the GRANT that adds them. A missing
-// table or an unreachable server is store.ErrUnavailable, as for any call.
+// table is a [*NoTableError] and an unreachable server
+// store.ErrUnavailable, as for any call.
 // [Open] calls it, and so does storeurl.Open.
 func (s *Store) Check(ctx context.Context) error {
 	var role string
@@ -154,6 +155,36 @@ func connectRefused(err error) *ConnectError {
 	return ce
 }
 
+// NoTableError reports that the records table does not exist: the
+// migrations have not run on this database (or the URL names another
+// table). It matches store.ErrUnavailable (errors.Is), as for any call
+// that cannot reach its data: a program that starts while its migrations
+// still run waits for them (storeurl.OpenWait); and the message and
+// [NoTableError.Fix] say to run idemctl migrate.
+type NoTableError struct {
+	// Op and Key are the call that found it ("ping", "claim", …).
+	Op, Key string
+	// Table is the records table, as configured.
+	Table string
+	// Err is the server's error (SQLSTATE 42P01).
+	Err error
+}
+
+func (e *NoTableError) Error() string {
+	return fmt.Sprintf("pgstore: %s %s: table %s does not exist: %s (%v)", e.Op, e.Key, e.Table, e.Fix(), e.Err)
+}
+
+// Fix implements store.Fixer: what creates the table.
+func (e *NoTableError) Fix() string {
+	return "create it with idemctl migrate on this store's URL (or pgstore.Migrate), as a role that may create tables in its schema; " +
+		"or name the existing table with table= (Config.Table)"
+}
+
+// Is makes errors.Is(err, store.ErrUnavailable) true.
+func (e *NoTableError) Is(target error) bool { return target == store.ErrUnavailable }
+
+func (e *NoTableError) Unwrap() error { return e.Err }
+
 // Durability is what the server says of how long a commit it
 // acknowledged lasts: through a crash of the server, and through a
 // failover to a standby. See [Store.Durability].
@@ -175,7 +206,7 @@ type Durability struct {
 
 // Durability reads the server's settings that decide whether an
 // acknowledged outcome survives a crash or a failover (docs/production.md):
-// one read-only query, for idemctl doctor.
+// one read-only query, for [Store.Diagnose].
 func (s *Store) Durability(ctx context.Context) (Durability, error) {
 	var d Durability
 	err := s.db.QueryRow(ctx, "SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'), "+

@@ -235,7 +235,7 @@ func (s *Store) translate(op, key string, err error) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {
-		return fmt.Errorf("pgstore: %s %s: table %s does not exist (run pgstore.Migrate): %w: %w", op, key, s.cfg.Table, store.ErrUnavailable, err)
+		return &NoTableError{Op: op, Key: key, Table: s.cfg.Table, Err: err}
 	}
 	if errors.As(err, &pe) && pe.Code == "53300" {
 		return fmt.Errorf("pgstore: %s %s: the server is out of connections for the store (raise max_connections or the role's CONNECTION LIMIT above the sum of every pool, or lower pool_max_conns): %w: %w",

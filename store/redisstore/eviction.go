@@ -35,6 +35,12 @@ type EvictionError struct {
 }
 
 func (e *EvictionError) Error() string {
+	return "redisstore: " + e.found() + ". " + e.fix()
+}
+
+// found says what e found: the server, its limit and policy, and what
+// they cost.
+func (e *EvictionError) found() string {
 	policy, limit := e.Policy, strconv.FormatInt(e.MaxMemory, 10)
 	if policy == "" {
 		policy = "not reported by INFO memory"
@@ -42,13 +48,17 @@ func (e *EvictionError) Error() string {
 	if e.MaxMemory < 0 {
 		limit = "not reported by INFO memory"
 	}
-	return fmt.Sprintf("redisstore: Redis at %s may evict keys when memory runs short (maxmemory %s, maxmemory-policy %s): "+
-		"it may drop idem records before their expiry, IN_PROGRESS ones included, and an operation whose record was dropped runs again. "+
-		"Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf); on a managed service, "+
-		"the ElastiCache parameter group's maxmemory-policy, the Memorystore instance's maxmemory-policy configuration, "+
-		"Azure Cache for Redis's maxmemory-policy setting; or give idem a Redis of its own with noeviction. "+
-		"To accept that records may be forgotten and operations may run again, set Config.AllowEviction (alloweviction=true in a store URL)",
+	return fmt.Sprintf("Redis at %s may evict keys when memory runs short (maxmemory %s, maxmemory-policy %s): "+
+		"it may drop idem records before their expiry, IN_PROGRESS ones included, and an operation whose record was dropped runs again",
 		e.Addr, limit, policy)
+}
+
+// fix says what to set.
+func (e *EvictionError) fix() string {
+	return "Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf); on a managed service, " +
+		"the ElastiCache parameter group's maxmemory-policy, the Memorystore instance's maxmemory-policy configuration, " +
+		"Azure Cache for Redis's maxmemory-policy setting; or give idem a Redis of its own with noeviction. " +
+		"To accept that records may be forgotten and operations may run again, set Config.AllowEviction (alloweviction=true in a store URL)"
 }
 
 // Is makes errors.Is(err, store.ErrMisconfigured) and

@@ -34,26 +34,10 @@ type MasterReplication struct {
 }
 
 // Replication reads INFO replication on every server the store writes to
-// (read-only), for idemctl doctor.
+// (read-only), for [Store.Diagnose].
 func (s *Store) Replication(ctx context.Context) (Replication, error) {
 	r := Replication{WaitReplicas: s.cfg.WaitReplicas}
-	read := func(ctx context.Context, c redis.Cmdable, addr string) (MasterReplication, error) {
-		m := MasterReplication{Addr: addr}
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return m, err
-		}
-		for line := range strings.SplitSeq(info, "\n") {
-			line = strings.TrimSpace(line)
-			if v, ok := strings.CutPrefix(line, "role:"); ok {
-				m.Role = v
-			}
-			if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
-				m.Online++
-			}
-		}
-		return m, nil
-	}
+	read := readReplication
 	if s.cluster != nil {
 		var mu sync.Mutex
 		err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -79,4 +63,23 @@ func (s *Store) Replication(ctx context.Context) (Replication, error) {
 	}
 	r.Masters = append(r.Masters, m)
 	return r, nil
+}
+
+// readReplication reads INFO replication from c, the server at addr.
+func readReplication(ctx context.Context, c redis.Cmdable, addr string) (MasterReplication, error) {
+	m := MasterReplication{Addr: addr}
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return m, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "role:"); ok {
+			m.Role = v
+		}
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			m.Online++
+		}
+	}
+	return m, nil
 }

@@ -6,20 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/pgstore"
-	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
 var doctorCommand = command{
 	name: "doctor", args: "[URL]",
 	summary: "Check a live store against the settings that keep idem's promise (docs/production.md): that it opens, " +
-		"its own configuration check, a round trip, and per store its durability and room; print what is wrong and how to fix it. " +
-		"Read-only; exit 0 when all is well, 1 when a problem was found (an unreachable store is one).",
+		"a round trip, its clock, and every check the store makes of itself (store.Diagnoser: configuration, eviction, persistence, replicas, durability, room); " +
+		"print one line per check and how to fix what is wrong. Read-only; exit 0 when no problem was found (warnings, risks the configuration accepts, leave it 0), " +
+		"1 when one was (an unreachable store is one), 2 for a bad command line (no URL).",
 	flags: func(fs *flag.FlagSet, c *ctl) func(context.Context, []string) error {
 		probes := fs.Int("probes", 5, "round trips to time (reads of an absent key)")
 		return func(ctx context.Context, args []string) error {
@@ -33,10 +31,17 @@ var doctorCommand = command{
 			if *probes < 1 {
 				return usagef("-probes must be at least 1")
 			}
+			if c.storeURL() == "" {
+				return usagef("no store URL: give it as the argument, with -store, or in $%s", EnvStore)
+			}
 			d := &doctor{c: c}
 			d.run(ctx, *probes)
 			if d.problems > 0 {
 				return fmt.Errorf("%d problem(s) found; fixes above", d.problems)
+			}
+			if d.warnings > 0 {
+				fmt.Fprintf(c.env.Stdout, "no problems found; %d warning(s) above: risks the configuration accepts\n", d.warnings)
+				return nil
 			}
 			fmt.Fprintln(c.env.Stdout, "no problems found")
 			return nil
@@ -46,34 +51,46 @@ var doctorCommand = command{
 
 // doctor is one run of idemctl doctor: it prints one line per check.
 type doctor struct {
-	c        *ctl
-	problems int
+	c                  *ctl
+	problems, warnings int
+}
+
+// report prints f: its severity, check and what was found, and under a
+// warning or a problem its fix.
+func (d *doctor) report(f store.Finding) {
+	label := "ok"
+	switch f.Severity {
+	case store.SeverityWarning:
+		d.warnings++
+		label = "WARNING"
+	case store.SeverityProblem:
+		d.problems++
+		label = "PROBLEM"
+	}
+	fmt.Fprintf(d.c.env.Stdout, "%-8s %-18s %s\n", label, f.Check, f.What)
+	if f.Severity != store.SeverityOK && f.Fix != "" {
+		fmt.Fprintf(d.c.env.Stdout, "         %-18s fix: %s\n", "", f.Fix)
+	}
 }
 
 func (d *doctor) ok(check, format string, args ...any) {
-	fmt.Fprintf(d.c.env.Stdout, "ok       %-18s %s\n", check, fmt.Sprintf(format, args...))
+	d.report(store.Finding{Check: check, What: fmt.Sprintf(format, args...)})
 }
 
 // problem reports what is wrong and, when fix is not empty, how to fix it.
 func (d *doctor) problem(check, what, fix string) {
-	d.problems++
-	fmt.Fprintf(d.c.env.Stdout, "PROBLEM  %-18s %s\n", check, what)
-	if fix != "" {
-		fmt.Fprintf(d.c.env.Stdout, "         %-18s fix: %s\n", "", fix)
-	}
+	d.report(store.Finding{Check: check, Severity: store.SeverityProblem, What: what, Fix: fix})
 }
 
+// run opens the store, then runs every check, whatever an earlier one
+// found: a round trip, the clock, and the store's own (store.Diagnoser),
+// or, for a store without them, its Check.
 func (d *doctor) run(ctx context.Context, probes int) {
-	raw := d.c.storeURL()
-	if raw == "" {
-		d.problem("store", "no store URL", "give it as the argument, with -store, or in $"+EnvStore)
-		return
-	}
-	fmt.Fprintf(d.c.env.Stdout, "store    %s\n", storeurl.Redact(raw))
+	fmt.Fprintf(d.c.env.Stdout, "store    %s\n", storeurl.Redact(d.c.storeURL()))
 	start := time.Now()
 	s, closeStore, err := d.c.openReadOnly(ctx)
 	if err != nil {
-		d.problem("open", err.Error(), openFix(err))
+		d.report(store.FindingOf("open", err))
 		return
 	}
 	defer closeStore()
@@ -83,25 +100,21 @@ func (d *doctor) run(ctx context.Context, probes int) {
 	}
 	d.ok("open", "%s, opened and answered in %v", system, time.Since(start).Round(time.Millisecond))
 
-	if c, ok := s.(interface{ Check(context.Context) error }); ok {
-		if err := c.Check(ctx); err != nil {
-			d.problem("configuration", err.Error(), openFix(err))
-			return // the rest would fail for the same reason
+	switch c := s.(type) {
+	case store.Diagnoser:
+		for _, f := range c.Diagnose(ctx) {
+			d.report(f)
 		}
-		d.ok("configuration", "the store's own check passed")
+	case interface{ Check(context.Context) error }:
+		if err := c.Check(ctx); err != nil {
+			d.report(store.FindingOf("configuration", err))
+		} else {
+			d.ok("configuration", "the store's own check passed")
+		}
 	}
 	d.roundTrip(ctx, s, probes)
 	if t, ok := s.(store.ServerTimer); ok {
 		d.clock(ctx, t)
-	}
-	if b, ok := s.(diskFreer); ok {
-		d.disk(b.DiskFree())
-	}
-	if p, ok := s.(durabler); ok {
-		d.durability(ctx, p)
-	}
-	if r, ok := s.(replicator); ok {
-		d.replication(ctx, r)
 	}
 }
 
@@ -116,7 +129,9 @@ func (d *doctor) clock(ctx context.Context, t store.ServerTimer) {
 	before := d.c.now()
 	at, err := t.ServerTime(ctx)
 	if err != nil {
-		d.problem("clock", "cannot read the store's clock: "+err.Error(), openFix(err))
+		f := store.FindingOf("clock", err)
+		f.What = "cannot read the store's clock: " + f.What
+		d.report(d.after(f))
 		return
 	}
 	after := d.c.now()
@@ -129,54 +144,13 @@ func (d *doctor) clock(ctx context.Context, t store.ServerTimer) {
 	d.ok("clock", "%v from the store's (engines correct their timestamps by it)", offset)
 }
 
-// replicator is a store that says how its masters replicate
-// (*redisstore.Store).
-type replicator interface {
-	Replication(ctx context.Context) (redisstore.Replication, error)
-}
-
-// replication reports each Redis master's replicas against WaitReplicas.
-func (d *doctor) replication(ctx context.Context, p replicator) {
-	r, err := p.Replication(ctx)
-	if err != nil {
-		d.problem("replicas", "cannot read INFO replication: "+err.Error(), openFix(err))
-		return
+// after is f, a check that failed after others had found problems: those
+// are the likely cause, and its fix says so.
+func (d *doctor) after(f store.Finding) store.Finding {
+	if d.problems > 0 {
+		f.Fix = "mend the problem(s) above first; " + f.Fix
 	}
-	for _, m := range r.Masters {
-		name := m.Addr
-		if name == "" {
-			name = "the server"
-		}
-		switch {
-		case m.Role != "master":
-			d.problem("replicas", fmt.Sprintf("%s is a %s: every write fails", name, m.Role), "point the store's URL at the primary (or use redis+sentinel:// or redis+cluster://)")
-		case m.Online < r.WaitReplicas:
-			d.problem("replicas", fmt.Sprintf("%s has %d replica(s) online, WaitReplicas is %d: every new claim and outcome there fails as unavailable (replays still answer)", name, m.Online, r.WaitReplicas),
-				"bring its replicas back, or lower waitreplicas to the replicas each master keeps (docs/failover.md)")
-		case m.Online > 0 && r.WaitReplicas == 0:
-			d.problem("replicas", fmt.Sprintf("%s has %d replica(s) online and WaitReplicas is 0: replication is asynchronous, so a failover can lose acknowledged outcomes", name, m.Online),
-				fmt.Sprintf("set waitreplicas=%d in the URL (Config.WaitReplicas), the replicas each master keeps (docs/failover.md)", m.Online))
-		default:
-			d.ok("replicas", "%s: %d online, WaitReplicas %d", name, m.Online, r.WaitReplicas)
-		}
-	}
-}
-
-// diskFreer is a store that says how much room its file has
-// (*boltstore.Store).
-type diskFreer interface {
-	DiskFree() (free, min int64, ok bool, err error)
-}
-
-// openFix says what to do about an error opening or checking the store.
-func openFix(err error) string {
-	switch {
-	case errors.Is(err, store.ErrMisconfigured), errors.Is(err, store.ErrInvalidConfig):
-		return "the message above says what to change; no retry mends it"
-	case errors.Is(err, store.ErrUnavailable):
-		return "unless the message above names something to create, check that the server runs and that this machine reaches it (address, port, firewall, TLS), then run doctor again"
-	}
-	return ""
+	return f
 }
 
 // roundTrip times probes reads of a key no call uses.
@@ -186,79 +160,13 @@ func (d *doctor) roundTrip(ctx context.Context, s store.Store, probes int) {
 		start := time.Now()
 		_, err := s.Get(ctx, "idemctl-doctor#probe")
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			d.problem("round trip", "a read failed: "+err.Error(), openFix(err))
+			f := store.FindingOf("round trip", err)
+			f.What = "a read failed: " + f.What
+			d.report(d.after(f))
 			return
 		}
 		times = append(times, time.Since(start))
 	}
 	slices.Sort(times)
 	d.ok("round trip", "%d reads: median %v, max %v", probes, times[len(times)/2].Round(10*time.Microsecond), times[len(times)-1].Round(10*time.Microsecond))
-}
-
-// disk reports a bolt file's free space.
-func (d *doctor) disk(free, min int64, ok bool, err error) {
-	switch {
-	case err != nil:
-		d.problem("disk", "cannot read the free space: "+err.Error(), "")
-	case !ok:
-		d.ok("disk", "free space not checked on this platform or with MinFreeBytes < 0")
-	case free < min:
-		d.problem("disk", fmt.Sprintf("%s free, under the %s new claims need (MinFreeBytes): new calls fail as unavailable", bytesOf(free), bytesOf(min)),
-			"free space on the file system of the store's file, or move it to a larger one")
-	default:
-		d.ok("disk", "%s free (new claims need %s)", bytesOf(free), bytesOf(min))
-	}
-}
-
-// durabler is a store that says how long its server keeps a commit
-// (*pgstore.Store).
-type durabler interface {
-	Durability(ctx context.Context) (pgstore.Durability, error)
-}
-
-// durability reports a PostgreSQL server's commit settings.
-func (d *doctor) durability(ctx context.Context, p durabler) {
-	v, err := p.Durability(ctx)
-	if err != nil {
-		d.problem("durability", "cannot read the server's settings: "+err.Error(), openFix(err))
-		return
-	}
-	if v.InRecovery {
-		d.problem("primary", "the server is a standby (in recovery): every write fails", "point the store's URL at the primary")
-	}
-	switch v.SynchronousCommit {
-	case "off":
-		d.problem("synchronous_commit", "off: a crash of the server can lose outcomes it acknowledged",
-			"ALTER ROLE <the store's role> SET synchronous_commit = on (or remove synchronous_commit=off from the URL)")
-	case "local":
-		if v.Standbys > 0 {
-			d.problem("synchronous_commit", "local: commits wait for no standby, so a failover can lose acknowledged outcomes",
-				"ALTER ROLE <the store's role> SET synchronous_commit = on (docs/failover.md)")
-		} else {
-			d.ok("synchronous_commit", "local (no standby streams from this server)")
-		}
-	default:
-		d.ok("synchronous_commit", "%s", v.SynchronousCommit)
-	}
-	switch {
-	case v.Standbys > 0 && strings.TrimSpace(v.SynchronousStandbyNames) == "":
-		d.problem("standbys", fmt.Sprintf("%d standby(s) stream asynchronously: a failover can lose the last acknowledged outcomes", v.Standbys),
-			"set synchronous_standby_names on the primary (e.g. 'ANY 1 (*)') so that each commit waits for a standby (docs/failover.md)")
-	case v.Standbys > 0:
-		d.ok("standbys", "%d streaming, synchronous_standby_names = %q", v.Standbys, v.SynchronousStandbyNames)
-	default:
-		d.ok("standbys", "none streams from this server (a failover has nothing to promote; nothing to lose to one)")
-	}
-}
-
-func bytesOf(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

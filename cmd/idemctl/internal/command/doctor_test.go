@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/redisnodes"
 	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/boltstore"
@@ -20,7 +21,7 @@ import (
 
 // doctorOn runs idemctl doctor on url, opened as idemctl opens it but
 // through a store that fails the test on any write (and passes on the
-// checks doctor makes: Check, DiskFree, Durability). It returns the exit
+// checks doctor makes: Diagnose or Check, ServerTime). It returns the exit
 // code, stdout and stderr.
 func doctorOn(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
@@ -46,20 +47,17 @@ func doctorAt(t *testing.T, now time.Time, url string, args ...string) (int, str
 }
 
 // readOnlyChecked is r, which fails the test on any write, with the
-// checks doctor makes of r's store (Check, DiskFree, Durability) when that
-// store has them.
+// checks doctor makes of r's store (Diagnose, else Check; ServerTime)
+// when that store has them.
 func readOnlyChecked(r readOnlyStore) store.Store {
 	c := checked{readOnlyStore: r}
-	ch, hasCheck := r.Store.(interface{ Check(context.Context) error })
-	switch real := r.Store.(type) {
-	case diskFreer:
-		return checkedBolt{c, real}
-	case durabler:
-		return checkedPG{withCheck{c, ch.Check}, real}
-	case replicator:
-		return checkedRedis{withCheck{c, ch.Check}, real}
+	if dg, ok := r.Store.(store.Diagnoser); ok {
+		if _, timed := r.Store.(store.ServerTimer); timed {
+			return diagnosedTimed{diagnosed{c, dg}}
+		}
+		return diagnosed{c, dg}
 	}
-	if hasCheck {
+	if ch, ok := r.Store.(interface{ Check(context.Context) error }); ok {
 		return withCheck{c, ch.Check}
 	}
 	return c
@@ -82,26 +80,14 @@ type withCheck struct {
 
 func (c withCheck) Check(ctx context.Context) error { return c.check(ctx) }
 
-type checkedBolt struct {
+type diagnosed struct {
 	checked
-	diskFreer
+	store.Diagnoser
 }
 
-type checkedPG struct {
-	withCheck
-	durabler
-}
+type diagnosedTimed struct{ diagnosed }
 
-func (c checkedPG) ServerTime(ctx context.Context) (time.Time, error) {
-	return c.Store.(store.ServerTimer).ServerTime(ctx)
-}
-
-type checkedRedis struct {
-	withCheck
-	replicator
-}
-
-func (c checkedRedis) ServerTime(ctx context.Context) (time.Time, error) {
+func (c diagnosedTimed) ServerTime(ctx context.Context) (time.Time, error) {
 	return c.Store.(store.ServerTimer).ServerTime(ctx)
 }
 
@@ -129,9 +115,11 @@ func TestDoctorCommandLine(t *testing.T) {
 	if code, _, _ := f.run("doctor", "-probes", "0"); code != ExitUsage {
 		t.Errorf("-probes 0: exit %d", code)
 	}
+	// No URL anywhere: a bad command line, exit 2 as for the other
+	// commands, with the usage.
 	f.getenv = map[string]string{}
-	if code, out, _ := f.run("doctor"); code != ExitError || !strings.Contains(out, "no store URL") {
-		t.Errorf("no URL: exit %d %q", code, out)
+	if code, _, errOut := f.run("doctor"); code != ExitUsage || !strings.Contains(errOut, "no store URL") || !strings.Contains(errOut, "idemctl doctor") {
+		t.Errorf("no URL: exit %d %q", code, errOut)
 	}
 }
 
@@ -192,27 +180,79 @@ func TestDoctorBolt(t *testing.T) {
 	})
 }
 
-// doctor on Redis: all well on the server under test; a server that does
-// not answer is a problem (exit 1) with what to check.
+// doctor on Redis servers of the test's own, one line per check and
+// every check run whatever an earlier one found: a server with AOF and
+// appendfsync always is well; one without persistence forgets every
+// record on a restart; eviction, no persistence and waitreplicas above
+// the replicas are reported together; alloweviction=true is a warning
+// (exit 0); a server that does not answer is a problem with what to check.
 func TestDoctorRedis(t *testing.T) {
-	addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
-	code, out, _ := doctorOn(t, fmt.Sprintf("redis://%s/0?prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
-	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       round trip", "ok       clock", "ok       replicas", "0 online, WaitReplicas 0", "no problems found")
-
-	// This machine's clock 5 minutes ahead of the store's: an engine here
-	// would take over no claim.
-	code, out, _ = doctorAt(t, time.Now().Add(5*time.Minute), fmt.Sprintf("redis://%s/0?prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
-	wantDoctor(t, code, out, ExitError, "PROBLEM  clock", "from the store's, beyond the 1m0s", "fix: synchronise this machine's clock")
-
-	// WaitReplicas above the replicas the server has: every write fails.
-	code, out, _ = doctorOn(t, fmt.Sprintf("redis://%s/0?waitreplicas=1&prefix=idemctl-doctor%d:", addr, time.Now().UnixNano()))
-	wantDoctor(t, code, out, ExitError, "PROBLEM  replicas", "0 replica(s) online, WaitReplicas is 1", "fix: bring its replicas back")
-
-	code, out, errOut := doctorOn(t, "redis://127.0.0.1:1/0")
-	wantDoctor(t, code, out, ExitError, "PROBLEM  open", "fix: unless the message above names something to create, check that the server runs")
-	if !strings.Contains(errOut, "1 problem(s) found") {
-		t.Errorf("stderr %q", errOut)
+	url := func(addr, query string) string {
+		return fmt.Sprintf("redis://%s/0?%sprefix=idemctl-doctor%d:", addr, query, time.Now().UnixNano())
 	}
+	durable := redisnodes.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+
+	t.Run("well", func(t *testing.T) {
+		code, out, _ := doctorOn(t, url(durable, ""))
+		wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       eviction", "ok       persistence", "AOF on, appendfsync always",
+			"ok       round trip", "ok       clock", "ok       replicas", "0 online, WaitReplicas 0", "no problems found")
+		if strings.Contains(out, "WARNING") || strings.Contains(out, "PROBLEM") {
+			t.Errorf("findings on a well server:\n%s", out)
+		}
+	})
+
+	t.Run("clock ahead", func(t *testing.T) {
+		// This machine's clock 5 minutes ahead of the store's: an engine
+		// here would take over no claim.
+		code, out, _ := doctorAt(t, time.Now().Add(5*time.Minute), url(durable, ""))
+		wantDoctor(t, code, out, ExitError, "PROBLEM  clock", "from the store's, beyond the 1m0s", "fix: synchronise this machine's clock")
+	})
+
+	t.Run("no persistence", func(t *testing.T) {
+		code, out, errOut := doctorOn(t, url(redisnodes.Start(t), ""))
+		wantDoctor(t, code, out, ExitError, "PROBLEM  persistence", "no persistence (AOF off, no RDB save point) and no replica: a restart forgets every record",
+			"fix: turn on AOF with appendfsync always", "ok       eviction", "ok       replicas")
+		if !strings.Contains(errOut, "1 problem(s) found") {
+			t.Errorf("stderr %q", errOut)
+		}
+	})
+
+	t.Run("RDB snapshots only", func(t *testing.T) {
+		code, out, _ := doctorOn(t, url(redisnodes.Start(t, "--save", "3600 1"), ""))
+		wantDoctor(t, code, out, ExitOK, "WARNING  persistence", `RDB snapshots (save "3600 1") without AOF and no replica: a restart loses every write since the last snapshot`,
+			"fix: turn on AOF", "no problems found; 1 warning(s) above")
+	})
+
+	t.Run("every check reported", func(t *testing.T) {
+		evicting := redisnodes.Start(t, "--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru")
+		code, out, errOut := doctorOn(t, url(evicting, "waitreplicas=1&"))
+		wantDoctor(t, code, out, ExitError,
+			"PROBLEM  eviction", "maxmemory-policy allkeys-lru", "fix: Set maxmemory-policy noeviction",
+			"PROBLEM  persistence", "a restart forgets every record",
+			"PROBLEM  replicas", "0 replica(s) online, WaitReplicas is 1", "fix: bring its replicas back",
+			"ok       configuration", "ok       round trip", "ok       clock")
+		if !strings.Contains(errOut, "3 problem(s) found") {
+			t.Errorf("stderr %q", errOut)
+		}
+	})
+
+	t.Run("eviction accepted", func(t *testing.T) {
+		evicting := redisnodes.Start(t, "--maxmemory", "8mb", "--maxmemory-policy", "volatile-lru", "--appendonly", "yes", "--appendfsync", "always")
+		code, out, _ := doctorOn(t, url(evicting, "alloweviction=true&"))
+		wantDoctor(t, code, out, ExitOK, "WARNING  eviction", "maxmemory-policy volatile-lru", "alloweviction=true (Config.AllowEviction) accepts that risk",
+			"fix: set maxmemory-policy noeviction", "ok       persistence", "no problems found; 1 warning(s) above")
+		if strings.Contains(out, "ok       eviction") {
+			t.Errorf("the accepted risk printed as ok:\n%s", out)
+		}
+	})
+
+	t.Run("unreachable", func(t *testing.T) {
+		code, out, errOut := doctorOn(t, "redis://127.0.0.1:1/0")
+		wantDoctor(t, code, out, ExitError, "PROBLEM  open", "fix: check that the server runs")
+		if !strings.Contains(errOut, "1 problem(s) found") {
+			t.Errorf("stderr %q", errOut)
+		}
+	})
 }
 
 // doctor on PostgreSQL: a migrated table on the server under test is well
@@ -231,10 +271,17 @@ func TestDoctorPostgres(t *testing.T) {
 	f.must("migrate")
 
 	code, out, _ := doctorOn(t, url)
-	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       clock", "ok       synchronous_commit", "ok       standbys", "no problems found")
+	wantDoctor(t, code, out, ExitOK, "ok       configuration", "ok       clock", "ok       primary", "ok       synchronous_commit", "ok       standbys", "no problems found")
 
 	code, out, _ = doctorOn(t, url+"&synchronous_commit=off")
 	wantDoctor(t, code, out, ExitError, "PROBLEM  synchronous_commit", "off: a crash of the server can lose outcomes", "ALTER ROLE")
+
+	// A database without the table: idemctl migrate creates it.
+	code, out, _ = doctorOn(t, fmt.Sprintf("postgres://%s@%s/test?table=idemctl_doctor_notable_%d", user, addr, time.Now().UnixNano()))
+	wantDoctor(t, code, out, ExitError, "PROBLEM  open", "does not exist", "fix: create it with idemctl migrate on this store's URL")
+	if strings.Contains(out, "check that the server runs") {
+		t.Errorf("a missing table sends the operator to the server:\n%s", out)
+	}
 
 	start := time.Now()
 	code, out, _ = doctorOn(t, fmt.Sprintf("postgres://%s@%s/idemctl_nodb_%d?table=%s", user, addr, time.Now().UnixNano(), table))
