@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,6 +91,25 @@ func TestServerClock(t *testing.T) {
 		if got := c.Now(); !got.Equal(start.Add(time.Minute)) {
 			t.Fatalf("Now %v, want the manual clock's %v", got, start.Add(time.Minute))
 		}
+	})
+	t.Run("ConcurrentSyncsMeasureOnce", func(t *testing.T) {
+		t.Parallel()
+		st := &timer{off: time.Minute}
+		c := store.NewServerClock(st, nil)
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				if err := c.Sync(ctx); err != nil {
+					t.Error(err)
+				}
+				_ = c.Now()
+			})
+		}
+		wg.Wait()
+		if n := st.calls.Load(); n != 1 {
+			t.Fatalf("32 concurrent Syncs measured %d times, want once", n)
+		}
+		near(t, "Now", c.Now(), time.Now().Add(time.Minute))
 	})
 	t.Run("AFailedMeasurementIsAnError", func(t *testing.T) {
 		t.Parallel()
