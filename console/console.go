@@ -143,7 +143,13 @@ type Config struct {
 	// Owner is the owner written on records resolved by hand. Default
 	// "idem-console".
 	Owner string
-	// Clock judges ages, leases and sessions. Default store.SystemClock.
+	// Clock times sessions and sign-in throttling. Records (stuck or
+	// within their expected completion, ages, expiry) are judged on it
+	// corrected to the store's clock ([store.ServerClock]) when the store
+	// tells its time and Clock is real time, as the engine decides
+	// leases: a console whose host's clock runs ahead neither lists live
+	// work as stuck nor offers to settle it without force. Default
+	// store.SystemClock.
 	Clock store.Clock
 	// Logger receives one line per action and per refused sign-in.
 	// Default slog.Default().
@@ -360,7 +366,8 @@ func (c *Console) storeFailure(w http.ResponseWriter, r *http.Request, s *sessio
 	c.fail(w, r, s, http.StatusServiceUnavailable, "The store failed: "+err.Error())
 }
 
-// now is the console's time.
+// now is the console's own time, for sessions; records are judged at
+// c.op.Now(), the store's.
 func (c *Console) now() time.Time { return c.cfg.Clock.Now() }
 
 // ctx bounds one request's store calls.

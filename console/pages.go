@@ -244,7 +244,11 @@ func (c *Console) records(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	ctx, cancel := storeCtx(r)
 	defer cancel()
-	now := c.now()
+	if err := c.op.Sync(ctx); err != nil {
+		c.storeFailure(w, r, s, err)
+		return
+	}
+	now := c.op.Now() // the store's: stuck as the engine decides leases
 	start := time.Now()
 	page, err := ops.List(ctx, c.lister, l.q, now)
 	if err != nil {
@@ -400,7 +404,7 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, s *session) {
 		c.storeFailure(w, r, s, err)
 		return
 	}
-	c.render(w, r, s, http.StatusOK, "record", "Record", map[string]any{"Key": key.String(), "Flash": flash, "R": c.viewOf(st, c.now())})
+	c.render(w, r, s, http.StatusOK, "record", "Record", map[string]any{"Key": key.String(), "Flash": flash, "R": c.viewOf(st, c.op.Now())})
 }
 
 // actions
@@ -479,7 +483,7 @@ func (c *Console) check(w http.ResponseWriter, r *http.Request, s *session, f *f
 		c.refuse(w, r, s, f, st, &ops.ChangedError{Key: f.Key, Now: &ops.Seen{Status: st.Status, Fence: st.Fence, Owner: st.Owner}})
 		return nil, false
 	}
-	if err := f.write.Allowed(st, c.now()); err != nil {
+	if err := f.write.Allowed(st, c.op.Now()); err != nil {
 		c.refuse(w, r, s, f, st, err)
 		return nil, false
 	}
@@ -509,7 +513,7 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 	if a := f.write.After(); a != 0 {
 		after = a.String()
 	}
-	c.render(w, r, s, http.StatusOK, "confirm", "Confirm", map[string]any{"F": f, "R": c.viewOf(st, c.now()),
+	c.render(w, r, s, http.StatusOK, "confirm", "Confirm", map[string]any{"F": f, "R": c.viewOf(st, c.op.Now()),
 		"Describe": f.write.Describe(st), "After": after, "Result": showBody(f.write.Result, c.cfg.MaxBody), "Expiry": f.write.ExpiryFor(st),
 		"Back": c.recordURL(f.Key)})
 }

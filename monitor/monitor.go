@@ -19,6 +19,16 @@
 // [Snapshot.Settings] (idemctl exports them as
 // idem_store_misconfigured{check="eviction"}).
 //
+// "Stuck" is decided on the store's clock, as the engine decides leases:
+// the monitor's clock is corrected to the clock of a store that tells its
+// time ([store.ServerClock]: Redis, PostgreSQL, DynamoDB), so a host whose
+// clock runs minutes ahead does not report live work as stuck, and one
+// whose clock runs behind still reports work whose lease has passed. A
+// sweep that cannot read the store's clock fails (Snapshot.Err) and
+// counts nothing. memstore and boltstore have no clock of their own: they
+// run in their holders' process, whose clock wrote the leases, and the
+// monitor's clock is used as it is.
+//
 // A stuck record is settled by hand with idemctl (resolve, release) or by
 // the code that owns the work; see docs/idemctl.md.
 package monitor
@@ -52,8 +62,13 @@ type Config struct {
 	PageSize int
 	// SweepTimeout bounds one sweep. Default Interval.
 	SweepTimeout time.Duration
-	// Clock times the sweeps and decides which records are stuck.
-	// Default store.SystemClock.
+	// Clock times the sweeps. Which records are stuck, and their ages,
+	// are decided on it corrected to the store's clock
+	// ([store.ServerClock]), as the engine decides leases: measured at
+	// a sweep once the last measurement is ServerClockInterval old, when
+	// the store tells its time (redisstore, pgstore, dynamostore) and the
+	// clock is real time. A host whose clock runs ahead then does not
+	// count live work as stuck. Default store.SystemClock.
 	Clock store.Clock
 	// Logger receives one line per newly stuck or failed record (Warn),
 	// per failed sweep (Error), and per store setting that became wrong
@@ -111,7 +126,8 @@ func (c *Config) validate() error {
 
 // Snapshot is what one sweep found.
 type Snapshot struct {
-	// At is when the sweep started: the instant "stuck" and ages refer to.
+	// At is when the sweep started, on the store's clock (see
+	// Config.Clock): the instant "stuck" and ages refer to.
 	At time.Time
 	// InProgress counts IN_PROGRESS records, Stuck those of them past
 	// their expected completion, Failed the FAILED records.
@@ -240,8 +256,9 @@ type Event struct {
 
 // Monitor sweeps a store on an interval. Close stops it.
 type Monitor struct {
-	l   store.Lister
-	cfg Config
+	l     store.Lister
+	cfg   Config
+	clock *store.ServerClock // cfg.Clock corrected to the store's: records are judged by it
 
 	// seen holds the events raised already (key, fence, kind), pruned to
 	// what the last complete sweep found.
@@ -276,7 +293,7 @@ func New(l store.Lister, cfg *Config) (*Monitor, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Monitor{l: l, cfg: c, seen: make(map[seenKey]bool), wrong: make(map[string]bool), unreadable: make(map[string]bool)}, nil
+	return &Monitor{l: l, cfg: c, clock: store.NewServerClock(l, c.Clock), seen: make(map[seenKey]bool), wrong: make(map[string]bool), unreadable: make(map[string]bool)}, nil
 }
 
 // Start returns a monitor of l that sweeps at once and then every
@@ -338,16 +355,26 @@ func (m *Monitor) Last() Snapshot {
 func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 	m.sweepMu.Lock()
 	defer m.sweepMu.Unlock()
-	now := m.cfg.Clock.Now()
-	snap := Snapshot{At: now}
+	var snap Snapshot
 	if sc, ok := m.l.(store.SettingsChecker); ok {
 		checks := sc.CheckSettings(ctx)
 		snap.settings = &checks
 		m.noteSettings(checks)
 	}
+	// Records are judged on the store's clock: without it, a sweep counts
+	// nothing rather than count live work as stuck.
+	clockErr := m.clock.Sync(ctx)
+	now := m.clock.Now()
+	snap.At = now
 	found := make(map[seenKey]bool)
 	var events []Event
+	if clockErr != nil {
+		snap.Err = clockErr
+	}
 	for _, status := range []store.Status{store.StatusInProgress, store.StatusFailed} {
+		if snap.Err != nil {
+			break
+		}
 		// Each status has a budget of its own: a backlog of IN_PROGRESS
 		// records never hides the FAILED ones (nor their gauge and alert).
 		budget := m.cfg.MaxRecords

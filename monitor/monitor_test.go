@@ -419,3 +419,60 @@ func TestSweepReportsASettingThatTurnsWrong(t *testing.T) {
 		t.Fatalf("a store with no setting checks: %+v, %v", snap.Settings(), err)
 	}
 }
+
+// clockStore is a memstore that tells a clock of its own, off the system
+// clock by off, or fails to (err).
+type clockStore struct {
+	*memstore.Store
+	off time.Duration
+	err error
+}
+
+func (s clockStore) ServerTime(context.Context) (time.Time, error) {
+	if s.err != nil {
+		return time.Time{}, s.err
+	}
+	return time.Now().Add(s.off), nil
+}
+
+// A monitor whose clock runs five minutes ahead of its store's counts a
+// record stuck on the store's clock only; one that cannot read the
+// store's clock counts nothing and says why. (Redis, PostgreSQL and
+// DynamoDB: cmd/idemctl's TestStuckIsDecidedOnTheStoresClock.)
+func TestStuckIsDecidedOnTheStoresClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { mem.Close() })
+	storeNow := time.Now().Add(-time.Hour) // the store's clock: an hour behind this machine's
+	claim := func(name string, at, leaseUntil time.Time) {
+		if res, err := mem.Claim(ctx, store.ClaimParams{Key: "charge#" + name, Owner: name, Now: store.Millis(at),
+			LeaseUntil: store.Millis(leaseUntil), ExpiresAt: store.Millis(storeNow.Add(24 * time.Hour))}); err != nil || !res.Acquired {
+			t.Fatalf("%+v %v", res, err)
+		}
+	}
+	claim("live", storeNow, storeNow.Add(2*time.Minute))
+	claim("passed", storeNow.Add(-10*time.Minute), storeNow.Add(-time.Minute))
+	quiet := slog.New(slog.DiscardHandler)
+
+	m, err := monitor.New(clockStore{Store: mem, off: -time.Hour}, &monitor.Config{Clock: clocktest.NewSkewed(5 * time.Minute), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.Sweep(ctx)
+	if err != nil || snap.InProgress != 2 || snap.Stuck != 1 {
+		t.Fatalf("sweep on the store's clock: %+v %v, want 1 stuck of 2", snap, err)
+	}
+	if d := snap.At.Sub(storeNow); d < 0 || d > time.Minute {
+		t.Fatalf("snapshot At %v, want the store's time (about %v)", snap.At, storeNow)
+	}
+
+	m, err = monitor.New(clockStore{Store: mem, err: store.ErrUnavailable}, &monitor.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err = m.Sweep(ctx)
+	if !errors.Is(err, store.ErrUnavailable) || snap.InProgress != 0 || snap.Stuck != 0 {
+		t.Fatalf("sweep without the store's clock: %+v %v, want ErrUnavailable and nothing counted", snap, err)
+	}
+}

@@ -13,7 +13,10 @@
 //   - The write itself is fenced by the record's claim and status, so the
 //     store refuses it if the holder settles the claim meanwhile.
 //   - An IN_PROGRESS record still within its expected completion may have
-//     a holder at work; it is settled only with Write.Force.
+//     a holder at work; it is settled only with Write.Force. "Within" is
+//     decided on the store's clock, as the engine decides leases
+//     ([Operator.Clock], [store.ServerClock]): an operator whose clock
+//     runs ahead of the store's is not offered live work as stuck.
 //   - A COMPLETED record is not released (that would discard its result
 //     and run the operation again); Delete says so explicitly.
 //   - Operator writes go to the store directly, never through an engine:
@@ -239,7 +242,13 @@ func Window(st *idem.State) time.Duration {
 // Operator settles records of one store by hand.
 type Operator struct {
 	Store store.Store
-	// Clock is the time writes are made at. Default store.SystemClock.
+	// Clock is the time records are judged and written at, corrected to
+	// the store's clock ([store.ServerClock]) when the store tells its
+	// time and Clock is real time: whether an IN_PROGRESS record is
+	// still within its expected completion ([Write.Allowed]) is decided
+	// as the engine decides leases, so an operator whose clock runs ahead
+	// is not told that live work may be settled. Default
+	// store.SystemClock.
 	Clock store.Clock
 	// Owner names the engine records are read through. A record settled
 	// by hand keeps its claim's fence and owner. Default "idem-operator".
@@ -248,17 +257,25 @@ type Operator struct {
 	// idemctl report every action themselves), and the warning of an
 	// engine disabled by IDEM_DISABLED does not concern operator writes.
 	Logger *slog.Logger
+
+	once sync.Once
+	sc   *store.ServerClock
 }
 
-func (o *Operator) clock() store.Clock {
-	if o.Clock == nil {
-		return store.SystemClock{}
-	}
-	return o.Clock
+// clock is Clock corrected to the store's.
+func (o *Operator) clock() *store.ServerClock {
+	o.once.Do(func() { o.sc = store.NewServerClock(o.Store, o.Clock) })
+	return o.sc
 }
 
-// Now is the operator's time.
+// Now is the operator's time: the store's, as the last [Operator.Sync]
+// (or Read, or write) measured it.
 func (o *Operator) Now() time.Time { return o.clock().Now() }
+
+// Sync measures the store's clock when due (see [store.ServerClock]), so
+// that Now is the store's time; Read and every write do it themselves. A
+// listing calls it first, and judges records at Now.
+func (o *Operator) Sync(ctx context.Context) error { return o.clock().Sync(ctx) }
 
 // engine returns the engine records are read through. Writes never go
 // through it (see [Operator.ApplyGuarded]).
@@ -273,9 +290,13 @@ func (o *Operator) engine(expiry time.Duration) (*idem.Engine, error) {
 	})
 }
 
-// Read reads key's record with strong consistency; a key with no live
-// record gives an error matching [store.ErrNotFound].
+// Read reads key's record with strong consistency, after measuring the
+// store's clock when due; a key with no live record (absent, or expired
+// on the store's clock) gives an error matching [store.ErrNotFound].
 func (o *Operator) Read(ctx context.Context, key idem.StoreKey) (*idem.State, error) {
+	if err := o.Sync(ctx); err != nil {
+		return nil, err
+	}
 	e, err := o.engine(time.Hour)
 	if err != nil {
 		return nil, err

@@ -84,9 +84,11 @@ func operate(t *testing.T, gwURL, toolURL string) {
 	release()
 	// The dead gateway's lease lives in the store: wait it out. The lease
 	// ends on the store's clock, which the gateway read with a
-	// measurement's error (DynamoDB's Date header tells whole seconds),
-	// and idemctl lists it as stuck on this machine's: wait that error
-	// out too.
+	// measurement's error, and idemctl and the monitor decide "stuck" on
+	// the store's clock too, read with an error of their own: on Redis
+	// and PostgreSQL both are a round trip's, on DynamoDB half a second
+	// each (its Date header tells whole seconds). clockskew.Slack covers
+	// the two.
 	time.Sleep(time.Until(killedAt.Add(lease + clockskew.Slack)))
 
 	ctl := idemctl(t)

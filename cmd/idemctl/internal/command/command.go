@@ -47,7 +47,10 @@ type Env struct {
 	// StdinIsTerminal reports whether a person can answer a prompt.
 	StdinIsTerminal func() bool
 	// Clock is the time commands judge ages and leases by, and the clock
-	// of the engine that writes.
+	// of the engine that writes, corrected to the store's clock when the
+	// store tells its time and Clock is real time (store.ServerClock):
+	// "stuck" is decided on the store's clock, as leases are. doctor
+	// compares it with the store's as it is.
 	Clock store.Clock
 	// Open opens the store a -store URL names for inspection and manual
 	// writes: passively (nothing migrated, created or swept). The closer
@@ -300,7 +303,8 @@ func (c *ctl) listen(addr string) (net.Listener, error) {
 	return c.env.Listen("tcp", addr)
 }
 
-// now is the clock's time.
+// now is this machine's time, uncorrected (doctor compares it with the
+// store's); records are judged at ops.Operator.Now, the store's.
 func (c *ctl) now() time.Time { return c.env.Clock.Now() }
 
 // logger writes to stderr.

@@ -39,8 +39,11 @@ func (s *syncBuffer) String() string {
 // fixture is a store, an application engine writing to it, and idemctl
 // runs against it, all on one manual clock.
 type fixture struct {
-	t      *testing.T
-	clock  *clocktest.Clock
+	t     *testing.T
+	clock *clocktest.Clock
+	// local, when set, is idemctl's clock instead of clock: a real-time
+	// clock off the store's.
+	local  store.Clock
 	store  store.Store
 	app    *idem.Engine
 	stdin  string
@@ -73,7 +76,7 @@ func on(t *testing.T, clock *clocktest.Clock, s store.Store) *fixture {
 func (f *fixture) env(stdout, stderr *syncBuffer) Env {
 	if f.store == nil { // a real store, opened from $IDEM_STORE as idemctl does
 		e := System()
-		e.Stdin, e.Stdout, e.Stderr, e.Clock = strings.NewReader(f.stdin), stdout, stderr, f.clock
+		e.Stdin, e.Stdout, e.Stderr, e.Clock = strings.NewReader(f.stdin), stdout, stderr, f.idemctlClock()
 		e.Getenv = func(k string) string { return f.getenv[k] }
 		e.StdinIsTerminal = func() bool { return f.tty }
 		return e
@@ -82,11 +85,19 @@ func (f *fixture) env(stdout, stderr *syncBuffer) Env {
 		Stdin: strings.NewReader(f.stdin), Stdout: stdout, Stderr: stderr,
 		Getenv:          func(k string) string { return f.getenv[k] },
 		StdinIsTerminal: func() bool { return f.tty },
-		Clock:           f.clock,
+		Clock:           f.idemctlClock(),
 		Open: func(ctx context.Context, url string) (store.Store, func() error, error) {
 			return f.store, func() error { return nil }, nil
 		},
 	}
+}
+
+// idemctlClock is the clock idemctl runs on.
+func (f *fixture) idemctlClock() store.Clock {
+	if f.local != nil {
+		return f.local
+	}
+	return f.clock
 }
 
 // run runs idemctl args and returns its exit code, stdout and stderr.

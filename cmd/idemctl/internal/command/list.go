@@ -72,7 +72,11 @@ func (c *ctl) list(ctx context.Context, q ops.Query, out string) error {
 	if err != nil {
 		return err
 	}
-	now := c.now()
+	op := c.operator(s)
+	if err := op.Sync(ctx); err != nil {
+		return err
+	}
+	now := op.Now() // the store's: stuck as the engine decides leases
 	page, err := ops.List(ctx, l, q, now)
 	if err != nil {
 		return err

@@ -83,8 +83,14 @@ func (f *fixture) seed() consoletest.Keys {
 // onStores runs scenario on every store: the fixture's memstore, a bolt
 // file, Redis, PostgreSQL and DynamoDB Local.
 func onStores(t *testing.T, scenario func(t *testing.T, f *fixture)) {
+	onStoresWith(t, nil, scenario)
+}
+
+// onStoresWith runs scenario on every store with idemctl on local
+// (fixture.local), when it is not nil.
+func onStoresWith(t *testing.T, local store.Clock, scenario func(t *testing.T, f *fixture)) {
 	real := func(t *testing.T, u string) *fixture {
-		f := &fixture{t: t, clock: clocktest.New(time.Now().Truncate(time.Millisecond)), getenv: map[string]string{EnvStore: u}}
+		f := &fixture{t: t, clock: clocktest.New(time.Now().Truncate(time.Millisecond)), local: local, getenv: map[string]string{EnvStore: u}}
 		k, err := storeurl.Parse(u)
 		if err != nil {
 			t.Fatal(err)
@@ -97,7 +103,11 @@ func onStores(t *testing.T, scenario func(t *testing.T, f *fixture)) {
 		}
 		return f
 	}
-	t.Run("memory", func(t *testing.T) { scenario(t, setup(t)) })
+	t.Run("memory", func(t *testing.T) {
+		f := setup(t)
+		f.local = local
+		scenario(t, f)
+	})
 	t.Run("bolt", func(t *testing.T) {
 		scenario(t, real(t, "bolt://"+filepath.Join(t.TempDir(), "idem.db")))
 	})

@@ -53,7 +53,7 @@ func (s *settle) run(ctx context.Context, args []string) error {
 	}
 	w := s.write
 	w.Force = s.flags.force
-	if err := w.Allowed(state, s.c.now()); err != nil {
+	if err := w.Allowed(state, op.Now()); err != nil {
 		return explainRefusal(err)
 	}
 	q := fmt.Sprintf("%s %s (%s, fence %d, owner %s, created %s)?", s.verb, key, state.Status, state.Fence, state.Owner, ts(state.CreatedAt))
@@ -81,7 +81,9 @@ func explainRefusal(err error) error {
 	return err
 }
 
-// operator settles records of s on idemctl's clock, as "idemctl".
+// operator reads and settles records of s, as "idemctl", on idemctl's
+// clock corrected to the store's (ops.Operator.Clock): list, show and the
+// settling commands judge "stuck" on the store's clock, as leases are.
 func (c *ctl) operator(s store.Store) *ops.Operator {
 	return &ops.Operator{Store: s, Clock: c.env.Clock, Owner: "idemctl", Logger: c.logger()}
 }

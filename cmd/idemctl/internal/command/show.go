@@ -26,11 +26,12 @@ var showCommand = command{
 				return err
 			}
 			defer closeStore()
-			st, err := c.operator(s).Read(ctx, key)
+			op := c.operator(s)
+			st, err := op.Read(ctx, key)
 			if err != nil {
 				return err
 			}
-			v := viewOfState(st, c.now())
+			v := viewOfState(st, op.Now())
 			if out == "json" {
 				return writeJSON(c.env.Stdout, v)
 			}
