@@ -67,7 +67,7 @@ type BatchOptions[T any] struct {
 // No goroutine is started per item. The operations run on at most
 // Concurrency goroutines, the caller's among them, taking the claimed
 // items in order; the goroutines besides the caller's are the workers of
-// ctx's [BatchRunner] ([WithBatchRunner]), which outlive the batch, or
+// ctx ([WithBatchWorkers]), which outlive the batch, or
 // else the engine's batch workers, reused while batches of the engine
 // overlap and ended when none runs. An item that did not claim its key
 // answers on the caller's goroutine, at once — except one that may have
@@ -237,7 +237,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, o *BatchOpti
 // batchWork runs the items of one batch and keeps the first panic of
 // their operations, to raise it again on the caller's goroutine.
 type batchWork struct {
-	runner   *BatchRunner // nil: the engine's workers
+	runner   *batchWorkers // nil: the engine's workers
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	panicked bool

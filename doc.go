@@ -98,7 +98,7 @@
 // over a [store.BatchCompleter]). The operations run on at most the
 // batch's concurrency of goroutines (the caller's and reused workers, not
 // one per key; a consumer loop keeps them from batch to batch with a
-// [BatchRunner]); BatchOptions.Answered hands each key's answer to a callback
+// [WithBatchWorkers]); BatchOptions.Answered hands each key's answer to a callback
 // as soon as its outcome is recorded. A call costs the engine
 // about ten allocations over the store's own; a local-cache hit
 // (Config.Cache) none and no store call. The default [JSONCodec], and

@@ -29,7 +29,8 @@ type OpConfig[In, Out any] struct {
 }
 
 // Op is an operation func(ctx, In) (Out, error) made idempotent: the key is
-// taken from the input. Create it once with [NewOp] and call [Op.Do].
+// taken from the input. Pick it for an operation called from many places,
+// typed in and out. Create it once with [NewOp] and call [Op.Do].
 type Op[In, Out any] struct {
 	e    *Engine
 	name string

@@ -94,7 +94,7 @@ type BatchArgs struct {
 // manual acknowledgement, collects deliveries into batches of up to
 // a.Size (those the channel already holds, and, when they are fewer,
 // what arrives within a.Window of the first), and hands each to
-// [Consumer.HandleBatch], on one [idem.BatchRunner] held for as long as
+// [Consumer.HandleBatch], on batch workers ([idem.WithBatchWorkers]) held for as long as
 // RunBatch runs, so the engine's batch workers outlive each batch. It sets ch's prefetch count to a.Size ×
 // a.Batches. It returns nil when ctx is done (after cancelling the
 // consumer and letting the batches in hand finish, as Run lets its
@@ -112,9 +112,8 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 	}
 	defer stop()
 	clock := c.eng.Config().Clock
-	r := idem.NewBatchRunner()
-	defer r.Close()
-	bctx := idem.WithBatchRunner(ctx, r)
+	bctx, stopWorkers := idem.WithBatchWorkers(ctx)
+	defer stopWorkers()
 	var wg sync.WaitGroup
 	for range a.Batches {
 		wg.Go(func() {

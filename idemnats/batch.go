@@ -210,9 +210,9 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 // are taken; a batch is what that pull has delivered, up to Size, and,
 // when that is fewer, what it delivers within cfg.Wait of the batch's
 // first message (consume.Collect, the rule of every idem consumer that
-// forms batches). Every batch runs on one [idem.BatchRunner], held for
+// forms batches). Every batch runs on the same batch workers, held for
 // as long as ConsumeBatch runs (its context carries it,
-// [idem.WithBatchRunner]), so the engine's batch workers outlive each
+// [idem.WithBatchWorkers]), so the engine's batch workers outlive each
 // batch. A message is kept from redelivery by msg.InProgress once its
 // batch runs; see [BatchConfig].Ahead for the AckWait this asks for
 // before.
@@ -241,9 +241,8 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 	if err != nil {
 		return fmt.Errorf("idemnats: reading the consumer: %w", err)
 	}
-	r := idem.NewBatchRunner()
-	defer r.Close()
-	run := idem.WithBatchRunner(context.WithoutCancel(ctx), r)
+	run, stopWorkers := idem.WithBatchWorkers(context.WithoutCancel(ctx))
+	defer stopWorkers()
 	msgs := make(chan jetstream.Msg, bc.Size)
 	var wg sync.WaitGroup
 	for range bc.Batches {
