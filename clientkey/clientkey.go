@@ -14,6 +14,11 @@
 //	idemnats, idemamqp, idemlambda's          Key       operation, the message id (Nats-Msg-Id, MessageId) or
 //	FuncConfig.Key, idem.Request.Key                    what Config.Key returned
 //	(idem.Do, Begin, idemsfn's Starter.Start)
+//	idemkafka                                 Key       operation; by default tenant "TOPIC/PARTITION" and the
+//	                                                    record's Kafka key; with Config.KeyHeader or Config.Key
+//	                                                    no tenant and the header's value or Key's answer
+//	idemwatermill                             Key       operation, the message's UUID (or Config.MetadataKey's
+//	                                                    field, Config.Key's answer)
 //	idemlambda's KeyJMESPath (SQS, EventBridge, JSON      operation, the selected value as JSON: SQS's
 //	streams, any event), idem.Request without           messageId "\"…\"", EventBridge's id, a Kinesis
 //	a Key (the payload; idemsfn's input)                record's ["eventSourceARN", "eventID"]
@@ -129,8 +134,10 @@ func RPCIdentity(operation, tenant, key string, fingerprint [sha256.Size]byte) (
 
 // Key returns the store key of an explicit key: an [idem.Request]'s Key
 // (idem.Do, Begin, idemsfn's Starter.Start), a message id (idemnats'
-// Nats-Msg-Id, idemamqp's MessageId) or what an adapter's Config.Key
-// returned (idemnats, idemamqp, idemlambda's FuncConfig.Key). It fails as
+// Nats-Msg-Id, idemamqp's MessageId, idemwatermill's message UUID, or
+// idemkafka's record key with tenant "TOPIC/PARTITION") or what an
+// adapter's Config.Key returned (idemnats, idemamqp, idemkafka,
+// idemwatermill, idemlambda's FuncConfig.Key). It fails as
 // [idem.Request.Identity] does, on a key longer than [idem.MaxKeyLen]
 // among others.
 func Key(operation, tenant, key string) (idem.StoreKey, error) {

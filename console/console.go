@@ -17,7 +17,9 @@
 //     ([ops.List]): never more than one page (and a bounded scan for the
 //     filters the store does not apply) is read per request.
 //   - Record: every field, the result or terminal error (JSON indented,
-//     text as is, binary as hex, large bodies cut with their size), the
+//     text as is, binary as hex, large bodies cut with their size; a
+//     response idemhttp or the gateway stored as its status line, header
+//     and body, the body shown the same way, not as base64), the
 //     fingerprint and the execution reference, linked to the AWS console
 //     for a Step Functions execution ARN or through Config.RefLink.
 //   - Actions: release, delete, resolve as COMPLETED with a result, or as

@@ -8,6 +8,11 @@ import (
 	"github.com/seed-a1b882c0/idem/clientkey"
 )
 
+// messageHelp is find's -message flag's help: every adapter whose keys it finds.
+const messageHelp = "a message id or explicit key (idemnats' Nats-Msg-Id, idemamqp's MessageId, idemwatermill's message UUID, " +
+	"idemkafka's record key with -tenant TOPIC/PARTITION or its KeyHeader's value, a Config.Key's value, idemlambda's FuncConfig.Key, " +
+	"an idem.Request's Key as idemsfn's Start takes it): -operation, [-tenant], -key"
+
 var findCommand = command{
 	name: "find",
 	args: "-http [-operation OP] | -gateway | -grpc | -message -operation OP | -json -operation OP  [-method M] [-route R] [-principal P] [-tenant T] -key KEY",
@@ -18,7 +23,7 @@ var findCommand = command{
 			clientkey.KindHTTP:    fs.Bool("http", false, "idemhttp, or idemlambda's API Gateway and Function URL adapters: [-operation], -method, -route, [-principal], -key"),
 			clientkey.KindGateway: fs.Bool("gateway", false, "the gateway (its operation is \""+clientkey.GatewayOperation+"\"): -method, -route (the URL path), [-principal: the -principal-header value], -key"),
 			clientkey.KindRPC:     fs.Bool("grpc", false, "idemgrpc or idemconnect: -method (full name, /pkg.Service/Method) or -operation, [-principal], -key"),
-			clientkey.KindKey:     fs.Bool("message", false, "a message id or explicit key (idemnats' Nats-Msg-Id, idemamqp's MessageId, a Config.Key's value, idemlambda's FuncConfig.Key, an idem.Request's Key as idemsfn's Start takes it): -operation, [-tenant], -key"),
+			clientkey.KindKey:     fs.Bool("message", false, messageHelp),
 			clientkey.KindJSON:    fs.Bool("json", false, "a JSON value: what idemlambda's KeyJMESPath selects (an SQS record's messageId is the JSON string '\"ID\"'), or an idem.Request's payload without a Key: -operation, [-tenant], -key JSON"),
 		}
 		var m clientkey.Material
