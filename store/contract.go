@@ -30,8 +30,10 @@ type Store interface {
 	//   - absent, or expired at p.Now: a new IN_PROGRESS record is written
 	//     with Fence = 1 (absent) or the old fence + 1 (expired record still
 	//     present); the result has Acquired = true and the new record.
-	//   - IN_PROGRESS with its lease passed at p.Now: taken over, Fence + 1,
-	//     Acquired = true, Takeover = true.
+	//   - IN_PROGRESS with its lease passed at p.Now, not held (Hold
+	//     unset): taken over, Fence + 1, Acquired = true, Takeover = true.
+	//   - IN_PROGRESS with its lease passed, held (Hold set by the claim
+	//     that wrote it), not expired: a conflict like any live record.
 	//   - IN_PROGRESS held by the same p.Owner with the same fingerprint (a
 	//     retried claim whose first reply was lost): returned as acquired,
 	//     unchanged.
@@ -118,6 +120,13 @@ type ClaimParams struct {
 	// runs ahead never takes over live work. Settled and absent records
 	// are claimed as usual.
 	NoTakeover bool
+	// Hold writes the new claim with [Record.Hold] set: the takeover
+	// policy Hold. Past its lease such a record is not taken over by any
+	// claim; it stays IN_PROGRESS (stuck, listed) until a fenced write
+	// settles it or it expires, when it is claimable as any expired
+	// record. Stores persist it with the claim and keep it through
+	// Complete, Fail and Extend.
+	Hold bool
 	// Local says the claim's holder is the calling process itself (an
 	// operation run by Do), not a token handed to work elsewhere (Begin).
 	// A store whose unsynced writes survive a crash of the process but not
@@ -326,7 +335,7 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 			return ClaimResult{Acquired: own, Record: old.Clone()}, nil
 		case old.Expired(p.Now):
 			fence = old.Fence + 1
-		case old.LeaseExpired(p.Now):
+		case old.LeaseExpired(p.Now) && !old.Hold:
 			fence, takeover = old.Fence+1, true
 		case old.Status == StatusInProgress && old.Owner == p.Owner && old.Fingerprint == p.Fingerprint:
 			return ClaimResult{Acquired: true, Record: old.Clone()}, nil
@@ -337,7 +346,7 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 	w := &Record{
 		Key: p.Key, Status: StatusInProgress, Fence: fence, Owner: p.Owner,
 		LeaseUntil: p.LeaseUntil, ExpiresAt: p.ExpiresAt, Fingerprint: p.Fingerprint,
-		CreatedAt: p.Now, Version: RecordVersion,
+		CreatedAt: p.Now, Version: RecordVersion, Hold: p.Hold,
 	}
 	return ClaimResult{Acquired: true, Takeover: takeover, Record: w.Clone()}, w
 }

@@ -66,7 +66,8 @@ type Record struct {
 	// engine makes it unique per call, so a store can recognise a retried
 	// claim as the caller's own.
 	Owner string
-	// LeaseUntil is when an IN_PROGRESS record may be taken over.
+	// LeaseUntil is when an IN_PROGRESS record may be taken over (unless
+	// Hold is set) and counts as stuck.
 	LeaseUntil int64
 	// ExpiresAt is when the record starts to count as absent, whatever the
 	// backend's own TTL has done yet.
@@ -87,6 +88,12 @@ type Record struct {
 	CompletedAt int64
 	// Version is the record format version ([RecordVersion] when written).
 	Version int
+	// Hold is set when the claim was made under the Hold takeover policy
+	// (ClaimParams.Hold): past its lease the record is not taken over but
+	// stays IN_PROGRESS, stuck, until a person settles it or it expires.
+	// It is the claim's, kept by Complete and Fail, and shows operators
+	// why a stuck record waits for them.
+	Hold bool
 }
 
 // ErrorRecord is a terminal error as stored in a FAILED record.
@@ -104,14 +111,21 @@ type ErrorRecord struct {
 func (r *Record) Expired(now int64) bool { return now >= r.ExpiresAt }
 
 // LeaseExpired reports whether an IN_PROGRESS record's lease has run out at
-// now (ms), so that a claim may take it over: now >= LeaseUntil.
+// now (ms): now >= LeaseUntil. It is then stuck, and a claim may take it
+// over unless it is held ([Record.Held]).
 func (r *Record) LeaseExpired(now int64) bool {
 	return r.Status == StatusInProgress && now >= r.LeaseUntil
 }
 
+// Held reports whether r is IN_PROGRESS past its lease under the Hold
+// policy at now (ms): stuck, waiting for a person, not taken over.
+func (r *Record) Held(now int64) bool { return r.Hold && r.LeaseExpired(now) }
+
 // Claimable reports whether a Claim at now may replace r: r is expired, or it
-// is IN_PROGRESS past its lease.
-func (r *Record) Claimable(now int64) bool { return r.Expired(now) || r.LeaseExpired(now) }
+// is IN_PROGRESS past its lease and not held.
+func (r *Record) Claimable(now int64) bool {
+	return r.Expired(now) || (r.LeaseExpired(now) && !r.Hold)
+}
 
 // Clone returns a deep copy of r, so that a store never shares memory with
 // its callers.

@@ -10,7 +10,8 @@ import (
 // (the embedded file store among them):
 //
 //	"IDR" format(1)                     magic and format byte
-//	status(1) flags(1)                  flags: 1 = has result, 2 = has error
+//	status(1) flags(1)                  flags: 1 = has result, 2 = has error,
+//	                                    4 = held (Record.Hold)
 //	uvarint: fence, version
 //	varint:  lease_until, expires_at, created_at, completed_at
 //	bytes:   key, owner, fingerprint, ref            (uvarint length + bytes)
@@ -42,6 +43,9 @@ func MarshalRecord(r *Record) []byte {
 	}
 	if r.Err != nil {
 		flags |= 2
+	}
+	if r.Hold {
+		flags |= 4
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, r.Fence)
@@ -95,12 +99,13 @@ func UnmarshalRecord(data []byte) (*Record, error) {
 	if flags&2 != 0 {
 		r.Err = &ErrorRecord{Code: string(d.field()), Message: string(d.field()), Body: d.field()}
 	}
+	r.Hold = flags&4 != 0
 	switch {
 	case d.err != "":
 		return nil, &CorruptError{Key: r.Key, Reason: d.err}
 	case d.pos != len(d.b):
 		return nil, &CorruptError{Key: r.Key, Reason: "trailing bytes"}
-	case flags&^3 != 0:
+	case flags&^7 != 0:
 		return nil, &CorruptError{Key: r.Key, Reason: "unknown flags"}
 	case !r.Status.Valid():
 		return nil, &CorruptError{Key: r.Key, Reason: "invalid status " + strconv.Itoa(int(r.Status))}

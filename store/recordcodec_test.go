@@ -14,6 +14,7 @@ func sampleRecords() []*store.Record {
 		{Key: "charge#" + idem.Digest([]byte("a")), Status: store.StatusInProgress, Fence: 3, Owner: "host/1/ab/7",
 			LeaseUntil: 1_900_000_000_000, ExpiresAt: 1_900_003_600_000, Fingerprint: idem.Digest([]byte("p")),
 			CreatedAt: 1_899_999_999_000, Version: 1},
+		{Key: "held#" + idem.Digest([]byte("h")), Status: store.StatusInProgress, Fence: 2, Owner: "o", LeaseUntil: 10, ExpiresAt: 20, Version: 1, Hold: true},
 		{Key: "k", Status: store.StatusCompleted, Fence: 1, Result: []byte{0, 1, 0xff}, Ref: "arn:aws:states:x", CompletedAt: 5, Version: 1},
 		{Key: "k", Status: store.StatusCompleted, Fence: 1, Result: []byte{}, Version: 1},
 		{Key: "k", Status: store.StatusFailed, Fence: 9, Err: &store.ErrorRecord{Code: "declined", Message: "no", Body: []byte(`{}`)}, Version: 1, LeaseUntil: -5},

@@ -41,6 +41,8 @@ var broken = map[string]struct {
 	"batch-shares-first-params":  {func(m *memstore.Store) store.Store { return &batchFirstParams{Store: m} }, "BatchOwnParams"},
 	"racy-batch-claim":           {func(m *memstore.Store) store.Store { return &racyBatch{Store: m} }, "BatchStorm"},
 	"takes-over-anyway":          {func(m *memstore.Store) store.Store { return &takesOverAnyway{Store: m} }, "NoTakeover"},
+	"forgets-hold":               {func(m *memstore.Store) store.Store { return &forgetsHold{Store: m} }, "Hold"},
+	"takes-over-held":            {func(m *memstore.Store) store.Store { return &takesOverHeld{Store: m} }, "Hold"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -129,6 +131,26 @@ type takesOverAnyway struct{ *memstore.Store }
 
 func (s *takesOverAnyway) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	p.NoTakeover = false
+	return s.Store.Claim(ctx, p)
+}
+
+// forgetsHold does not store ClaimParams.Hold: a crashed holder's key is
+// run again under the Hold policy.
+type forgetsHold struct{ *memstore.Store }
+
+func (s *forgetsHold) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	p.Hold = false
+	return s.Store.Claim(ctx, p)
+}
+
+// takesOverHeld stores Hold but takes a held record over past its lease,
+// as if it had expired.
+type takesOverHeld struct{ *memstore.Store }
+
+func (s *takesOverHeld) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Held(p.Now) && !r.Expired(p.Now) {
+		p.Now = r.ExpiresAt
+	}
 	return s.Store.Claim(ctx, p)
 }
 
