@@ -30,6 +30,7 @@ type call struct {
 	key         string // the store key
 	name        string // the operation's name (the first part of the key's scope), for the observer
 	fingerprint string
+	hold        bool // the takeover policy Hold (Config, or the call's Identity)
 	op          operation
 	span        observe.Span // the call's span, when the observer traces it
 }
@@ -248,6 +249,10 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 		}
 		return c.replay(rec)
 	case store.StatusInProgress:
+		if rec.Held(store.Millis(c.e.cfg.Clock.Now())) {
+			c.observe(observe.OutcomeHeld)
+			return outcome{}, heldError(c.key, rec)
+		}
 		ipe := &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner, Ref: rec.Ref}
 		if rec.CreatedAt > 0 {
 			ipe.Since = store.FromMillis(rec.CreatedAt)
@@ -411,6 +416,7 @@ func (c *call) claimParams(ctx context.Context, now time.Time, lease time.Durati
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + c.e.cfg.Expiry.Milliseconds(),
 		NoTakeover:  c.e.holdOff(),
+		Hold:        c.hold || c.e.cfg.HoldCrashed,
 		Local:       local,
 	}
 }

@@ -35,6 +35,11 @@ var (
 	// ErrStore: the store failed; the call failed closed and the operation
 	// did not run. The error is a [*StoreError].
 	ErrStore = errors.New("idem: store error")
+	// ErrHeld: the key's holder is gone (its lease passed with no outcome)
+	// and the key's takeover policy is Hold (Config.HoldCrashed): it is
+	// not run again but waits for a person to settle it. Not in progress:
+	// retrying does not help until then. The error is a [*HeldError].
+	ErrHeld = errors.New("idem: key held for an operator")
 	// ErrUncertain: the operation could not tell whether its effect took
 	// place (see [Uncertain]); the claim was kept until its lease ends.
 	ErrUncertain = errors.New("idem: outcome uncertain")
@@ -110,6 +115,37 @@ func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
 	}
 	return max(d, MinRetryAfter)
 }
+
+// HeldError is returned when a key waits for a person: claimed under the
+// takeover policy Hold, its holder's lease passed with no outcome. The
+// record stays IN_PROGRESS (listed as stuck, marked held) until an
+// operator resolves it (completed or failed) or releases it to run
+// again, or it expires.
+type HeldError struct {
+	Key string
+	// Owner is the lost holder; Since when it claimed the key (zero when
+	// unknown); LeaseUntil when its lease passed.
+	Owner             string
+	Since, LeaseUntil time.Time
+	// Ref is the execution reference attached to the claim, if any.
+	Ref string
+}
+
+func heldError(key string, rec *store.Record) *HeldError {
+	he := &HeldError{Key: key, Owner: rec.Owner, LeaseUntil: store.FromMillis(rec.LeaseUntil), Ref: rec.Ref}
+	if rec.CreatedAt > 0 {
+		he.Since = store.FromMillis(rec.CreatedAt)
+	}
+	return he
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("idem: key %s is held for an operator: its holder %s left it unfinished (lease passed %s); resolve or release it",
+		e.Key, e.Owner, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 // MismatchError is returned when a key is reused with a different payload.
 type MismatchError struct {

@@ -60,13 +60,17 @@ const (
 	// OutcomeHandedOff: the operation handed its claim to other work
 	// ([github.com/seed-a1b882c0/idem.Detach]); the engine recorded no outcome for it.
 	OutcomeHandedOff
+	// OutcomeHeld: the call met a claim held for an operator (the takeover
+	// policy Hold, its holder's lease passed) and returned
+	// [github.com/seed-a1b882c0/idem.ErrHeld].
+	OutcomeHeld
 	numOutcomes
 )
 
 var outcomeNames = [...]string{
 	"acquired", "takeover", "replayed", "cache_hit", "in_progress", "mismatch",
 	"fenced", "store_error", "complete_failed", "failed", "released", "unprotected",
-	"uncertain", "write_retried", "handed_off",
+	"uncertain", "write_retried", "handed_off", "held",
 }
 
 // String returns the outcome's metric label, such as "replayed".
