@@ -26,6 +26,12 @@ type Config struct {
 	// Operation share keys.
 	Operation string
 
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its deliveries are rejected without requeue
+	// (consume.Decide: DeadLetter). Default false: the engine's policy.
+	HoldCrashed bool
+
 	// Key returns the idempotency key of a message from its body, to catch
 	// a producer that published the same thing twice under two message
 	// ids. Default: the delivery's MessageId; a delivery without one is
@@ -231,7 +237,7 @@ func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Ident
 	if err != nil {
 		return id, c.decided(ctx, d, idem.Result[struct{}]{}, err), false
 	}
-	return idem.Identity{StoreKey: k, Fingerprint: idem.Digest(d.Body)}, Settlement{}, true
+	return idem.Identity{StoreKey: k, Fingerprint: idem.Digest(d.Body), HoldCrashed: c.cfg.HoldCrashed}, Settlement{}, true
 }
 
 // decided settles d by the verdict of the engine's answer for it: the one

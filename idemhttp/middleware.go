@@ -28,6 +28,12 @@ type Config struct {
 	// "http".
 	Operation string
 
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its duplicates are answered 409 with the problem type
+	// "held". Default false: the engine's policy.
+	HoldCrashed bool
+
 	// Methods are the request methods the middleware covers; others pass
 	// through untouched. Default POST and PATCH.
 	Methods []string
@@ -363,7 +369,7 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 			return idem.Identity{}, nil, err
 		}
 	}
-	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
+	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(h.Sum(nil)), HoldCrashed: m.cfg.HoldCrashed}, body, nil
 }
 
 // spoolBody reads r's body into h and a spool within Config.BodyTimeout.

@@ -710,3 +710,34 @@ func FuzzMiddleware(f *testing.F) {
 		}
 	})
 }
+
+// Under the takeover policy Hold, a request whose holder stopped renewing
+// (RenewInterval < 0 here, as a dead holder does) is not run again after
+// the lease: a retry is answered 409 with the problem type "held" and no
+// Retry-After, and the handler does not run. When the holder finishes
+// after all, its response is the key's, and retries replay it.
+func TestHeldKeyIsAnswered409Held(t *testing.T) {
+	t.Parallel()
+	inside, finish := make(chan struct{}), make(chan struct{})
+	en := setup(t, idem.Config{Lease: 10 * time.Second}, &idemhttp.Config{HoldCrashed: true}, func(w http.ResponseWriter, r *http.Request) {
+		close(inside)
+		<-finish
+		w.WriteHeader(201)
+	})
+	first := make(chan reply, 1)
+	go func() { first <- en.do(t, "POST", "/x", "", "Idempotency-Key", "h") }()
+	<-inside
+	en.clock.Advance(10 * time.Second)
+	r := en.do(t, "POST", "/x", "", "Idempotency-Key", "h")
+	p := problem(t, r, 409, idemhttp.ProblemHeld)
+	if r.header.Get("Retry-After") != "" || p.RetryAfter != 0 {
+		t.Fatalf("held key answered with Retry-After %q: %+v", r.header.Get("Retry-After"), p)
+	}
+	close(finish)
+	if r := <-first; r.status != 201 {
+		t.Fatalf("the late holder: %+v", r)
+	}
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "h"); r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != "true" || en.runs.Load() != 1 {
+		t.Fatalf("after the holder finished: %+v, runs %d", r, en.runs.Load())
+	}
+}

@@ -53,6 +53,10 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its records are dead-lettered (consume.Decide). Default false: the engine's policy.
+	HoldCrashed bool
 	// Key returns a record's idempotency key. Default: the record's Kafka
 	// key, scoped to its topic and partition (see the package doc: the key
 	// must name the message, not the entity it is about); with KeyHeader,
@@ -565,7 +569,7 @@ func segment(ids []idem.Identity) int {
 // identity is r's key and fingerprint (its value's bytes).
 func (w *handler[T]) identity(r *kgo.Record) (idem.Identity, error) {
 	cfg := &w.c.cfg
-	req := idem.Request{Operation: cfg.Operation, Payload: r.Value, RawPayload: true}
+	req := idem.Request{Operation: cfg.Operation, Payload: r.Value, RawPayload: true, HoldCrashed: cfg.HoldCrashed}
 	if req.Payload == nil {
 		req.Payload = []byte{}
 	}

@@ -21,6 +21,13 @@ type Config struct {
 	// "orders-fn.create"; the handler's name alone outside Lambda.
 	Operation string
 
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; see docs/lambda.md for what a timeout does under it.
+	// The record adapters settle its messages as consume.Decide says
+	// (DeadLetter). Default false: the engine's policy.
+	HoldCrashed bool
+
 	// KeyJMESPath selects the idempotency key from the event, as
 	// Powertools' event_key_jmespath: "body", "powertools_json(body).[user, order_id]",
 	// "detail.orderId". The selected value is hashed (canonical JSON, as
@@ -67,6 +74,7 @@ func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey
 // keyer turns an event into an idem identity.
 type keyer struct {
 	operation  string
+	hold       bool
 	key        *expr
 	validation *expr
 	raise      bool
@@ -90,7 +98,7 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	k := &keyer{operation: c.Operation, raise: c.RaiseOnMissingKey, log: c.Logger}
+	k := &keyer{operation: c.Operation, hold: c.HoldCrashed, raise: c.RaiseOnMissingKey, log: c.Logger}
 	if k.key, err = compile("KeyJMESPath", c.KeyJMESPath); err != nil {
 		return nil, err
 	}
@@ -152,7 +160,7 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 // for a KeyJMESPath selection, Key for FuncConfig.Key), which idemctl find
 // and the console use too.
 func (k *keyer) identityOf(key idem.StoreKey, event any) (idem.Identity, bool, error) {
-	id := idem.Identity{StoreKey: key}
+	id := idem.Identity{StoreKey: key, HoldCrashed: k.hold}
 	if k.validation != nil {
 		v, err := k.validation.search(event)
 		if err != nil {

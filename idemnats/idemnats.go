@@ -27,6 +27,10 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its messages are terminated (consume.Decide: DeadLetter). Default false: the engine's policy.
+	HoldCrashed bool
 	// Key returns a message's idempotency key. Default: the Nats-Msg-Id
 	// header; a message without one is terminated. The key must name the
 	// logical message, the same on every publish of it: the server drops
@@ -201,14 +205,14 @@ func (w *wrapper[T]) identity(m jetstream.Msg) (idem.Identity, error) {
 	if key == "" {
 		// Config.Key found none: the data is the key, as idem.Request
 		// derives one without a Key.
-		req := idem.Request{Operation: w.cfg.Operation, Payload: m.Data(), RawPayload: true}
+		req := idem.Request{Operation: w.cfg.Operation, Payload: m.Data(), RawPayload: true, HoldCrashed: w.cfg.HoldCrashed}
 		return req.Identity()
 	}
 	k, err := clientkey.Key(w.cfg.Operation, "", key)
 	if err != nil {
 		return idem.Identity{}, err
 	}
-	id := idem.Identity{StoreKey: k}
+	id := idem.Identity{StoreKey: k, HoldCrashed: w.cfg.HoldCrashed}
 	if data := m.Data(); data != nil {
 		id.Fingerprint = idem.Digest(data)
 	}

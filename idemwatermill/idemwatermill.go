@@ -37,6 +37,10 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its messages are dead-lettered (consume.Decide). Default false: the engine's policy.
+	HoldCrashed bool
 	// Key returns a message's idempotency key. Default: the metadata
 	// field MetadataKey names, or, without one, the message's UUID. The
 	// key must name the logical message, the same on every publish of it.
@@ -247,7 +251,7 @@ func (m *middleware) identity(msg *message.Message) (idem.Identity, error) {
 	if key == "" {
 		return idem.Identity{}, ErrNoKey
 	}
-	req := idem.Request{Operation: m.cfg.Operation, Key: key, Payload: m.fingerprintInput(msg), RawPayload: true}
+	req := idem.Request{Operation: m.cfg.Operation, Key: key, Payload: m.fingerprintInput(msg), RawPayload: true, HoldCrashed: m.cfg.HoldCrashed}
 	return req.Identity()
 }
 

@@ -242,7 +242,9 @@ func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.M
 	}
 	// The store key is clientkey.RPC's, which idemctl find and the console
 	// use too; it and the fingerprint take one allocation.
-	return clientkey.RPCIdentity(m.operation, tenant, key, sha256.Sum256(b))
+	id, err := clientkey.RPCIdentity(m.operation, tenant, key, sha256.Sum256(b))
+	id.HoldCrashed = m.hold
+	return id, err
 }
 
 // deterministic is the encoding of everything the Guard hashes or stores:

@@ -139,6 +139,7 @@ func StatusFor(err error, now time.Time, storeRetryAfter time.Duration) *spb.Sta
 		re  *ResponseError
 		se  *StreamingMethodError
 		ipe *idem.InProgressError
+		he  *idem.HeldError
 		mme *idem.MismatchError
 		ce  *store.CorruptError
 	)
@@ -173,6 +174,11 @@ func StatusFor(err error, now time.Time, storeRetryAfter time.Duration) *spb.Sta
 	case errors.As(err, &ipe):
 		return s(code.Code_ABORTED, "a call with this idempotency key is still in progress; retry after the retry delay",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(ipe.RetryAfter(now))})
+	case errors.As(err, &he):
+		return s(code.Code_FAILED_PRECONDITION, "a call with this idempotency key was interrupted and is held for a person to settle; it is not processed again, and a retry gets this answer until it is settled",
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: "IDEMPOTENCY_KEY_HELD", Subject: "idempotency-key",
+				Description: "the key's takeover policy is Hold and its holder was lost; an operator resolves or releases it"}}})
 	case errors.As(err, &mme):
 		return s(code.Code_FAILED_PRECONDITION, "this idempotency key was used with a different request; use a new key for a new request",
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
