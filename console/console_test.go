@@ -562,3 +562,33 @@ func TestRecordShowsStoredHTTPResponse(t *testing.T) {
 		t.Errorf("text body not shown as inert text:\n%s", page)
 	}
 }
+
+// A key held for an operator (the takeover policy Hold, its holder gone)
+// shows as held on the overview, in the list and on its record page, and
+// the operator settles it from there: released, the next call runs.
+func TestHeldKeyIsShownAndSettled(t *testing.T) {
+	t.Parallel()
+	f, c := writable(t)
+	ctx := context.Background()
+	b, err := f.app.Begin(ctx, idem.Request{Operation: "charge", Tenant: "acme", Key: "order-held", HoldCrashed: true}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
+	if err != nil || !b.Acquired {
+		t.Fatalf("begin: %+v %v", b, err)
+	}
+	f.clock.Advance(2 * time.Minute)
+	for path, want := range map[string]string{
+		"":                `<span data-field="held">1 held</span>`,
+		"records?stuck=1": `<span data-field="held">held</span>`,
+		rec(b.Token.Key):  `<span data-field="held">held for an operator`,
+	} {
+		if code, body, _ := c.Get(path); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("%q: %d, want %q in\n%s", path, code, want, body)
+		}
+	}
+	if code, _ := c.Act(b.Token.Key, "release", nil); code != http.StatusSeeOther {
+		t.Fatalf("release: %d", code)
+	}
+	ran := false
+	if _, err := idem.Do(ctx, f.app, idem.Request{Operation: "charge", Tenant: "acme", Key: "order-held"}, func(context.Context) (int, error) { ran = true; return 1, nil }); err != nil || !ran {
+		t.Fatalf("after the release: %v, ran %v", err, ran)
+	}
+}

@@ -229,7 +229,7 @@ func (c *Console) parseList(q url.Values) (listQuery, error) {
 // row is one record in the list.
 type row struct {
 	Key, Status, Owner, Ref, URL string
-	Stuck                        bool
+	Stuck, Held                  bool
 	Created, Expected            time.Time
 	Age                          time.Duration
 }
@@ -280,6 +280,7 @@ func (c *Console) rowOf(rec *store.Record, now time.Time) row {
 	created := store.FromMillis(rec.CreatedAt)
 	return row{Key: rec.Key, Status: rec.Status.String(), Owner: rec.Owner, Ref: rec.Ref, URL: c.recordURL(rec.Key),
 		Stuck:   rec.Status == store.StatusInProgress && rec.LeaseExpired(store.Millis(now)),
+		Held:    rec.Held(store.Millis(now)),
 		Created: created, Expected: store.FromMillis(rec.LeaseUntil), Age: now.Sub(created)}
 }
 

@@ -69,6 +69,7 @@ type view struct {
 	Key         string     `json:"key"`
 	Status      string     `json:"status"`
 	Stuck       bool       `json:"stuck"`
+	Held        bool       `json:"held,omitempty"` // stuck under the takeover policy Hold: waits for a person
 	Fence       uint64     `json:"fence"`
 	Owner       string     `json:"owner"`
 	Ref         string     `json:"execution_ref,omitempty"`
@@ -106,6 +107,7 @@ func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 		Created: store.FromMillis(r.CreatedAt).UTC(), LeaseUntil: store.FromMillis(r.LeaseUntil).UTC(),
 		Expires: store.FromMillis(r.ExpiresAt).UTC(),
 	}
+	v.Held = v.Stuck && r.Hold
 	v.AgeSeconds = int64(now.Sub(v.Created) / time.Second)
 	if r.CompletedAt != 0 {
 		t := store.FromMillis(r.CompletedAt).UTC()
@@ -127,7 +129,7 @@ func viewOfState(s *idem.State, now time.Time) view {
 	r := &store.Record{
 		Key: s.Key, Status: s.Status, Fence: s.Fence, Owner: s.Owner, Ref: s.Ref, Fingerprint: s.Fingerprint,
 		CreatedAt: store.Millis(s.CreatedAt), LeaseUntil: store.Millis(s.LeaseUntil), ExpiresAt: store.Millis(s.ExpiresAt),
-		Result: s.Result,
+		Result: s.Result, Hold: s.Hold,
 	}
 	if !s.CompletedAt.IsZero() {
 		r.CompletedAt = store.Millis(s.CompletedAt)
@@ -209,7 +211,10 @@ func writeTable(w io.Writer, vs []view) error {
 	fmt.Fprintln(tw, "KEY\tSTATUS\tOWNER\tCREATED\tEXPECTED COMPLETION\tAGE\tEXECUTION REF")
 	for _, v := range vs {
 		status := v.Status
-		if v.Stuck {
+		switch {
+		case v.Held:
+			status += " (stuck, held)"
+		case v.Stuck:
 			status += " (stuck)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Key, status, orDash(v.Owner), ts(v.Created), ts(v.LeaseUntil),

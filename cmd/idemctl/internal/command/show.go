@@ -40,6 +40,9 @@ var showCommand = command{
 			if v.Stuck {
 				status += " (stuck: past its expected completion)"
 			}
+			if v.Held {
+				status += " (held for an operator: its holder was lost and its takeover policy is Hold; no retry runs it again: resolve or release it)"
+			}
 			rows := [][2]string{
 				{"key", v.Key}, {"status", status}, {"owner", orDash(v.Owner)}, {"fence", fmt.Sprint(v.Fence)},
 				{"execution ref", orDash(v.Ref)}, {"created", ts(v.Created)}, {"age", (time.Duration(v.AgeSeconds) * time.Second).String()},
