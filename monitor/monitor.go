@@ -193,7 +193,7 @@ func (s Snapshot) ByOperation() map[string]Counts {
 // Counts are one operation's share of a [Snapshot].
 type Counts struct {
 	InProgress, Stuck, Failed, Held int
-	OldestInProgress          time.Duration
+	OldestInProgress                time.Duration
 }
 
 // count adds r to the snapshot's counts of its operation.
