@@ -116,8 +116,8 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 		if retry {
 			continue
 		}
-		if err == nil {
-			return out, nil
+		if err == nil || err == errQueued {
+			return out, err
 		}
 		ipe, busy := asInProgress(err)
 		if busy && e.waits(ipe) {
