@@ -329,7 +329,7 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 				if r.status == 409 {
 					p := problem(t, r, 409, idemhttp.ProblemInProgress)
 					// As long again as the first has run (no time on the
-					// engine's clock: idem.MinRetryAfter), in whole seconds.
+					// engine's clock: at least 100ms), in whole seconds.
 					if r.header.Get("Retry-After") != "1" || p.Instance != "/x" {
 						t.Errorf("409: Retry-After %q, problem %+v", r.header.Get("Retry-After"), p)
 					}
