@@ -9,20 +9,29 @@ import (
 
 	"github.com/seed-a1b882c0/idem/idemamqp"
 	"github.com/seed-a1b882c0/idem/idemtest/consumetest"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // TestBatchHoldsItsClaims: consumetest's two members on a real RabbitMQ,
 // each a RunBatch of its own (batches of 3, one handler at a time) on a
-// queue of its own and a connection of its own, over one store: no item
-// of X's batch runs after its claim lapsed while it waited behind the
-// slow head, and Y's copies of the tail, held off while X holds them, are
-// acked as replays.
-func TestBatchHoldsItsClaims(t *testing.T) {
+// queue of its own and a connection of its own, over one store (memstore, Redis):
+// no item of X's batch runs after its claim lapsed while it waited behind
+// the slow head, and Y's copies of the tail, held off while X holds them,
+// are acked as replays.
+func TestBatchHoldsItsClaims(t *testing.T) { batchTail(t, consumetest.BatchHoldsItsClaims) }
+
+// TestBatchSkipsLapsedClaims: the same, X's renewals of the tail failing
+// until Y has taken it over and run it: X does not run the tail, leaves
+// it (Leave), and acks its redeliveries as replays of Y's outcomes.
+func TestBatchSkipsLapsedClaims(t *testing.T) { batchTail(t, consumetest.BatchSkipsLapsedClaims) }
+
+// batchTail runs scenario through this adapter's members, over each store.
+func batchTail(t *testing.T, scenario func(*testing.T, store.Store, consumetest.NewMember)) {
 	t.Parallel()
 	for _, sk := range stores() {
 		t.Run(sk.name, func(t *testing.T) {
 			t.Parallel()
-			consumetest.BatchHoldsItsClaims(t, sk.new(t), func(t *testing.T, c consumetest.MemberConfig) consumetest.Member {
+			scenario(t, sk.new(t), func(t *testing.T, c consumetest.MemberConfig) consumetest.Member {
 				conn := dial(t)
 				work, _ := queues(t, conn)
 				return &amqpMember{conn: conn, ch: channel(t, conn), queue: work, c: c}

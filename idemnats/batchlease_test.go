@@ -11,22 +11,31 @@ import (
 
 	"github.com/seed-a1b882c0/idem/idemnats"
 	"github.com/seed-a1b882c0/idem/idemtest/consumetest"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // TestBatchHoldsItsClaims: consumetest's two members on a real JetStream,
 // each a ConsumeBatch of its own (batches of 3, Concurrency 1) on a
-// durable consumer of its own subject of one stream, over one store: no
-// item of X's batch runs after its claim lapsed while it waited behind
-// the slow head, and Y's copies of the tail, held off while X holds
-// them, are acked as replays.
-func TestBatchHoldsItsClaims(t *testing.T) {
+// durable consumer of its own subject of one stream, over one store (memstore, Redis):
+// no item of X's batch runs after its claim lapsed while it waited behind
+// the slow head, and Y's copies of the tail, held off while X holds them,
+// are acked as replays.
+func TestBatchHoldsItsClaims(t *testing.T) { batchTail(t, consumetest.BatchHoldsItsClaims) }
+
+// TestBatchSkipsLapsedClaims: the same, X's renewals of the tail failing
+// until Y has taken it over and run it: X does not run the tail, leaves
+// it (Leave), and acks its redeliveries as replays of Y's outcomes.
+func TestBatchSkipsLapsedClaims(t *testing.T) { batchTail(t, consumetest.BatchSkipsLapsedClaims) }
+
+// batchTail runs scenario through this adapter's members, over each store.
+func batchTail(t *testing.T, scenario func(*testing.T, store.Store, consumetest.NewMember)) {
 	t.Parallel()
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			js, s, subj := stream(t)
 			n := 0
-			consumetest.BatchHoldsItsClaims(t, b.store(t), func(t *testing.T, c consumetest.MemberConfig) consumetest.Member {
+			scenario(t, b.store(t), func(t *testing.T, c consumetest.MemberConfig) consumetest.Member {
 				n++
 				return &natsMember{js: js, s: s, subj: fmt.Sprintf("%s.member%d", subj, n), c: c}
 			})

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -72,16 +74,32 @@ const (
 // first lease has passed (2.5s), copies of M1 and M2 (same keys, same
 // payloads) are published to member Y. Y must find them held by X — their
 // claims renewed while they wait — and X then runs them: every key runs
-// exactly once, and every delivery ends acknowledged (Y's copies after
-// they came back as replays), with no redelivery loop. Before the batch
-// held its waiting claims, Y took M1 and M2 over at 2.5s and ran them,
-// and X ran them again at 3.5s.
+// exactly once, by X, and every delivery ends acknowledged once (Y's
+// copies after they came back as replays), with no redelivery loop.
+// Before the batch held its waiting claims, Y took M1 and M2 over at 2.5s
+// and ran them, and X ran them again at 3.5s.
 //
 // It takes about five seconds of real time: a lease must pass.
 func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
+	batchTail(t, st, newMember, false)
+}
+
+// BatchSkipsLapsedClaims is [BatchHoldsItsClaims] with X's renewals of M1
+// and M2 failing (the store unreachable for them, a partition) until Y
+// has taken them over and run them: when their turn comes in X's batch,
+// X does not run them (their answer wraps idem.ErrLeaseLost, the verdict
+// Leave), and the deliveries X left come back to X and are acknowledged
+// as replays of Y's outcomes. Every key runs exactly once (M1 and M2 by
+// Y) and every delivery ends acknowledged once.
+func BatchSkipsLapsedClaims(t *testing.T, st store.Store, newMember NewMember) {
+	batchTail(t, st, newMember, true)
+}
+
+func batchTail(t *testing.T, st store.Store, newMember NewMember, lapse bool) {
 	op := fmt.Sprintf("consumetest-batchlease-%d", seq.Add(1))
 	n := seq.Add(1)
 	slow, m1, m2 := fmt.Sprintf("slow-%d", n), fmt.Sprintf("m1-%d", n), fmt.Sprintf("m2-%d", n)
+	tail := []string{m1, m2}
 	ctx := context.Background()
 
 	var mu sync.Mutex
@@ -97,8 +115,8 @@ func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 			close(release) // the test failed before: let the head end
 		}
 	})
-	engine := func(owner string) *idem.Engine {
-		e, err := idem.New(st, &idem.Config{Owner: owner, Lease: batchLease})
+	engine := func(owner string, s store.Store) *idem.Engine {
+		e, err := idem.New(s, &idem.Config{Owner: owner, Lease: batchLease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,8 +149,18 @@ func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 				}
 			}})
 	}
-	xe := engine("member-x")
-	x, y := member("X", xe), member("Y", engine("member-y"))
+	// X's store: st itself, or, when its claims are to lapse, st behind a
+	// switch that fails the tail's renewals.
+	xs := &cutRenewals{Store: faultstore.New(st), keys: map[string]bool{}}
+	for _, k := range tail {
+		xs.keys[storeKey(t, op, k).String()] = true
+	}
+	xe := engine("member-x", st)
+	if lapse {
+		xs.cut.Store(true)
+		xe = engine("member-x", xs)
+	}
+	x, y := member("X", xe), member("Y", engine("member-y", st))
 	payload := func(key string) []byte { return []byte(`{"order":"` + key + `"}`) }
 	for _, k := range []string{slow, m1, m2} {
 		x.Publish(t, k, payload(k))
@@ -147,7 +175,7 @@ func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 	}
 	head := time.Now()
 	// The tail was claimed with the head: X's batch is [slow, M1, M2].
-	for _, k := range []string{m1, m2} {
+	for _, k := range tail {
 		s, err := xe.Status(ctx, storeKey(t, op, k))
 		if err != nil || s.Status != idem.StatusInProgress || !strings.HasPrefix(s.Owner, "member-x") {
 			t.Fatalf("%s when X's slow head starts: %+v %v; want IN_PROGRESS, claimed by X with the head (X's batch must be [slow, M1, M2])", k, s, err)
@@ -155,21 +183,23 @@ func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 	}
 	// Past the tail's first lease, the copies go to Y.
 	time.Sleep(time.Until(head.Add(copiesAfter)))
-	for _, k := range []string{m1, m2} {
+	for _, k := range tail {
 		y.Publish(t, k, payload(k))
 	}
-	// Y answers both copies (or, before the fix, runs them) while X's
-	// head still runs; then the head ends, no sooner than 3.5s.
+	// Y answers both copies (held by X: delayed; their claims lapsed: run
+	// and acknowledged) while X's head still runs; then the head ends, no
+	// sooner than 3.5s, X's renewals working again.
 	eventually(t, "Y settled its copies of M1 and M2 while X's head ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, k := range []string{m1, m2} {
-			if acks["Y/"+k]+others["Y/"+k] == 0 {
+		for _, k := range tail {
+			if acks["Y/"+k]+others["Y/"+k] == 0 || lapse && acks["Y/"+k] == 0 {
 				return false
 			}
 		}
 		return true
 	})
+	xs.cut.Store(false)
 	time.Sleep(time.Until(head.Add(slowHeadLasts)))
 	close(release)
 
@@ -186,9 +216,13 @@ func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
+	ranBy := map[string]string{slow: "X", m1: "X", m2: "X"}
+	if lapse {
+		ranBy[m1], ranBy[m2] = "Y", "Y"
+	}
 	for _, k := range []string{slow, m1, m2} {
-		if len(ran[k]) != 1 {
-			t.Errorf("%s ran %d times (by %v), want once: an item of X's batch ran after its claim lapsed, or was taken over while it waited", k, len(ran[k]), ran[k])
+		if len(ran[k]) != 1 || ran[k][0] != ranBy[k] {
+			t.Errorf("%s ran %d times (by %v), want once, by %s: an item of X's batch ran after its claim lapsed, or was taken over while it waited", k, len(ran[k]), ran[k], ranBy[k])
 		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(acks)) {
@@ -196,17 +230,61 @@ func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 			t.Errorf("%s acknowledged %d times, want once", d, acks[d])
 		}
 	}
+	// Settled otherwise first: none of X's when it held its claims; X's
+	// M1 and M2 (left, not run) when they lapsed.
 	for _, d := range want[:3] {
-		if others[d] != 0 {
-			t.Errorf("%s settled %d times besides its ack: its claim was lost while it waited", d, others[d])
+		lost := lapse && d != "X/"+slow
+		if got := others[d]; got != 0 && !lost || got == 0 && lost {
+			t.Errorf("%s settled %d times besides its ack (claim lost while it waited: %v)", d, got, lost)
 		}
 	}
 	for _, k := range []string{slow, m1, m2} {
 		s, err := xe.Status(ctx, storeKey(t, op, k))
-		if err != nil || s.Status != idem.StatusCompleted {
-			t.Errorf("%s at the end: %+v %v, want COMPLETED", k, s, err)
+		if err != nil || s.Status != idem.StatusCompleted || !strings.HasPrefix(s.Owner, "member-"+strings.ToLower(ranBy[k])) {
+			t.Errorf("%s at the end: %+v %v, want COMPLETED by %s", k, s, err, ranBy[k])
 		}
 	}
+}
+
+// cutRenewals fails the renewals of keys while cut is set, as if the
+// store could not be reached for them, and passes everything else through.
+type cutRenewals struct {
+	*faultstore.Store
+	keys map[string]bool
+	cut  atomic.Bool
+}
+
+var errCut = fmt.Errorf("consumetest: partitioned from the store: %w", store.ErrUnavailable)
+
+func (s *cutRenewals) Extend(ctx context.Context, p store.ExtendParams) error {
+	if s.cut.Load() && s.keys[p.Key] {
+		return errCut
+	}
+	return s.Store.Extend(ctx, p)
+}
+
+func (s *cutRenewals) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []error {
+	errs := make([]error, len(ps))
+	pass, at := make([]store.ExtendParams, 0, len(ps)), make([]int, 0, len(ps))
+	for i, p := range ps {
+		if s.cut.Load() && s.keys[p.Key] {
+			errs[i] = errCut
+			continue
+		}
+		pass, at = append(pass, p), append(at, i)
+	}
+	if len(pass) > 0 {
+		var res []error
+		if b, ok := s.Inner.(store.BatchExtender); ok {
+			res = b.ExtendBatch(ctx, pass) // the store's own batch, as without the switch
+		} else {
+			res = s.Store.ExtendBatch(ctx, pass)
+		}
+		for j, err := range res {
+			errs[at[j]] = err
+		}
+	}
+	return errs
 }
 
 // storeKey is the store key of key under op, as every adapter derives it.
