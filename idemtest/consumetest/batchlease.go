@@ -54,7 +54,7 @@ type MemberConfig struct {
 // NewMember makes a member of a consumer group with c, not yet started.
 type NewMember func(t *testing.T, c MemberConfig) Member
 
-// The timing of [BatchHoldsItsClaims]: the lease of both members, when
+// The timing of [BatchHoldsItsClaims] and [BatchSkipsLapsedClaims]: the lease of both members, when
 // the copies are published to Y (past the lease, after the batch's
 // claim), and the shortest run of the batch's slow head.
 const (
@@ -79,7 +79,7 @@ const (
 // Before the batch held its waiting claims, Y took M1 and M2 over at 2.5s
 // and ran them, and X ran them again at 3.5s.
 //
-// It takes about five seconds of real time: a lease must pass.
+// It takes four to seven seconds of real time: a lease must pass.
 func BatchHoldsItsClaims(t *testing.T, st store.Store, newMember NewMember) {
 	batchTail(t, st, newMember, false)
 }
@@ -108,13 +108,6 @@ func batchTail(t *testing.T, st store.Store, newMember NewMember, lapse bool) {
 	others := map[string]int{}   // member/key → other settlements
 	started, release := make(chan struct{}), make(chan struct{})
 	var headRan sync.Once
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release) // the test failed before: let the head end
-		}
-	})
 	engine := func(owner string, s store.Store) *idem.Engine {
 		e, err := idem.New(s, &idem.Config{Owner: owner, Lease: batchLease})
 		if err != nil {
@@ -167,6 +160,14 @@ func batchTail(t *testing.T, st store.Store, newMember NewMember, lapse bool) {
 	}
 	x.Start(t)
 	y.Start(t)
+	// Run before the members' own cleanups, which wait for their batches.
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release) // the test failed before: let the head end
+		}
+	})
 
 	select {
 	case <-started:
