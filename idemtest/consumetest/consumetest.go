@@ -5,6 +5,12 @@
 // (or, for Lambda, real event shapes), each of which must settle the
 // message by the verdict the consume package gives. idemnats, idemamqp,
 // idemkafka (on franz-go's kfake emulator) and idemlambda run it.
+//
+// [BatchHoldsItsClaims] and [BatchSkipsLapsedClaims] are the scenarios of a
+// consumer's batch path with two members of a group on the real broker
+// (each adapter gives a [Member]): a batch whose tail waits behind a slow
+// head keeps its tail's claims, and a tail whose claims lapsed anyway does
+// not run. idemnats and idemamqp run them.
 // Test-only.
 package consumetest
 
