@@ -94,7 +94,8 @@ type Config struct {
 
 	// Release decides, from the handler's status, that the response is
 	// not final: the key is released and a retry runs the handler again.
-	// Default: status >= 500. Every other response is stored and replayed.
+	// Default: [DefaultRelease] (5xx, and 408, 425 and 429, which say the
+	// request was not run). Every other response is stored and replayed.
 	Release func(status int) bool
 
 	// StoreRetryAfter is the Retry-After sent with 503 when the store
@@ -125,6 +126,22 @@ type Config struct {
 	// it). At most the engine's Expiry. Used only with StatusPath.
 	// Default 10 minutes, or the engine's Expiry when that is shorter.
 	ExpectedCompletion time.Duration
+}
+
+// DefaultRelease is the default Config.Release: the answers that do not
+// keep a key, so that a retry with it runs the handler again. They are
+// every 5xx (the server failed), and the three statuses by which a server
+// says it did not run the request and the client may send it again: 408
+// Request Timeout, 425 Too Early and 429 Too Many Requests. Storing
+// those would replay "try later" for the whole expiry, and the client
+// could never get through with its key. A policy that adds to this calls
+// it: func(s int) bool { return idemhttp.DefaultRelease(s) || s == 409 }.
+func DefaultRelease(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
 }
 
 // Middleware applies Idempotency-Key semantics to the requests it covers.
@@ -166,7 +183,7 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 		c.MaxResponseBytes = 1 << 20
 	}
 	if c.Release == nil {
-		c.Release = func(status int) bool { return status >= 500 }
+		c.Release = DefaultRelease
 	}
 	if c.StoreRetryAfter == 0 {
 		c.StoreRetryAfter = time.Second

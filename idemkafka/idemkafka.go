@@ -238,7 +238,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// A rebalance signalled before this poll has run (polls wait for
 		// rebalances); one signalled from here on stops the next batch.
 		c.rebalance.Store(false)
-		pollCtx, cancel := context.WithCancel(ctx)
+		// While a partition is paused the poll ends when it is due. One
+		// context per poll at most, and its cancel always called: a
+		// context never cancelled stays among ctx's children until ctx
+		// ends, one more each poll.
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
 		if next, ok := c.resume(); ok {
 			pollCtx, cancel = context.WithDeadline(ctx, next)
 		}
