@@ -115,7 +115,9 @@ func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
 // MismatchError is returned when a key is reused with a different payload.
 type MismatchError struct {
 	Key string
-	// Stored and Got are the two payload fingerprints.
+	// Stored and Got are the two payload fingerprints as stored: the
+	// version of the fingerprint rules that made them, ':' and the hex
+	// digest ("v1:3f2a…"), or empty for a call without a payload.
 	Stored, Got string
 }
 
@@ -130,6 +132,9 @@ func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 func short(fp string) string {
 	if fp == "" {
 		return "(none)"
+	}
+	if _, d, ok := splitFingerprint(fp); ok && len(d) > 12 {
+		return fp[:len(fp)-len(d)+12] // the version and 12 digits
 	}
 	if len(fp) > 12 {
 		return fp[:12]

@@ -122,6 +122,7 @@ var Cases = []struct {
 	{"Resettle", TestResettle},
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
+	{"GoldenRecords", TestGoldenRecords},
 	{"EngineMismatchEveryPath", TestEngineMismatchEveryPath},
 	{"EngineReplay", TestEngineReplay},
 	{"Storm", TestStorm},
