@@ -34,8 +34,8 @@ var ErrNotBegun = errors.New("idemkafka: the record was not begun")
 
 // ErrBehind is the error of a record that comes after its partition's
 // stopping record: whatever the engine answered for it, the partition's
-// position goes back to the stopping record, so it is delivered again
-// (and replays its outcome if it has one).
+// position goes back to the stopping record, so it is delivered again,
+// and replays its outcome if it has one recorded, or is retried.
 var ErrBehind = errors.New("idemkafka: an earlier record of the partition was not settled")
 
 // The headers a dead letter carries, besides the record's own.
@@ -66,8 +66,9 @@ type Config struct {
 	// Default 100.
 	MaxPollRecords int
 	// RetryDelay is how long a partition waits before its stopping record
-	// comes again, when its verdict is consume.Retry or consume.Leave (for
-	// consume.RetryAfter it waits the verdict's Delay). Default 1s.
+	// comes again, when its verdict is consume.Retry or consume.Leave, or
+	// consume.Done with its outcome not recorded (for consume.RetryAfter it
+	// waits the verdict's Delay). Default 1s.
 	RetryDelay time.Duration
 	// DeadLetter, when set, receives a copy of each record whose verdict
 	// is consume.DeadLetter, with HeaderReason and the record's origin in
@@ -80,8 +81,10 @@ type Config struct {
 	// verdict it was settled by: the engine's (consume.Decide), or Retry
 	// with ErrBehind for one after its partition's stopping record, or
 	// Retry with the producer's error for a dead letter that could not be
-	// produced. It is called before the batch's offsets are committed. For
-	// metrics and tests.
+	// produced. A Done whose Err holds consume.ErrOutcomeNotRecorded (its
+	// outcome write failed for all of the engine's WriteTimeout) is not
+	// committed: it stops its partition as Retry does. It is called before
+	// the batch's offsets are committed. For metrics and tests.
 	Settled func(*kgo.Record, consume.Verdict)
 }
 
@@ -145,8 +148,9 @@ func (c *Config) validate() error {
 type Func[T any] func(ctx context.Context, r *kgo.Record) (T, error)
 
 // Consumer runs a consumer group's records through the engine and commits
-// each partition's offset up to its first record whose outcome is not
-// settled. See the package doc.
+// each partition's offset up to its first record that is not settled:
+// whose outcome is not recorded, and that was not dead-lettered. See the
+// package doc.
 type Consumer struct {
 	e   *idem.Engine
 	cfg Config
@@ -389,8 +393,8 @@ func (c *Consumer) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 }
 
 // settle walks a partition's verdicts in order: the settled prefix
-// (done, or dead-lettered) is committed, and the first record that is
-// not settled stops the partition there.
+// (done with its outcome recorded, or dead-lettered) is committed, and the
+// first record that is not settled stops the partition there.
 func (c *Consumer) settle(ctx context.Context, p *part, vs []consume.Verdict) {
 	p.vs = vs
 	for i, r := range p.recs {
@@ -401,11 +405,14 @@ func (c *Consumer) settle(ctx context.Context, p *part, vs []consume.Verdict) {
 		v := vs[i]
 		switch v.Action {
 		case consume.Done:
-			if v.Err != nil {
-				c.cfg.Logger.Warn("idemkafka: record done, its outcome not recorded", "op", c.cfg.Operation, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", v.Err)
+			if v.Err == nil {
+				p.commit = r
+				continue
 			}
-			p.commit = r
-			continue
+			// Done, its outcome not recorded (consume.ErrOutcomeNotRecorded):
+			// the store never learnt that it ran, so the offset does not
+			// move past it.
+			p.stop, p.delay = r, c.cfg.RetryDelay
 		case consume.DeadLetter:
 			if err := c.deadLetter(ctx, r, v); err != nil {
 				p.vs[i] = consume.Verdict{Action: consume.Retry, Err: errors.Join(v.Err, err)}
@@ -499,10 +506,12 @@ type handler[T any] struct {
 	fn Func[T]
 }
 
-// partition claims the keys of a partition's records in one DoBatch and
-// runs fn for them in order, one at a time; once a record's fn fails with
-// an error that is not terminal (so the partition will stop there), or
-// stop says so, the records after it are not begun.
+// partition claims the keys of a partition's records in one DoBatch, which
+// holds every claim until its record runs, and runs fn for them in order,
+// one at a time; a record's success is recorded with the others that
+// succeeded meanwhile while the next record runs. Once a record's fn fails
+// with an error that is not terminal (so the partition will stop there),
+// or stop says so, the records after it are not begun.
 func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop func() bool) []consume.Verdict {
 	vs := make([]consume.Verdict, len(recs))
 	ids := make([]idem.Identity, 0, len(recs))

@@ -125,10 +125,22 @@ func Cases() []Case {
 			})
 		}},
 		{"OutcomeWriteFailed", consume.Done, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
-			// The store is unreachable for all of WriteTimeout after the
-			// handler ran.
-			f.Store.FailAlways("complete", fmt.Errorf("connection refused: %w", store.ErrUnavailable))
-			v := d(t, f, key, []byte(`{"n":1}`), ok)
+			// The store fails the message's Complete for all of
+			// WriteTimeout after the handler ran (the other messages of a
+			// batch are recorded).
+			v := d(t, f, key, []byte(`{"n":1}`), func(ctx context.Context) error {
+				c, ok := idem.FromContext(ctx)
+				if !ok {
+					return errors.New("consumetest: the handler runs without a claim")
+				}
+				f.Store.FailKeys("complete", func(k string) error {
+					if k != c.Key {
+						return nil
+					}
+					return fmt.Errorf("connection refused: %w", store.ErrUnavailable)
+				})
+				return nil
+			})
 			if !errors.Is(v.Err, consume.ErrOutcomeNotRecorded) {
 				t.Errorf("settled with %v, want consume.ErrOutcomeNotRecorded: the outcome write did not fail", v.Err)
 			}
