@@ -21,8 +21,9 @@
 //	idemlambda's KeyJMESPath (SQS, EventBridge, JSON      operation, the selected value as JSON: SQS's
 //	streams, any event), idem.Request without           messageId "\"…\"", EventBridge's id, a Kinesis
 //	a Key (the payload; idemsfn's input)                record's ["eventSourceARN", "eventID"]
-//	idemkafka, idemwatermill by default       Payload   operation, the topic ([TopicTenant]), the payload
-//	                                                    (the record's value) as sent, byte for byte
+//	idemkafka, idemwatermill by default;      Payload   operation, the topic ([TopicTenant]; none for
+//	idemnats when Config.Key returns ""                 idemnats), the payload (the record's value, the
+//	                                                    message's data) as sent, byte for byte
 //
 // An adapter's identity (store key and fingerprint) comes from the
 // function's Identity form ([HTTPIdentity], [RPCIdentity], [KeyIdentity],
