@@ -22,7 +22,7 @@ import (
 
 // channelRouter runs cfg's handler on topics of Watermill's in-process Go
 // channel, on one engine; send publishes a message to a topic and returns
-// its verdict.
+// its verdict (each message is sent once the one before was settled).
 type channelRouter struct {
 	pubSub  *gochannel.GoChannel
 	settled chan consume.Verdict
@@ -31,14 +31,22 @@ type channelRouter struct {
 }
 
 func newChannelRouter(t *testing.T, cfg idemwatermill.Config, topics ...string) *channelRouter {
-	c := &channelRouter{pubSub: gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{}), settled: make(chan consume.Verdict, 1)}
+	c := &channelRouter{pubSub: gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{}), settled: make(chan consume.Verdict, 16)}
 	t.Cleanup(func() { c.pubSub.Close() })
 	st := memstore.New(&memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
 	e := newEngine(t, st, idem.Config{Lease: 30 * time.Second})
 	r := newRouter(t)
 	cfg.Operation, cfg.MaxDelay = "ship", -1
-	cfg.Settled = func(_ *message.Message, v consume.Verdict) { c.settled <- v }
+	// A dead letter is nacked, and the Go channel redelivers it until the
+	// router closes: those verdicts, after the test read its own, are
+	// dropped.
+	cfg.Settled = func(_ *message.Message, v consume.Verdict) {
+		select {
+		case c.settled <- v:
+		default:
+		}
+	}
 	for _, tp := range topics {
 		if _, err := idemwatermill.AddConsumerHandler(r, e, &cfg, "ship-"+tp, tp, c.pubSub, func(m *message.Message) error {
 			c.mu.Lock()
