@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -369,10 +368,6 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := clientkey.HTTPWithTenant(m.cfg.Operation, tenant, r.Method, route, key)
-	if err != nil {
-		return idem.Identity{}, nil, err
-	}
 	h := m.fingerprint(r)
 	body := &spool{}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -380,7 +375,9 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 			return idem.Identity{}, nil, err
 		}
 	}
-	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
+	var fp [sha256.Size]byte
+	id, err := clientkey.HTTPIdentity(m.cfg.Operation, tenant, r.Method, route, key, [sha256.Size]byte(h.Sum(fp[:0])))
+	return id, body, err
 }
 
 // spoolBody reads r's body into h and a spool within Config.BodyTimeout.

@@ -85,20 +85,42 @@
 //
 // # Keys
 //
-// By default a record's key is its Kafka key, scoped to its topic and
-// partition (the store key's tenant is "topic/partition"), and the record's
-// value is fingerprinted. A record's Kafka key is often the entity it is
-// about (a customer, an account) rather than the message, and many records
-// share it: a second record with the same key is then a replay (same
-// value) or refused as a key reused with another payload (dead-lettered).
-// Use the default only where producers give each message a key of its own;
-// otherwise name the message with Config.KeyHeader (a header the producer
-// sets, the same on every publish of the message) or Config.Key (a
-// function, such as one that reads an id from the value). A record without
-// a key is dead-lettered ([ErrNoKey]). An offset (topic, partition,
-// offset) names a record but not a message: a producer that retried a send
-// wrote it at two offsets, so an offset key catches redeliveries to the
-// consumer but not a producer's duplicate.
+// By default a record's key is its value, the payload as the producer sent
+// it, hashed (SHA-256) and scoped to its topic (the store key's tenant is
+// the topic; [clientkey.Payload]), as Powertools keys a queue's messages
+// by their payload: two records with the same bytes on one topic are one
+// message, whichever partition or offset each came at, so a producer's
+// retry is a duplicate even after a repartition, and a copy in another
+// partition too. The fingerprint is the same digest, so the default never
+// refuses a record as a key reused. Two records that must both run while
+// their values are equal (an event without an id or timestamp of its own)
+// need a key that tells them apart: choose one. A record without a value
+// (a tombstone) has nothing to key it by and is dead-lettered ([ErrNoKey]).
+//
+// The other keys are chosen, one of them, with the value's digest as the
+// fingerprint (a copy under the same key with another value is refused as
+// a key reused, and dead-lettered):
+//
+//	Config.KeyHeader         the value of a header the producer sets, the
+//	                         same on every send of the message (unscoped)
+//	Config.Key               a function, such as one that reads an id
+//	                         from the value (unscoped)
+//	Config.KeyFromRecordKey  the record's Kafka key, scoped to its topic
+//
+// Why the record key is not the default: it usually names an entity (a
+// customer, an account), not a message, and many records share it. Keyed
+// by it, a second, different event of the same customer is refused as a
+// key reused with another payload, and dead-lettered. Choose it only where
+// producers give each message a key of its own. An offset (topic,
+// partition, offset) names a record but not a message: a producer that
+// retried a send wrote it at two offsets, so an offset key catches
+// redeliveries to the consumer but not a producer's duplicate.
+//
+// Every key is derived by package clientkey, which `idemctl find` and the
+// console's search form use too: an operator finds a record from the
+// value the producer sent and its topic (`idemctl find -payload -operation
+// OP -topic T -key -` reads the value from stdin), or from the chosen key
+// (`-message`; with `-topic` for the record key).
 //
 // # Rebalances and kills
 //

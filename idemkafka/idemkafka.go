@@ -2,6 +2,7 @@ package idemkafka
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/consume"
 )
 
@@ -22,8 +24,9 @@ import (
 // client options; it wraps [idem.ErrInvalidConfig].
 var ErrInvalidConfig = fmt.Errorf("idemkafka: %w", idem.ErrInvalidConfig)
 
-// ErrNoKey: the record has no key (default key), or not the header
-// Config.KeyHeader names. Such a record is dead-lettered.
+// ErrNoKey: the record has nothing to key it by: no value (a tombstone;
+// the default key), no record key (Config.KeyFromRecordKey), or not the
+// header Config.KeyHeader names. Such a record is dead-lettered.
 var ErrNoKey = errors.New("idemkafka: the record has no key")
 
 // ErrNotBegun is the error of a record whose claim was released without
@@ -53,15 +56,24 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
-	// Key returns a record's idempotency key. Default: the record's Kafka
-	// key, scoped to its topic and partition (see the package doc: the key
-	// must name the message, not the entity it is about); with KeyHeader,
-	// the value of that header instead, unscoped. An error dead-letters
-	// the record. A key from Key is not scoped to the topic.
+	// Key returns a record's idempotency key, unscoped (the same key on
+	// two topics is one record of the operation). An error dead-letters
+	// the record. Default (none of Key, KeyHeader and KeyFromRecordKey
+	// set): the record's value, the payload as the producer sent it,
+	// hashed and scoped to the record's topic (not its partition): a copy
+	// of the message is a duplicate whichever partition or offset it
+	// comes at (see the package doc). Set at most one of Key, KeyHeader
+	// and KeyFromRecordKey.
 	Key func(*kgo.Record) (string, error)
-	// KeyHeader names the header that holds a record's key, when Key is
-	// nil.
+	// KeyHeader names the header that holds a record's key (the same on
+	// every publish of the message), unscoped.
 	KeyHeader string
+	// KeyFromRecordKey keys a record by its Kafka record key, scoped to
+	// its topic. Choose it only where producers give each message a key
+	// of its own: a record key usually names an entity (a customer, an
+	// account), and a second, different event of that entity would then
+	// be refused as a key reused with another payload (dead-lettered).
+	KeyFromRecordKey bool
 	// MaxPollRecords is the most records one batch takes from a poll.
 	// Default 100.
 	MaxPollRecords int
@@ -132,8 +144,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Operation == "":
 		return bad("Operation is empty; name the operation, such as \"orders.ship\"")
-	case c.Key != nil && c.KeyHeader != "":
-		return bad("both Key and KeyHeader are set; set one")
+	case (c.Key != nil) && (c.KeyHeader != "" || c.KeyFromRecordKey) || c.KeyHeader != "" && c.KeyFromRecordKey:
+		return bad("more than one of Key, KeyHeader and KeyFromRecordKey is set; set one, or none to key records by their value")
 	case c.MaxPollRecords < 0:
 		return bad("MaxPollRecords is %d; use 0 (100) or more", c.MaxPollRecords)
 	case c.RetryDelay < 0:
@@ -575,34 +587,40 @@ func segment(ids []idem.Identity) int {
 	return len(ids)
 }
 
-// identity is r's key and fingerprint (its value's bytes).
+// identity is r's key and fingerprint, from package clientkey (which
+// idemctl find and the console derive keys with): by default its value's
+// digest under its topic (clientkey.PayloadIdentity); with a key chosen,
+// that key (under its topic for the record key) and its value's digest as
+// the fingerprint (clientkey.KeyIdentity).
 func (w *handler[T]) identity(r *kgo.Record) (idem.Identity, error) {
 	cfg := &w.c.cfg
-	req := idem.Request{Operation: cfg.Operation, Payload: r.Value, RawPayload: true}
-	if req.Payload == nil {
-		req.Payload = []byte{}
-	}
+	var key, tenant string
 	switch {
 	case cfg.Key != nil:
 		k, err := cfg.Key(r)
 		if err != nil {
 			return idem.Identity{}, fmt.Errorf("idemkafka: no key: %w", err)
 		}
-		req.Key = k
+		key = k
 	case cfg.KeyHeader != "":
 		for _, h := range r.Headers {
 			if h.Key == cfg.KeyHeader && len(h.Value) > 0 {
-				req.Key = string(h.Value)
+				key = string(h.Value)
 			}
 		}
+	case cfg.KeyFromRecordKey:
+		key, tenant = string(r.Key), clientkey.TopicTenant(r.Topic)
 	default:
-		req.Key = string(r.Key)
-		req.Tenant = r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10)
+		if len(r.Value) == 0 {
+			return idem.Identity{}, ErrNoKey
+		}
+		return clientkey.PayloadIdentity(cfg.Operation, r.Topic, r.Value)
 	}
-	if req.Key == "" {
+	if key == "" {
 		return idem.Identity{}, ErrNoKey
 	}
-	return req.Identity()
+	fp := sha256.Sum256(r.Value)
+	return clientkey.KeyIdentity(cfg.Operation, tenant, key, &fp)
 }
 
 // commitError is the first error of an offset commit.

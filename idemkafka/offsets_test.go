@@ -112,18 +112,17 @@ func TestOffsetsNeverPastAnUnsettledRecord(t *testing.T) {
 
 // A record the verdict dead-letters goes to the dead-letter topic with the
 // reason and its origin in headers, and the partition moves past it: a
-// terminal error, and a record without a key. The default key is scoped to
-// the topic and partition: the same Kafka key on two partitions is two
-// keys.
+// terminal error, and a record without a key (a tombstone: no value to key
+// it by, under the default key).
 func TestDeadLetterTopic(t *testing.T) {
 	t.Parallel()
 	seeds := brokers(t)
 	tp, dlq := topic(t, seeds, 2), topic(t, seeds, 1)
 	produce(t, seeds,
 		keyed(tp, 0, "declined"),
-		&kgo.Record{Topic: tp, Partition: 0, Value: []byte(`{"order":"none"}`)}, // no key
+		&kgo.Record{Topic: tp, Partition: 0}, // a tombstone: no key, no value
 		keyed(tp, 0, "ok"),
-		keyed(tp, 1, "ok"),
+		keyed(tp, 1, "ok-1"),
 	)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
@@ -164,7 +163,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	})
 	run.stop()
 	mu.Lock()
-	if want := map[string]int{"0/declined": 1, "0/ok": 1, "1/ok": 1}; fmt.Sprint(ran) != fmt.Sprint(want) {
+	if want := map[string]int{"0/declined": 1, "0/ok": 1, "1/ok-1": 1}; fmt.Sprint(ran) != fmt.Sprint(want) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
 	// The record without a key is settled by consume.Decide's verdict for
@@ -223,6 +222,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}{
 		{"no operation", &idemkafka.Config{}, []kgo.Opt{kgo.ConsumerGroup("g")}, "Operation"},
 		{"key and header", &idemkafka.Config{Operation: "x", KeyHeader: "k", Key: func(*kgo.Record) (string, error) { return "", nil }}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyHeader"},
+		{"header and record key", &idemkafka.Config{Operation: "x", KeyHeader: "k", KeyFromRecordKey: true}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyFromRecordKey"},
+		{"key and record key", &idemkafka.Config{Operation: "x", Key: func(*kgo.Record) (string, error) { return "", nil }, KeyFromRecordKey: true}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyFromRecordKey"},
 		{"dead letter without topic", &idemkafka.Config{Operation: "x", DeadLetter: &idemkafka.DeadLetter{}}, []kgo.Opt{kgo.ConsumerGroup("g")}, "DeadLetter"},
 		{"no group", &idemkafka.Config{Operation: "x"}, nil, "group"},
 	} {
