@@ -43,8 +43,9 @@ type State struct {
 	// Ref is the execution reference attached to the claim ([Engine.Attach]),
 	// empty when none was.
 	Ref string
-	// Fingerprint is the hex SHA-256 of the request payload, empty when
-	// none was given.
+	// Fingerprint is the request payload's fingerprint as stored: the
+	// version of the fingerprint rules that made it, ':' and the hex
+	// SHA-256 ("v1:3f2a…"); empty when no payload was given.
 	Fingerprint string
 	// CreatedAt is when the claim was made.
 	CreatedAt time.Time
@@ -204,7 +205,7 @@ func (e *Engine) Begin(ctx context.Context, req Request, o *BeginOptions) (Begun
 
 // BeginIdentity is [Engine.Begin] for a precomputed [Identity].
 func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions) (b Begun, err error) {
-	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, hold: id.HoldCrashed}
+	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed}
 	if e.tracer != nil {
 		ctx = c.startSpan(ctx, observe.CallBegin, observe.TraceContext{})
 		defer func() {

@@ -29,20 +29,10 @@ type call struct {
 	e           *Engine
 	key         string // the store key
 	name        string // the operation's name (the first part of the key's scope), for the observer
-	fingerprint string
-	hold        bool // the takeover policy Hold (Config, or the call's Identity)
+	fingerprint string // stored form: the rules' version and the digest (storedFingerprint)
+	hold        bool   // the takeover policy Hold (Config, or the call's Identity)
 	op          operation
 	span        observe.Span // the call's span, when the observer traces it
-}
-
-// mismatch checks the call's fingerprint against a stored one: the one
-// check of every path (cache, store conflict, in-process flight).
-func (c *call) mismatch(stored string) error {
-	if stored == c.fingerprint {
-		return nil
-	}
-	c.observe(observe.OutcomeMismatch)
-	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
 // fromCache answers the call from a cache entry: the replay, or a
@@ -117,8 +107,8 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 		if retry {
 			continue
 		}
-		if err == nil {
-			return out, nil
+		if err == nil || err == errQueued {
+			return out, err
 		}
 		ipe, busy := asInProgress(err)
 		if busy && e.waits(ipe) {

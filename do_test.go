@@ -182,4 +182,3 @@ func (c *countingCodec) Marshal(v any) ([]byte, error) {
 	c.marshals.Add(1)
 	return c.JSONCodec.Marshal(v)
 }
-

@@ -91,12 +91,13 @@ func (e *InProgressError) Error() string {
 // Is makes errors.Is(err, ErrInProgress) true.
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
 
-// MinRetryAfter is the shortest delay [InProgressError.RetryAfter] gives.
-const MinRetryAfter = 100 * time.Millisecond
+// minRetryAfter is the shortest delay [InProgressError.RetryAfter] gives:
+// 100ms.
+const minRetryAfter = 100 * time.Millisecond
 
 // RetryAfter returns how long after now a retry makes sense. For an
 // operation running in its holder it is as long again as the operation has
-// run so far (now - Since), at least [MinRetryAfter] and at most until the
+// run so far (now - Since), at least 100ms and at most until the
 // lease ends: with nothing else known of the operation's duration, the work
 // is as likely done by then as not, and a caller that comes back after each
 // delay it is told gets the outcome at most one delay after it was stored,
@@ -106,14 +107,14 @@ const MinRetryAfter = 100 * time.Millisecond
 // a holder that is gone loses the key, and a retry may take over then. For
 // work handed off ([Detach], Ref set), and when Since is unknown, it is the
 // time to the lease's end (for handed-off work, the expected completion its
-// holder gave), at least MinRetryAfter.
+// holder gave), at least 100ms.
 func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
 	left := e.LeaseUntil.Sub(now)
 	d := left
 	if e.Ref == "" && !e.Since.IsZero() {
 		d = min(now.Sub(e.Since), left)
 	}
-	return max(d, MinRetryAfter)
+	return max(d, minRetryAfter)
 }
 
 // HeldError is returned when a key waits for a person: claimed under the
@@ -150,7 +151,9 @@ func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 // MismatchError is returned when a key is reused with a different payload.
 type MismatchError struct {
 	Key string
-	// Stored and Got are the two payload fingerprints.
+	// Stored and Got are the two payload fingerprints as stored: the
+	// version of the fingerprint rules that made them, ':' and the hex
+	// digest ("v1:3f2a…"), or empty for a call without a payload.
 	Stored, Got string
 }
 
@@ -165,6 +168,9 @@ func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 func short(fp string) string {
 	if fp == "" {
 		return "(none)"
+	}
+	if _, d, ok := splitFingerprint(fp); ok && len(d) > 12 {
+		return fp[:len(fp)-len(d)+12] // the version and 12 digits
 	}
 	if len(fp) > 12 {
 		return fp[:12]
@@ -291,32 +297,37 @@ func (e *PayloadError) Error() string {
 // Is makes errors.Is(err, ErrInvalidPayload) true.
 func (e *PayloadError) Is(target error) bool { return target == ErrInvalidPayload }
 
-// UncertainError marks an operation error whose effect is unknown: a request
+// uncertainError marks an operation error whose effect is unknown: a request
 // was sent downstream and no answer came back, so the downstream may have
 // acted. The engine neither records nor releases the claim: it stops renewing
 // the lease and leaves the record IN_PROGRESS, so that no retry runs the
 // operation again before the lease ends. After the lease a retry takes the
 // key over, as after a crash. Make one with [Uncertain].
-type UncertainError struct {
+type uncertainError struct {
 	Err error
 }
 
-// Uncertain marks err as an uncertain outcome (see [UncertainError]). A nil
-// err returns nil.
+// Uncertain marks err as an uncertain outcome: a request was sent
+// downstream and no answer came back, so the downstream may have acted.
+// The engine neither records nor releases the claim: it stops renewing the
+// lease and leaves the record IN_PROGRESS, so that no retry runs the
+// operation again before the lease ends; after the lease a retry takes the
+// key over, as after a crash. The error matches [ErrUncertain] and
+// unwraps to err. A nil err returns nil.
 func Uncertain(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &UncertainError{Err: err}
+	return &uncertainError{Err: err}
 }
 
-func (e *UncertainError) Error() string { return "idem: outcome uncertain: " + e.Err.Error() }
+func (e *uncertainError) Error() string { return "idem: outcome uncertain: " + e.Err.Error() }
 
 // Unwrap returns the operation's error.
-func (e *UncertainError) Unwrap() error { return e.Err }
+func (e *uncertainError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrUncertain) true.
-func (e *UncertainError) Is(target error) bool { return target == ErrUncertain }
+func (e *uncertainError) Is(target error) bool { return target == ErrUncertain }
 
 // leaseLostError is the cause of an operation's context cancelled because
 // its lease was lost: [ErrLeaseLost], wrapping the store's refusal.

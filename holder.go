@@ -164,7 +164,7 @@ func (h *holder) record(ctx context.Context, res opResult, opErr error) (unrecor
 	var (
 		encErr *encodeError
 		term   *TerminalError
-		unc    *UncertainError
+		unc    *uncertainError
 	)
 	switch {
 	case errors.As(opErr, &encErr):

@@ -230,7 +230,10 @@ type Request struct {
 // Identity is what the engine derives from a [Request]: the store key and
 // the payload fingerprint.
 type Identity struct {
-	StoreKey    StoreKey
+	StoreKey StoreKey
+	// Fingerprint is the hex digest of the payload, made by this release's
+	// fingerprint rules; empty for no payload. The engine stores it with
+	// the rules' version ("v1:" and the digest: docs/state-machine.md).
 	Fingerprint string
 	// HoldCrashed claims the key under the takeover policy Hold (see
 	// Config.HoldCrashed).

@@ -43,6 +43,7 @@ type fixture struct {
 	console *console.Console
 	srv     *httptest.Server
 	logs    *syncBuffer
+	hold    time.Duration // the console's SignInUserDelay
 	mu      sync.Mutex
 	events  []console.ActionEvent
 }
@@ -79,6 +80,10 @@ func setup(t *testing.T, cfg console.Config) *fixture {
 	}
 	f.keys = consoletest.Seed(t, f.app, raw, f.clock.Advance)
 	cfg.Clock = f.clock
+	f.hold = cfg.SignInUserDelay
+	if f.hold == 0 {
+		f.hold = time.Second
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, nil))
 	cfg.OnAction = func(ev console.ActionEvent) {
 		f.mu.Lock()

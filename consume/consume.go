@@ -69,7 +69,10 @@
 //     failed Complete never hides the result from the caller) carried to
 //     messages; the message is not lost, its effect happened. A copy of the
 //     message published again by a producer after the lease would run again,
-//     as after any crash.
+//     as after any crash. idemkafka, which settles by committing a
+//     partition's offset past every record before it, commits only what is
+//     recorded: it carries this Done out as Retry, and the message runs
+//     again after the lease (its package doc says why).
 package consume
 
 import (

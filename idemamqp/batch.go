@@ -16,11 +16,17 @@ import (
 // keys are claimed together by [idem.DoBatch] (in one round trip on a
 // store that claims in batches, as redisstore does), fn runs for each
 // claimed delivery, concurrency at once (0: all; 1: in order), each under
-// its own lease and with its own outcome write, and every delivery is
-// settled by its own verdict exactly as Handle settles it as soon as its
-// own outcome is recorded ([idem.BatchOptions] Answered), not when the
-// batch is done, each with its own Ack, Reject or Nack: never an acknowledgement with multiple=true,
-// which would settle deliveries whose outcome did not land. A delivery
+// its own claim, and every delivery is settled by its own verdict exactly
+// as Handle settles it as soon as its own outcome is recorded
+// ([idem.BatchOptions] Answered), not when the batch is done, each with
+// its own Ack, Reject or Nack: never an acknowledgement with
+// multiple=true, which would settle deliveries whose outcome did not
+// land. Every claim of the batch is held until its delivery runs: the
+// leases of the deliveries waiting for their turn are renewed together,
+// and one whose claim was lost while it waited (taken over by another
+// consumer) does not run and is tried later (Leave), when it replays the
+// new holder's outcome. The successes of the batch are written together
+// (idem.DoBatch), each with its own fenced answer. A delivery
 // without a key is rejected alone; a key named twice runs fn once, and the
 // later copy answers as a concurrent call in one process does (DoBatch):
 // it waits for the earlier (with the engine's Wait) and is acked, or is

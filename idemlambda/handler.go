@@ -2,6 +2,7 @@ package idemlambda
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -148,31 +149,35 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 	if err != nil {
 		return idem.Identity{}, false, fmt.Errorf("idemlambda: selected value cannot be encoded: %w", err)
 	}
-	key, err := clientkey.JSON(k.operation, "", b)
+	fp, err := k.fingerprint(event)
 	if err != nil {
+		return idem.Identity{}, false, err
+	}
+	if id, err = clientkey.JSONIdentity(k.operation, "", b, fp); err != nil {
 		return idem.Identity{}, false, fmt.Errorf("idemlambda: selected value: %w", err)
 	}
-	return k.identityOf(key, event)
+	id.HoldCrashed = k.hold
+	return id, true, nil
 }
 
-// identityOf completes the identity of key, validating event with
-// ValidationJMESPath when set. The store key comes from clientkey (JSON
-// for a KeyJMESPath selection, Key for FuncConfig.Key), which idemctl find
-// and the console use too.
-func (k *keyer) identityOf(key idem.StoreKey, event any) (idem.Identity, bool, error) {
-	id := idem.Identity{StoreKey: key, HoldCrashed: k.hold}
-	if k.validation != nil {
-		v, err := k.validation.search(event)
-		if err != nil {
-			return idem.Identity{}, false, err
-		}
-		c, err := canonical(v)
-		if err != nil {
-			return idem.Identity{}, false, err
-		}
-		id.Fingerprint = idem.Digest(c)
+// fingerprint is the digest of what ValidationJMESPath selects from event,
+// canonical, or nil without one. The identity comes from clientkey (JSONIdentity
+// for a KeyJMESPath selection, KeyIdentity for FuncConfig.Key), which
+// idemctl find and the console use too.
+func (k *keyer) fingerprint(event any) (*[sha256.Size]byte, error) {
+	if k.validation == nil {
+		return nil, nil
 	}
-	return id, true, nil
+	v, err := k.validation.search(event)
+	if err != nil {
+		return nil, err
+	}
+	c, err := canonical(v)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(c)
+	return &sum, nil
 }
 
 // canonical is v as canonical JSON, so that key order and spacing do not
@@ -268,9 +273,10 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 			case key == "":
 				k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "operation", k.operation)
 			default:
-				var sk idem.StoreKey
-				if sk, err = clientkey.Key(k.operation, "", key); err == nil {
-					id, ok, err = k.identityOf(sk, event)
+				var fp *[sha256.Size]byte
+				if fp, err = k.fingerprint(event); err == nil {
+					id, err = clientkey.KeyIdentity(k.operation, "", key, fp)
+					ok, id.HoldCrashed = err == nil, k.hold
 				}
 			}
 		} else {

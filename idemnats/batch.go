@@ -22,8 +22,14 @@ type ProcessBatch func(ctx context.Context, msgs []jetstream.Msg) (ds []Disposit
 // keys of the batch are claimed together by [idem.DoBatch] (in one round
 // trip on a store that claims in batches, as redisstore does), fn runs for
 // each claimed message, Config.Concurrency at once, each under its own
-// lease and with its own outcome write, and each message is then settled
-// by its own verdict, exactly as Wrap settles it. A message without a key
+// claim, and each message is then settled by its own verdict, exactly as
+// Wrap settles it. Every claim of the batch is held until its message
+// runs: the leases of the messages waiting for their turn are renewed
+// together, and a message whose claim was lost while it waited (taken
+// over by another worker) does not run and is left to AckWait (Leave), so
+// its redelivery replays the new holder's outcome. The successes of the
+// batch are written together (idem.DoBatch), each with its own fenced
+// answer. A message without a key
 // is terminated alone; a key named twice in a batch runs fn once, and the
 // later copy answers as a concurrent call in one process does (DoBatch):
 // in progress, so NakWithDelay, when the engine does not wait (Wait 0),

@@ -51,7 +51,7 @@ const (
 	// OutcomeUnprotected: the operation ran without a claim, because the
 	// engine is disabled or because the store failed and FailOpen is set.
 	OutcomeUnprotected
-	// OutcomeUncertain: the operation returned an [*github.com/seed-a1b882c0/idem.UncertainError]; its
+	// OutcomeUncertain: the operation returned an error marked by [github.com/seed-a1b882c0/idem.Uncertain]; its
 	// claim was kept until the lease ends.
 	OutcomeUncertain
 	// OutcomeWriteRetried: an outcome write (complete, fail, release)

@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"errors"
+	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
+	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 func sampleRecords() []*store.Record {
@@ -71,4 +73,19 @@ func FuzzUnmarshalRecord(f *testing.F) {
 			t.Fatalf("re-encoding changed the record: %+v -> %+v (%v)", r, again, err)
 		}
 	})
+}
+
+// TestRecordCodecGolden: the binary format of this release's records,
+// pinned by files: a record encodes to its file, and the file decodes to
+// the record.
+func TestRecordCodecGolden(t *testing.T) {
+	t.Parallel()
+	for _, g := range storetest.GoldenRecords() {
+		b := storetest.GoldenFile(t, filepath.Join("testdata", "golden", g.Name+".idr"), store.MarshalRecord(&g.Record))
+		got, err := store.UnmarshalRecord(b)
+		if err != nil {
+			t.Fatalf("%s: %v", g.Name, err)
+		}
+		storetest.CheckGolden(t, g, got)
+	}
 }

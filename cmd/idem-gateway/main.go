@@ -22,9 +22,11 @@
 // -console-auth-file or $IDEM_CONSOLE_AUTH (USER:PASSWORD or a token, one
 // a line). Behind a TLS-terminating proxy, set -console-secure-cookies (or
 // name the proxy in -console-trusted-proxies, whose X-Forwarded-Proto and
-// X-Forwarded-For are then believed); failed sign-ins are throttled per
-// client and per user (-console-sign-in-failures, -console-sign-in-window,
-// -console-sign-in-max-delay). See docs/operations.md.
+// X-Forwarded-For are then believed); failed sign-ins close sign-in to
+// the client that made them, and only slow the user's sign-ins from other
+// clients (-console-sign-in-failures, -console-sign-in-window,
+// -console-sign-in-max-delay, -console-sign-in-user-delay). See
+// docs/operations.md.
 //
 // Run idem-gateway -h for every flag.
 //

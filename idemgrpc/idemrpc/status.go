@@ -20,25 +20,12 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// ErrMissingKey: the method requires a key (Method.Required) and the call
-// has none. Answered INVALID_ARGUMENT.
-var ErrMissingKey = errors.New("idemrpc: idempotency key required")
-
-// ErrInvalidKey is [idem.ErrInvalidKey], the same value: a malformed or
-// repeated key fails with an [*idem.KeyError] that matches it. Answered
-// INVALID_ARGUMENT.
-//
-// Deprecated: match [idem.ErrInvalidKey].
-var ErrInvalidKey = idem.ErrInvalidKey
-
 // KeyField is the [idem.KeyError] Field of a malformed or repeated key.
 const KeyField = "idempotency key"
 
-// KeyError is the error of a malformed or repeated key.
-//
-// Deprecated: it is [idem.KeyError], the one error of key validation
-// (Field [KeyField]); use that name.
-type KeyError = idem.KeyError
+// ErrMissingKey: the method requires a key (Method.Required) and the call
+// has none. Answered INVALID_ARGUMENT.
+var ErrMissingKey = errors.New("idemrpc: idempotency key required")
 
 // PrincipalError is returned when Config.Principal refused the call.
 // Answered UNAUTHENTICATED.

@@ -5,6 +5,12 @@
 // (or, for Lambda, real event shapes), each of which must settle the
 // message by the verdict the consume package gives. idemnats, idemamqp,
 // idemkafka (on franz-go's kfake emulator) and idemlambda run it.
+//
+// [BatchHoldsItsClaims] and [BatchSkipsLapsedClaims] are the scenarios of a
+// consumer's batch path with two members of a group on the real broker
+// (each adapter gives a [Member]): a batch whose tail waits behind a slow
+// head keeps its tail's claims, and a tail whose claims lapsed anyway does
+// not run. idemnats and idemamqp run them.
 // Test-only.
 package consumetest
 
@@ -152,10 +158,22 @@ func Cases() []Case {
 			return v
 		}},
 		{"OutcomeWriteFailed", consume.Done, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
-			// The store is unreachable for all of WriteTimeout after the
-			// handler ran.
-			f.Store.FailAlways("complete", fmt.Errorf("connection refused: %w", store.ErrUnavailable))
-			v := d(t, f, key, []byte(`{"n":1}`), ok)
+			// The store fails the message's Complete for all of
+			// WriteTimeout after the handler ran (the other messages of a
+			// batch are recorded).
+			v := d(t, f, key, []byte(`{"n":1}`), func(ctx context.Context) error {
+				c, ok := idem.FromContext(ctx)
+				if !ok {
+					return errors.New("consumetest: the handler runs without a claim")
+				}
+				f.Store.FailKeys("complete", func(k string) error {
+					if k != c.Key {
+						return nil
+					}
+					return fmt.Errorf("connection refused: %w", store.ErrUnavailable)
+				})
+				return nil
+			})
 			if !errors.Is(v.Err, consume.ErrOutcomeNotRecorded) {
 				t.Errorf("settled with %v, want consume.ErrOutcomeNotRecorded: the outcome write did not fail", v.Err)
 			}

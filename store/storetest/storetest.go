@@ -123,6 +123,7 @@ var Cases = []struct {
 	{"Resettle", TestResettle},
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
+	{"GoldenRecords", TestGoldenRecords},
 	{"EngineMismatchEveryPath", TestEngineMismatchEveryPath},
 	{"EngineReplay", TestEngineReplay},
 	{"Storm", TestStorm},

@@ -43,6 +43,7 @@ var broken = map[string]struct {
 	"takes-over-anyway":          {func(m *memstore.Store) store.Store { return &takesOverAnyway{Store: m} }, "NoTakeover"},
 	"forgets-hold":               {func(m *memstore.Store) store.Store { return &forgetsHold{Store: m} }, "Hold"},
 	"takes-over-held":            {func(m *memstore.Store) store.Store { return &takesOverHeld{Store: m} }, "Hold"},
+	"hex-only-fingerprint":       {func(m *memstore.Store) store.Store { return &hexOnlyFingerprint{Store: m} }, "GoldenRecords"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -114,6 +115,18 @@ func (s *dropFingerprint) Claim(ctx context.Context, p store.ClaimParams) (store
 		res.Record.Fingerprint = p.Fingerprint // echoes the caller's instead of the stored one
 	}
 	return res, err
+}
+
+// hexOnlyFingerprint keeps only the digest of a fingerprint, as a store
+// that took fingerprints for 64 hex digits would: the version of the rules
+// that made it is lost.
+type hexOnlyFingerprint struct{ *memstore.Store }
+
+func (s *hexOnlyFingerprint) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if i := strings.LastIndexByte(p.Fingerprint, ':'); i >= 0 {
+		p.Fingerprint = p.Fingerprint[i+1:]
+	}
+	return s.Store.Claim(ctx, p)
 }
 
 type noExpiry struct{ *memstore.Store }
