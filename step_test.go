@@ -377,3 +377,35 @@ func storeKeyOf(t *testing.T, r idem.Request) string {
 	}
 	return id.StoreKey.String()
 }
+
+// Steps work in the items of a batch as in Do: an item that fails after a
+// finished step keeps it, and the retry (here through Do) resumes; an item
+// that succeeds is completed with the batch's outcomes, its steps dropped.
+func TestStepsInABatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
+		ctx := context.Background()
+		var charges [2]atomic.Int32
+		down := errors.New("ledger down")
+		_, errs := idem.DoBatch(ctx, en.eng, ids(t, "b-0", "b-1"), nil, func(ctx context.Context, i int) (string, error) {
+			id, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { charges[i].Add(1); return "ch_b", nil })
+			if err != nil || i == 0 {
+				return "", errors.Join(err, down)
+			}
+			return "ok:" + id, nil
+		})
+		if !errors.Is(errs[0], down) || errs[1] != nil {
+			t.Fatalf("batch: %v", errs)
+		}
+		if rec, err := en.mem.Get(ctx, storeKeyOf(t, req("b-1"))); err != nil || rec.Status != store.StatusCompleted || len(rec.Steps) != 0 {
+			t.Fatalf("the completed item: %+v %v, want COMPLETED without steps", rec, err)
+		}
+		res, err := idem.Do(ctx, en.eng, req("b-0"), func(ctx context.Context) (string, error) {
+			id, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { charges[0].Add(1); return "ch_again", nil })
+			return "ok:" + id, err
+		})
+		if err != nil || res.Value != "ok:ch_b" || charges[0].Load() != 1 || charges[1].Load() != 1 {
+			t.Fatalf("the retry of the failed item: %+v %v, charges %d %d; want the recorded charge, each once", res, err, charges[0].Load(), charges[1].Load())
+		}
+	})
+}
