@@ -373,6 +373,7 @@ func (h *holder) hold(ctx context.Context, f *flight, now time.Time, lease time.
 	h.noteAcquired(res)
 	h.fence, h.owner, h.expiresAt, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, f
 	h.lease, h.claimedUntil = min(lease, e.cfg.Lease), res.Record.LeaseUntil
+	h.steps.reset(res.Record.Steps) // a takeover's finished steps, resumed by Step
 	h.opCtx = opContext{Context: ctx, h: h}
 	if e.cfg.RenewInterval > 0 && !endsAtDeadline(ctx) {
 		h.opCtx.Context, h.cancel = context.WithCancelCause(ctx)

@@ -204,7 +204,7 @@ func (t *typedCall[T]) answer(ctx context.Context, out outcome, err error) (Resu
 		t.observe(observe.OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
 			"key", t.key, "err", err)
-		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e, unprotected: true})
+		v, ferr := callOp(context.WithValue(ctx, unprotectedKey{}, true), fn, completing, &Completion[T]{e: e, unprotected: true})
 		res.Value = v
 		return res, ferr
 	}

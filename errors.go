@@ -64,6 +64,47 @@ var (
 	ErrInvalidArgument = errors.New("idem: invalid argument")
 )
 
+// Errors of [Step].
+var (
+	// ErrStepOrder: a step was called where the claim's record holds
+	// another one (the operation's steps ran in another order before a
+	// takeover), or where a step that failed must be called again first,
+	// or while another step of the operation runs. The step did not run.
+	// A mismatch with a recorded step is a [*StepOrderError].
+	ErrStepOrder = errors.New("idem: step called out of order")
+	// ErrNoOperation: Step was called with a context that carries no
+	// operation run by the engine (Do, DoIdentity, DoBatch, Op.Do). The
+	// step did not run.
+	ErrNoOperation = errors.New("idem: no operation in the context")
+	// ErrStepsUnsupported: the engine's store cannot record steps (it
+	// does not implement store.Stepper). The step did not run.
+	ErrStepsUnsupported = errors.New("idem: the store does not record steps (store.Stepper)")
+)
+
+// StepOrderError is returned by [Step] when the step called at Index is
+// not the one that stands there: Want, recorded by an earlier holder of
+// the claim (Recorded), or a step of this run that failed and was not
+// recorded, which must be called again before any other.
+type StepOrderError struct {
+	Key   string
+	Index int
+	// Want is the step that stands at Index; Got is the one called.
+	Want, Got string
+	// Recorded is true when Want was recorded by an earlier holder,
+	// false when it failed in this run.
+	Recorded bool
+}
+
+func (e *StepOrderError) Error() string {
+	if e.Recorded {
+		return fmt.Sprintf("idem: step %d of %s is %q (recorded before a takeover), but the operation called %q: steps must be called in one order", e.Index, e.Key, e.Want, e.Got)
+	}
+	return fmt.Sprintf("idem: step %d of %s, %q, failed and was not recorded, but the operation called %q next: call the failed step again, or return its error", e.Index, e.Key, e.Want, e.Got)
+}
+
+// Is makes errors.Is(err, ErrStepOrder) true.
+func (e *StepOrderError) Is(target error) bool { return target == ErrStepOrder }
+
 // InProgressError is returned when another caller holds the key.
 type InProgressError struct {
 	Key string

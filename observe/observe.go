@@ -169,12 +169,15 @@ const (
 	// StoreClaimBatch is one round trip claiming a batch of keys
 	// ([github.com/seed-a1b882c0/idem.DoBatch] over a [store.BatchClaimer]).
 	StoreClaimBatch StoreOp = "claim_batch"
+	// StoreStep records a finished step under the claim
+	// ([github.com/seed-a1b882c0/idem.Step] over a [store.Stepper]).
+	StoreStep StoreOp = "step"
 )
 
 // StoreOps lists every store operation the engine reports, for exporters
 // that index by it.
 func StoreOps() []StoreOp {
-	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet, StoreClaimBatch}
+	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet, StoreClaimBatch, StoreStep}
 }
 
 // StoreResult classifies the result of one store call for metrics: a small

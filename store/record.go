@@ -94,6 +94,62 @@ type Record struct {
 	// It is the claim's, kept by Complete and Fail, and shows operators
 	// why a stuck record waits for them.
 	Hold bool
+	// Steps are the finished steps of the operation running under the
+	// claim, in the order they ran ([Stepper]): kept while the record is
+	// IN_PROGRESS, carried into the claim that takes it over, and dropped
+	// when the record is settled (COMPLETED or FAILED) or deleted.
+	Steps []Step
+}
+
+// Step is one finished step of an operation, recorded under its claim by
+// [Stepper.RecordStep]: its encoded result, or the terminal error it ended
+// with (never both).
+type Step struct {
+	// Name is the step's name, as the operation called it.
+	Name string
+	// Result is the step's encoded result, when it succeeded.
+	Result []byte
+	// Err is the terminal error the step ended with, when it failed.
+	Err *ErrorRecord
+	// At is when the step was recorded (ms).
+	At int64
+}
+
+// Size is the number of payload bytes a step carries (its name, result and
+// error), the figure a record's size counts for it.
+func (s Step) Size() int {
+	n := len(s.Name) + len(s.Result)
+	if s.Err != nil {
+		n += s.Err.Size()
+	}
+	return n
+}
+
+// Clone returns a deep copy of s.
+func (s Step) Clone() Step {
+	if s.Result != nil {
+		s.Result = append([]byte(nil), s.Result...)
+	}
+	if s.Err != nil {
+		e := *s.Err
+		if e.Body != nil {
+			e.Body = append([]byte(nil), e.Body...)
+		}
+		s.Err = &e
+	}
+	return s
+}
+
+// cloneSteps returns a deep copy of steps (nil when there are none).
+func cloneSteps(steps []Step) []Step {
+	if len(steps) == 0 {
+		return nil
+	}
+	c := make([]Step, len(steps))
+	for i, st := range steps {
+		c[i] = st.Clone()
+	}
+	return c
 }
 
 // ErrorRecord is a terminal error as stored in a FAILED record.
@@ -144,15 +200,20 @@ func (r *Record) Clone() *Record {
 		}
 		c.Err = &e
 	}
+	c.Steps = cloneSteps(r.Steps)
 	return &c
 }
 
 // Size is the number of payload bytes a record carries (result, error body
-// and message), the figure stores compare with their size limit.
+// and message, and its steps' [Step.Size]), the figure stores compare with
+// their size limit.
 func (r *Record) Size() int {
 	n := len(r.Result)
 	if r.Err != nil {
 		n += r.Err.Size()
+	}
+	for _, st := range r.Steps {
+		n += st.Size()
 	}
 	return n
 }

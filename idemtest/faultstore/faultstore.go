@@ -5,6 +5,7 @@ package faultstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -31,7 +32,7 @@ type Store struct {
 // New wraps inner.
 func New(inner store.Store) *Store {
 	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, keys: map[string]func(string) error{}, calls: map[string]*atomic.Int64{}}
-	for _, m := range []string{"claim", "claim_batch", "complete", "complete_batch", "fail", "release", "extend", "extend_batch", "get"} {
+	for _, m := range []string{"claim", "claim_batch", "complete", "complete_batch", "fail", "release", "extend", "extend_batch", "get", "record_step"} {
 		s.calls[m] = new(atomic.Int64)
 	}
 	return s
@@ -160,6 +161,20 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		res[i], errs[i] = s.Inner.Claim(ctx, p)
 	}
 	return res, errs
+}
+
+// RecordStep implements store.Stepper, counted as "record_step", with its
+// faults and lost replies. Over an inner store without steps it fails
+// with an error wrapping store.ErrMisconfigured.
+func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
+	if err := s.inject("record_step"); err != nil {
+		return err
+	}
+	st, ok := s.Inner.(store.Stepper)
+	if !ok {
+		return fmt.Errorf("faultstore: the inner store %T does not record steps: %w", s.Inner, store.ErrMisconfigured)
+	}
+	return s.reply("record_step", st.RecordStep(ctx, p))
 }
 
 // Complete implements store.Store.

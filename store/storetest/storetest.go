@@ -46,10 +46,11 @@ import (
 // Features tells the suite what the store can do and how hard to push it.
 // Zero fields take the defaults given.
 type Features struct {
-	// MaxResultBytes is the largest result the store accepts. The suite
-	// stores exactly that many bytes, then one more, which must fail with
-	// idem.ErrTooLarge. Zero means the store has no limit of its own: the
-	// suite stores 1 MiB and skips the one-over case.
+	// MaxResultBytes is the largest result the store accepts, and the
+	// largest size of a record's steps taken together ([store.Stepper]).
+	// The suite stores exactly that many bytes, then one more, which must
+	// fail with idem.ErrTooLarge. Zero means the store has no limit of its
+	// own: the suite stores 1 MiB and skips the one-over case.
 	MaxResultBytes int
 	// StormGoroutines is how many goroutines race for one key. Default 64.
 	StormGoroutines int
@@ -124,6 +125,11 @@ var Cases = []struct {
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
 	{"GoldenRecords", TestGoldenRecords},
+	{"Steps", TestSteps},
+	{"StepFencing", TestStepFencing},
+	{"StepsGoWithRecord", TestStepsGoWithRecord},
+	{"StepSizeLimit", TestStepSizeLimit},
+	{"StepsListing", TestStepsListing},
 	{"EngineMismatchEveryPath", TestEngineMismatchEveryPath},
 	{"EngineReplay", TestEngineReplay},
 	{"Storm", TestStorm},
@@ -203,6 +209,10 @@ func sameRecord(t *testing.T, what string, got, want *store.Record) {
 		}
 	}
 	g.Err, w.Err = nil, nil
+	if err := sameSteps(g.Steps, w.Steps); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+	g.Steps, w.Steps = nil, nil
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, g, w)
 	}
