@@ -31,11 +31,11 @@ func sampleRecords() []*store.Record {
 }
 
 // A record without steps is encoded as it was before steps existed: the
-// bytes of sampleRecords()[3] as the format wrote them then.
+// bytes of sampleRecords()[4] as the format wrote them then.
 func TestRecordCodecWithoutStepsUnchanged(t *testing.T) {
 	t.Parallel()
 	const before = "494452010302090109000000016b000000086465636c696e6564026e6f027b7df4e103e5"
-	if got := hex.EncodeToString(store.MarshalRecord(sampleRecords()[3])); got != before {
+	if got := hex.EncodeToString(store.MarshalRecord(sampleRecords()[4])); got != before {
 		t.Fatalf("encoding of a record without steps changed:\n got %s\nwant %s", got, before)
 	}
 }
