@@ -413,27 +413,34 @@ func (w *batchWriter) queue(h *holder, res opResult) {
 	w.wg.Go(func() { w.safely(w.drain) })
 }
 
-// drain writes what is queued until nothing is.
+// drain writes what is queued, then answers the calls it wrote for. What
+// was queued meanwhile is written by another goroutine, started before
+// the answers are made, so that an answer that takes its time (a
+// consumer's ack) holds up no write.
 func (w *batchWriter) drain() {
-	for {
-		w.mu.Lock()
-		q := w.queued
-		w.queued = nil
-		if len(q) == 0 {
-			w.busy = false
-			w.mu.Unlock()
-			return
-		}
-		w.mu.Unlock()
-		w.write(q)
+	w.mu.Lock()
+	q := w.queued
+	w.queued = nil
+	w.mu.Unlock()
+	outs := w.write(q)
+	w.mu.Lock()
+	if len(w.queued) > 0 {
+		w.wg.Go(func() { w.safely(w.drain) })
+	} else {
+		w.busy = false
+	}
+	w.mu.Unlock()
+	for i, c := range q {
+		w.answer(c.h.bi, outs[i], nil)
 	}
 }
 
-// write records the successes of q and answers their calls.
-func (w *batchWriter) write(q []queuedComplete) {
+// write records the successes of q and returns each call's outcome; each
+// holder's renewal is stopped and its flight landed.
+func (w *batchWriter) write(q []queuedComplete) []outcome {
 	e := w.e
 	now := store.Millis(e.cfg.Clock.Now())
-	errs := make([]error, len(q))
+	errs, outs := make([]error, len(q)), make([]outcome, len(q))
 	bc, batched := e.store.(store.BatchCompleter)
 	if batched && len(q) > 1 {
 		ps := make([]store.CompleteParams, len(q))
@@ -480,6 +487,7 @@ func (w *batchWriter) write(q []queuedComplete) {
 		}
 		h.stopRenewal()
 		e.land(h.key, h.flight, h)
-		w.answer(h.bi, outcome{fence: h.fence, recorded: h.wrote, unrecorded: unrecorded}, nil)
+		outs[i] = outcome{fence: h.fence, recorded: h.wrote, unrecorded: unrecorded}
 	}
+	return outs
 }
