@@ -8,10 +8,10 @@ import (
 	"github.com/seed-a1b882c0/idem/canonical"
 )
 
-// Canonicalize returns the canonical form of a JSON document, the form
+// canonicalize returns the canonical form of a JSON document, the form
 // payloads are fingerprinted in: see [canonical.JSON] for the rules. A
 // document without one fails with a [*PayloadError] naming where and why.
-func Canonicalize(src []byte) ([]byte, error) {
+func canonicalize(src []byte) ([]byte, error) {
 	b, err := canonical.JSON(src)
 	var se *canonical.SyntaxError
 	if errors.As(err, &se) {

@@ -43,6 +43,19 @@ var (
 	// ErrUncertain: the operation could not tell whether its effect took
 	// place (see [Uncertain]); the claim was kept until its lease ends.
 	ErrUncertain = errors.New("idem: outcome uncertain")
+	// ErrStepOrder: a step was called where the claim's record holds
+	// another one (the operation's steps ran in another order before a
+	// takeover), or where a step that failed must be called again first,
+	// or while another step of the operation runs. The step did not run.
+	// A mismatch with a recorded step is a [*stepOrderError].
+	ErrStepOrder = errors.New("idem: step called out of order")
+	// ErrNoOperation: Step was called with a context that carries no
+	// operation run by the engine (Do, DoIdentity, DoBatch, Op.Do). The
+	// step did not run.
+	ErrNoOperation = errors.New("idem: no operation in the context")
+	// ErrStepsUnsupported: the engine's store cannot record steps (it
+	// does not implement store.Stepper). The step did not run.
+	ErrStepsUnsupported = errors.New("idem: the store does not record steps (store.Stepper)")
 )
 
 // Errors of input validation.
@@ -64,28 +77,11 @@ var (
 	ErrInvalidArgument = errors.New("idem: invalid argument")
 )
 
-// Errors of [Step].
-var (
-	// ErrStepOrder: a step was called where the claim's record holds
-	// another one (the operation's steps ran in another order before a
-	// takeover), or where a step that failed must be called again first,
-	// or while another step of the operation runs. The step did not run.
-	// A mismatch with a recorded step is a [*StepOrderError].
-	ErrStepOrder = errors.New("idem: step called out of order")
-	// ErrNoOperation: Step was called with a context that carries no
-	// operation run by the engine (Do, DoIdentity, DoBatch, Op.Do). The
-	// step did not run.
-	ErrNoOperation = errors.New("idem: no operation in the context")
-	// ErrStepsUnsupported: the engine's store cannot record steps (it
-	// does not implement store.Stepper). The step did not run.
-	ErrStepsUnsupported = errors.New("idem: the store does not record steps (store.Stepper)")
-)
-
-// StepOrderError is returned by [Step] when the step called at Index is
+// stepOrderError is returned by [Step] when the step called at Index is
 // not the one that stands there: Want, recorded by an earlier holder of
 // the claim (Recorded), or a step of this run that failed and was not
 // recorded, which must be called again before any other.
-type StepOrderError struct {
+type stepOrderError struct {
 	Key   string
 	Index int
 	// Want is the step that stands at Index; Got is the one called.
@@ -95,7 +91,7 @@ type StepOrderError struct {
 	Recorded bool
 }
 
-func (e *StepOrderError) Error() string {
+func (e *stepOrderError) Error() string {
 	if e.Recorded {
 		return fmt.Sprintf("idem: step %d of %s is %q (recorded before a takeover), but the operation called %q: steps must be called in one order", e.Index, e.Key, e.Want, e.Got)
 	}
@@ -103,7 +99,7 @@ func (e *StepOrderError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrStepOrder) true.
-func (e *StepOrderError) Is(target error) bool { return target == ErrStepOrder }
+func (e *stepOrderError) Is(target error) bool { return target == ErrStepOrder }
 
 // InProgressError is returned when another caller holds the key.
 type InProgressError struct {

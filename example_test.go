@@ -124,9 +124,3 @@ func ExampleClaim_DownstreamKey() {
 	fmt.Println(len(keys[0]), keys[0] == keys[1])
 	// Output: 32 true
 }
-
-func ExampleCanonicalize() {
-	c, _ := idem.Canonicalize([]byte(`{ "b": [1.0, 2e0], "a": "\u00e9", "big": 9007199254740993 }`))
-	fmt.Println(string(c))
-	// Output: {"a":"é","b":[1,2],"big":9007199254740993}
-}

@@ -2,6 +2,8 @@ package idem_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -90,14 +92,14 @@ func TestFingerprintByOtherRules(t *testing.T) {
 	ran := false
 	fn := func(context.Context) (string, error) { ran = true; return "ours", nil }
 
-	write("v2-done", "v2:"+idem.Digest([]byte("made by other rules")), true)
+	write("v2-done", "v2:"+hexSHA256("made by other rules"), true)
 	for i := range 2 { // the store, then the local cache
 		r, err := idem.Do(ctx, en.eng, req("v2-done"), fn)
 		if err != nil || !r.Replayed || r.Value != "theirs" || ran {
 			t.Fatalf("call %d of a record made by other rules: %+v %v ran=%v; want its replay", i, r, err, ran)
 		}
 	}
-	write("v2-running", "v2:"+idem.Digest([]byte("made by other rules")), false)
+	write("v2-running", "v2:"+hexSHA256("made by other rules"), false)
 	if _, err := idem.Do(ctx, en.eng, req("v2-running"), fn); !errors.Is(err, idem.ErrInProgress) || ran {
 		t.Fatalf("record in progress made by other rules: %v ran=%v; want ErrInProgress", err, ran)
 	}
@@ -105,7 +107,7 @@ func TestFingerprintByOtherRules(t *testing.T) {
 		t.Fatalf("Begin on a record in progress made by other rules: %+v %v; want its state", b, err)
 	}
 
-	write("v1-other", "v1:"+idem.Digest([]byte("another payload")), true)
+	write("v1-other", "v1:"+hexSHA256("another payload"), true)
 	var me *idem.MismatchError
 	if _, err := idem.Do(ctx, en.eng, req("v1-other"), fn); !errors.As(err, &me) || ran {
 		t.Fatalf("record by this release's rules, other payload: %v ran=%v; want a mismatch", err, ran)
@@ -113,4 +115,10 @@ func TestFingerprintByOtherRules(t *testing.T) {
 	if me.Stored[:3] != "v1:" || me.Got[:3] != "v1:" {
 		t.Errorf("MismatchError %+v: want both fingerprints in stored form", me)
 	}
+}
+
+// hexSHA256 is the lowercase hex SHA-256 of s, a fingerprint's digest.
+func hexSHA256(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

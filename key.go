@@ -24,6 +24,8 @@ const (
 	MaxRefLen = 2048
 	// MaxOwnerLabelLen is the longest label [WithOwnerLabel] keeps.
 	MaxOwnerLabelLen = 128
+	// MaxStepNameLen is the longest name a [Step] may have, in bytes.
+	MaxStepNameLen = 200
 )
 
 // StoreKey is a parsed store key, "<scope>#<digest>" where the scope is the
@@ -125,8 +127,8 @@ func NewIdentity(name, tenant string, material []byte, fingerprint [sha256.Size]
 	return Identity{StoreKey: k, Fingerprint: fp}, nil
 }
 
-// Digest returns the lowercase hex SHA-256 of b.
-func Digest(b []byte) string {
+// digest returns the lowercase hex SHA-256 of b.
+func digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -254,7 +256,7 @@ func (r *Request) identity() (Identity, error) {
 	if r.Payload != nil {
 		b := r.Payload
 		if !r.RawPayload {
-			c, err := Canonicalize(r.Payload)
+			c, err := canonicalize(r.Payload)
 			if err != nil {
 				return Identity{}, err
 			}

@@ -15,9 +15,6 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// MaxStepNameLen is the longest name a [Step] may have, in bytes.
-const MaxStepNameLen = 200
-
 // Step runs fn as the next step of the operation running in ctx (under
 // [Do], [DoIdentity], [DoBatch] or [Op.Do]) and records its outcome under
 // the operation's claim, fenced, before it returns: one store round trip
@@ -33,7 +30,7 @@ const MaxStepNameLen = 200
 //     is decoded and returned (or its recorded terminal error), and fn
 //     does not run;
 //   - a step recorded at this number under another name: a
-//     [*StepOrderError] ([ErrStepOrder]), and fn does not run. The
+//     [*stepOrderError] ([ErrStepOrder]), and fn does not run. The
 //     operation's steps must be called in one order, run after run; a
 //     takeover never runs a finished step again silently;
 //   - no step recorded at this number: fn runs, with ctx. Its value is
@@ -42,7 +39,7 @@ const MaxStepNameLen = 200
 //     resumed run gets it again. Any other error is returned and not
 //     recorded: the step runs again on a retry, and the next step this
 //     run calls must be the same one (a retry inside the operation), or
-//     the call fails with a [*StepOrderError].
+//     the call fails with a [*stepOrderError].
 //
 // When fn has run but its outcome cannot be recorded, Step returns fn's
 // value with an error: the step runs again after a crash. The error
@@ -199,9 +196,9 @@ func (l *stepLog) begin(key, name string) (int, *store.Step, error) {
 	case l.busy:
 		return 0, nil, fmt.Errorf("%w: step %q of %s called while another step runs: an operation's steps run one at a time", ErrStepOrder, name, key)
 	case i < len(l.steps) && l.steps[i].Name != name:
-		return 0, nil, &StepOrderError{Key: key, Index: i, Want: l.steps[i].Name, Got: name, Recorded: true}
+		return 0, nil, &stepOrderError{Key: key, Index: i, Want: l.steps[i].Name, Got: name, Recorded: true}
 	case l.fail != "" && l.fail != name:
-		return 0, nil, &StepOrderError{Key: key, Index: i, Want: l.fail, Got: name}
+		return 0, nil, &stepOrderError{Key: key, Index: i, Want: l.fail, Got: name}
 	}
 	l.busy = true
 	if i < len(l.steps) {

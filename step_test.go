@@ -103,7 +103,7 @@ func TestStepResumesAfterTheHolderDiedBetweenSteps(t *testing.T) {
 // The operation fails with an ordinary error after a step was recorded:
 // the claim is not released (that would delete the step) but its lease
 // is ended, so the next call takes the key over at once and resumes. A
-// retry that calls the steps in another order gets a *StepOrderError and
+// retry that calls the steps in another order gets ErrStepOrder and
 // runs nothing; the steps stay for the retry that calls them in order.
 func TestStepOrderIsChecked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -140,9 +140,9 @@ func TestStepOrderIsChecked(t *testing.T) {
 			_, err := charge(ctx)
 			return "reordered", err
 		})
-		var soe *idem.StepOrderError
-		if !errors.As(err, &soe) || !errors.Is(err, idem.ErrStepOrder) || soe.Index != 0 || soe.Want != "charge" || soe.Got != "email" || !soe.Recorded {
-			t.Fatalf("steps in another order: %v, want a *StepOrderError at 0 (charge recorded, email called)", err)
+		if !errors.Is(err, idem.ErrStepOrder) || err == nil || !strings.Contains(err.Error(), `step 0 of`) ||
+			!strings.Contains(err.Error(), `is "charge" (recorded before a takeover), but the operation called "email"`) {
+			t.Fatalf("steps in another order: %v, want ErrStepOrder at step 0 (charge recorded, email called)", err)
 		}
 		if got := fx.counts(); got != [3]int32{1, 0, 0} {
 			t.Fatalf("after the mismatch effects ran %v times; want the first charge only", got)
@@ -180,9 +180,8 @@ func TestStepErrors(t *testing.T) {
 				t.Errorf("a failing step: %v, want its error", err)
 			}
 			_, err := idem.Step(ctx, "email", func(context.Context) (bool, error) { fx.email.Add(1); return true, nil })
-			var soe *idem.StepOrderError
-			if !errors.As(err, &soe) || soe.Want != "charge" || soe.Got != "email" || soe.Recorded {
-				t.Errorf("another step after a failed one: %v, want a *StepOrderError naming the failed charge", err)
+			if !errors.Is(err, idem.ErrStepOrder) || err == nil || !strings.Contains(err.Error(), `"charge", failed and was not recorded, but the operation called "email"`) {
+				t.Errorf("another step after a failed one: %v, want ErrStepOrder naming the failed charge", err)
 			}
 			id, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { fx.charge.Add(1); return "ch_1", nil })
 			if err != nil || id != "ch_1" {

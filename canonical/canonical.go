@@ -1,7 +1,7 @@
 // Package canonical turns a JSON document into one canonical byte form, so
 // that two payloads meaning the same thing fingerprint alike and two
 // payloads meaning different things never do. idem fingerprints request
-// payloads with it (idem.Canonicalize).
+// payloads with it.
 package canonical
 
 import (

@@ -158,17 +158,18 @@ func Key(operation, tenant, key string) (idem.StoreKey, error) {
 // JSON returns the store key of a JSON value: what idemlambda's
 // KeyJMESPath selected from an event (an SQS record's messageId is the
 // JSON string "\"…\""), or an [idem.Request]'s Payload when it has no Key
-// (idemsfn's input then). The value is canonicalised first ([idem.Canonicalize]),
-// so key order and white space do not matter.
+// (idemsfn's input then). The value is canonicalised first
+// ([canonical.JSON]), so key order and white space do not matter.
 //
 // It is the store key [idem.Request.Identity] derives from a Payload
 // without a Key (a test holds the two together), without the fingerprint.
 func JSON(operation, tenant string, value []byte) (idem.StoreKey, error) {
-	c, err := idem.Canonicalize(value)
+	req := idem.Request{Operation: operation, Tenant: tenant, Payload: value}
+	id, err := req.Identity()
 	if err != nil {
 		return idem.StoreKey{}, err
 	}
-	return idem.NewStoreKey(operation, tenant, c)
+	return id.StoreKey, nil
 }
 
 // TopicTenant returns the tenant that scopes a message's key to the topic

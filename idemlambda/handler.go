@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/canonical"
 	"github.com/seed-a1b882c0/idem/clientkey"
 )
 
@@ -32,7 +33,7 @@ type Config struct {
 	// KeyJMESPath selects the idempotency key from the event, as
 	// Powertools' event_key_jmespath: "body", "powertools_json(body).[user, order_id]",
 	// "detail.orderId". The selected value is hashed (canonical JSON, as
-	// idem.Canonicalize makes it). The Powertools functions
+	// canonical.JSON makes it). The Powertools functions
 	// powertools_json, powertools_base64 and powertools_base64_gzip are
 	// available. Each adapter documents its default.
 	//
@@ -172,7 +173,7 @@ func (k *keyer) fingerprint(event any) (*[sha256.Size]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := canonical(v)
+	c, err := canonicalJSON(v)
 	if err != nil {
 		return nil, err
 	}
@@ -184,12 +185,16 @@ func (k *keyer) fingerprint(event any) (*[sha256.Size]byte, error) {
 // change a key. A value the root package refuses to canonicalise (a number
 // with an exponent of a billion, nesting deeper than canonical.MaxDepth)
 // fails with an error that is idem.ErrInvalidPayload.
-func canonical(v any) ([]byte, error) {
+func canonicalJSON(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("idemlambda: selected value cannot be encoded: %w", err)
 	}
-	c, err := idem.Canonicalize(b)
+	c, err := canonical.JSON(b)
+	var se *canonical.SyntaxError
+	if errors.As(err, &se) {
+		err = &idem.PayloadError{Offset: se.Offset, Reason: se.Reason}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("idemlambda: selected value: %w", err)
 	}

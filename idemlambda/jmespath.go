@@ -14,7 +14,7 @@ import (
 	jmespath "github.com/jmespath-community/go-jmespath/pkg/api"
 	"github.com/jmespath-community/go-jmespath/pkg/functions"
 
-	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/canonical"
 )
 
 // ExprError says that a JMESPath expression does not compile, or failed on
@@ -148,7 +148,7 @@ func decode(raw []byte) (any, error) {
 
 // decodeJSON parses a JSON document with its numbers read exactly: a
 // number becomes a float64 when the float64's shortest decimal form is the
-// same number, as [idem.Canonicalize] reads both (1, 1.0, 0.1, 2e10), so
+// same number, as [canonical.JSON] reads both (1, 1.0, 0.1, 2e10), so
 // that JMESPath's comparisons, arithmetic and functions work on it as before;
 // any other number (9007199254740993, 0.10000000000000001, 1E700) stays a
 // json.Number holding its text, so that a key selected from it is the
@@ -200,11 +200,11 @@ func exactFloat(n json.Number) (float64, bool) {
 	if len(s) <= 15 && !strings.ContainsAny(s, ".eE") {
 		return f, true
 	}
-	want, err := idem.Canonicalize([]byte(s))
+	want, err := canonical.JSON([]byte(s))
 	if err != nil { // an exponent Canonicalize refuses
 		return 0, false
 	}
-	got, err := idem.Canonicalize(strconv.AppendFloat(nil, f, 'g', -1, 64))
+	got, err := canonical.JSON(strconv.AppendFloat(nil, f, 'g', -1, 64))
 	if err != nil || !bytes.Equal(got, want) {
 		return 0, false
 	}

@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/canonical"
 	"github.com/seed-a1b882c0/idem/idemlambda"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
 // TestNumbersAreReadExactly: numbers in the event are decoded exactly, so a
-// key selected from one is what idem.Canonicalize makes of the number as
+// key selected from one is what canonical.JSON makes of the number as
 // sent — a number beyond float64's range is a key, not a failed
 // invocation, and two integers float64 cannot tell apart are two keys —
 // while JMESPath comparisons and functions still work on ordinary numbers.
@@ -39,7 +40,7 @@ func TestNumbersAreReadExactly(t *testing.T) {
 		// whose material is the canonical form of the JSON material.
 		storedUnder = func(material string) bool {
 			t.Helper()
-			c, err := idem.Canonicalize([]byte(material))
+			c, err := canonical.JSON([]byte(material))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,23 +1,23 @@
 package store_test
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"reflect"
 	"testing"
 
-	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/storetest"
 )
 
 func sampleRecords() []*store.Record {
 	return []*store.Record{
-		{Key: "charge#" + idem.Digest([]byte("a")), Status: store.StatusInProgress, Fence: 3, Owner: "host/1/ab/7",
-			LeaseUntil: 1_900_000_000_000, ExpiresAt: 1_900_003_600_000, Fingerprint: idem.Digest([]byte("p")),
+		{Key: "charge#" + digest("a"), Status: store.StatusInProgress, Fence: 3, Owner: "host/1/ab/7",
+			LeaseUntil: 1_900_000_000_000, ExpiresAt: 1_900_003_600_000, Fingerprint: digest("p"),
 			CreatedAt: 1_899_999_999_000, Version: 1},
-		{Key: "held#" + idem.Digest([]byte("h")), Status: store.StatusInProgress, Fence: 2, Owner: "o", LeaseUntil: 10, ExpiresAt: 20, Version: 1, Hold: true},
+		{Key: "held#" + digest("h"), Status: store.StatusInProgress, Fence: 2, Owner: "o", LeaseUntil: 10, ExpiresAt: 20, Version: 1, Hold: true},
 		{Key: "k", Status: store.StatusCompleted, Fence: 1, Result: []byte{0, 1, 0xff}, Ref: "arn:aws:states:x", CompletedAt: 5, Version: 1},
 		{Key: "k", Status: store.StatusCompleted, Fence: 1, Result: []byte{}, Version: 1},
 		{Key: "k", Status: store.StatusFailed, Fence: 9, Err: &store.ErrorRecord{Code: "declined", Message: "no", Body: []byte(`{}`)}, Version: 1, LeaseUntil: -5},
@@ -111,4 +111,10 @@ func TestRecordCodecGolden(t *testing.T) {
 		}
 		storetest.CheckGolden(t, g, got)
 	}
+}
+
+// digest is the lowercase hex SHA-256 of s.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

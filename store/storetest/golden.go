@@ -42,7 +42,7 @@ func GoldenRecords() []Golden {
 		}
 		return k.String()
 	}
-	fp := func(payload string) string { return "v1:" + idem.Digest([]byte(payload)) }
+	fp := func(payload string) string { return "v1:" + digest(payload) }
 	const t = goldenNow
 	return []Golden{
 		{Name: "in-progress", Record: store.Record{

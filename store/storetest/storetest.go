@@ -28,6 +28,8 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -163,7 +165,13 @@ func newKey(t *testing.T) string {
 	return k.String()
 }
 
-func fp(s string) string { return idem.Digest([]byte(s)) }
+func fp(s string) string { return digest(s) }
+
+// digest is the lowercase hex SHA-256 of s, as a fingerprint is made.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
 
 const (
 	lease  = 10_000    // ms
