@@ -7,7 +7,7 @@ PROMTOOL ?= promtool
 
 DEMO_ARGS ?=
 
-.PHONY: screenshots failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-consumers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
+.PHONY: installcheck screenshots failover help demo demo-reset test test-modules race bench bench-modules bench-peers bench-consumers bench-engine bench-engine-before bench-plots fuzz lint tools modcheck tidy ops-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -106,6 +106,9 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 
 modcheck: ## install idem-gateway@VERSION and build and vet every module as users get them: GOWORK=off, from a file-system module proxy of this tree (scripts/modcheck)
 	@scripts/modcheck
+
+installcheck: ## follow the README's Install from this clone for every library module: a throwaway module with the README's replace lines, go get, go mod tidy, go build (scripts/installcheck)
+	@scripts/installcheck
 
 tidy: ## go mod tidy in every module through that proxy (a plain go mod tidy cannot resolve the unpublished VERSION)
 	@scripts/modcheck tidy

@@ -43,8 +43,9 @@ type State struct {
 	// Ref is the execution reference attached to the claim ([Engine.Attach]),
 	// empty when none was.
 	Ref string
-	// Fingerprint is the hex SHA-256 of the request payload, empty when
-	// none was given.
+	// Fingerprint is the request payload's fingerprint as stored: the
+	// version of the fingerprint rules that made it, ':' and the hex
+	// SHA-256 ("v1:3f2a…"); empty when no payload was given.
 	Fingerprint string
 	// CreatedAt is when the claim was made.
 	CreatedAt time.Time
@@ -62,6 +63,10 @@ type State struct {
 	Result []byte
 	// Err is the stored terminal error of a FAILED record.
 	Err *TerminalError
+	// Hold says the claim was made under the takeover policy Hold
+	// (Config.HoldCrashed): IN_PROGRESS past LeaseUntil, the key waits
+	// for a person (or a reconciler holding State.Token) to settle it.
+	Hold bool
 
 	codec  Codec
 	engine *Engine // signs Token with its Config.TokenKey
@@ -71,7 +76,7 @@ func (e *Engine) state(r *store.Record) *State {
 	s := &State{
 		Key: r.Key, Status: r.Status, Fence: r.Fence, Owner: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
 		CreatedAt: store.FromMillis(r.CreatedAt), LeaseUntil: store.FromMillis(r.LeaseUntil),
-		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, codec: e.cfg.Codec, engine: e,
+		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, Hold: r.Hold, codec: e.cfg.Codec, engine: e,
 	}
 	if r.CompletedAt != 0 {
 		s.CompletedAt = store.FromMillis(r.CompletedAt)
@@ -200,7 +205,7 @@ func (e *Engine) Begin(ctx context.Context, req Request, o *BeginOptions) (Begun
 
 // BeginIdentity is [Engine.Begin] for a precomputed [Identity].
 func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions) (b Begun, err error) {
-	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint}
+	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed}
 	if e.tracer != nil {
 		ctx = c.startSpan(ctx, observe.CallBegin, observe.TraceContext{})
 		defer func() {
@@ -235,6 +240,8 @@ func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions
 		c.noteAcquired(res)
 		b.Token = e.sign(Token{Key: id.StoreKey, Fence: res.Record.Fence, Owner: res.Record.Owner, Status: StatusInProgress})
 		b.Token.trace = c.traceContext()
+	case res.Record.Held(store.Millis(e.cfg.Clock.Now())):
+		c.observe(observe.OutcomeHeld)
 	case res.Record.Status == store.StatusInProgress:
 		c.observe(observe.OutcomeInProgress)
 	default:

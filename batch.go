@@ -67,7 +67,7 @@ type BatchOptions[T any] struct {
 // No goroutine is started per item. The operations run on at most
 // Concurrency goroutines, the caller's among them, taking the claimed
 // items in order; the goroutines besides the caller's are the workers of
-// ctx's [BatchRunner] ([WithBatchRunner]), which outlive the batch, or
+// ctx ([WithBatchWorkers]), which outlive the batch, or
 // else the engine's batch workers, reused while batches of the engine
 // overlap and ended when none runs. An item that did not claim its key
 // answers on the caller's goroutine, at once — except one that may have
@@ -126,7 +126,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, o *BatchOpti
 	for i, id := range ids {
 		t := &all[i]
 		t.fn, t.keep = runFunc[T](func(ctx context.Context) (T, error) { return fn(ctx, i) }), keep
-		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
+		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed, op: t}
 		if e.tracer != nil {
 			t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
 			sp := t.span
@@ -149,7 +149,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, o *BatchOpti
 			params = append(params, t.claimParams(ctx, now, lease, true))
 		}
 	}
-	w := &batchWriter{e: e}
+	w := &batchWriter{e: e, size: len(leaders)}
 	if len(params) > 0 {
 		start := e.callStart(now)
 		sctx, ss := batch.storeSpan(ctx, observe.StoreClaimBatch)
@@ -237,7 +237,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, o *BatchOpti
 // batchWork runs the items of one batch and keeps the first panic of
 // their operations, to raise it again on the caller's goroutine.
 type batchWork struct {
-	runner   *BatchRunner // nil: the engine's workers
+	runner   *batchWorkers // nil: the engine's workers
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	panicked bool
@@ -384,6 +384,8 @@ type batchWriter struct {
 	wg     *sync.WaitGroup                     // the batch's goroutines
 	safely func(func())                        // keeps a panic for the batch
 
+	size int // the items of the batch: a queue's capacity
+
 	mu     sync.Mutex
 	queued []queuedComplete
 	busy   bool // a goroutine writes
@@ -398,6 +400,9 @@ type queuedComplete struct {
 // queue hands h's success to the writer.
 func (w *batchWriter) queue(h *holder, res opResult) {
 	w.mu.Lock()
+	if w.queued == nil {
+		w.queued = make([]queuedComplete, 0, w.size)
+	}
 	w.queued = append(w.queued, queuedComplete{h, res})
 	if w.busy {
 		w.mu.Unlock()

@@ -459,16 +459,16 @@ func TestDoBatchAnsweredPerItem(t *testing.T) {
 	}
 }
 
-// Batches on a BatchRunner run on its workers, which outlive each batch:
-// batches that follow each other, with none running in between, run on
-// the same goroutines, whether the runner is named in BatchOptions or
-// comes with the context; Close ends them (goleak in TestMain), and a
-// batch after Close still runs, on goroutines of its own.
-func TestBatchRunnerKeepsWorkersBetweenBatches(t *testing.T) {
+// Batches run with a context from WithBatchWorkers run on its workers,
+// which outlive each batch: batches that follow each other, with none
+// running in between, run on the same goroutines; stop ends them (goleak
+// in TestMain), and a batch after stop still runs, on goroutines of its
+// own.
+func TestBatchWorkersKeptBetweenBatches(t *testing.T) {
 	t.Parallel()
 	en := setup(t, idem.Config{})
 	const conc = 4
-	r := idem.NewBatchRunner()
+	wctx, stop := idem.WithBatchWorkers(context.Background())
 	batch := func(ctx context.Context, o idem.BatchOptions[int], round int) map[string]bool {
 		keys := make([]string, 2*conc)
 		for i := range keys {
@@ -503,33 +503,31 @@ func TestBatchRunnerKeepsWorkersBetweenBatches(t *testing.T) {
 		}
 		return mine
 	}
-	ctx := context.Background()
-	first := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 0)
-	second := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 1)
+	first := batch(wctx, idem.BatchOptions[int]{}, 0)
+	second := batch(wctx, idem.BatchOptions[int]{}, 1)
 	if !maps.Equal(first, second) {
 		t.Errorf("the second batch ran on %v, the first on %v: want the same goroutines", second, first)
 	}
-	r.Close()
-	r.Close() // twice is fine
-	after := batch(idem.WithBatchRunner(ctx, r), idem.BatchOptions[int]{}, 2)
+	stop()
+	stop() // twice is fine
+	after := batch(wctx, idem.BatchOptions[int]{}, 2)
 	for g := range after {
 		if g != goid() && first[g] {
-			t.Errorf("a batch after Close ran on the closed runner's worker %s", g)
+			t.Errorf("a batch after stop ran on the stopped workers' %s", g)
 		}
 	}
 }
 
-// A runner opened inside a testing/synctest bubble serves the bubble's
-// batches and, closed, leaves nothing behind when the bubble ends (a
-// runner that kept a timer or a goroutine would make synctest panic);
+// Batch workers made inside a testing/synctest bubble serve the bubble's
+// batches and, stopped, leave nothing behind when the bubble ends
+// (workers that kept a timer or a goroutine would make synctest panic);
 // its batches settle each key on its own outcome, a failure as a
 // failure.
-func TestBatchRunnerInsideASynctestBubble(t *testing.T) {
+func TestBatchWorkersInsideASynctestBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		en := setup(t, idem.Config{Clock: store.SystemClock{}})
-		r := idem.NewBatchRunner()
-		defer r.Close()
-		ctx := idem.WithBatchRunner(context.Background(), r)
+		ctx, stop := idem.WithBatchWorkers(context.Background())
+		defer stop()
 		fail := errors.New("refused")
 		for round := range 3 {
 			keys := []string{fmt.Sprint("s-ok-", round), fmt.Sprint("s-fail-", round), fmt.Sprint("s-slow-", round)}

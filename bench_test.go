@@ -232,7 +232,7 @@ func BenchmarkMemstoreRaw(b *testing.B) {
 // The batch machinery against the single path, per item, over memstore
 // (which claims in batches) with 4,096 keys claimed anew once expired, as
 // NewCallSteady: 16 new keys at a time, as a consumer holds 16 messages in
-// flight — DoBatch with all 16 at once (on a BatchRunner, as a consumer
+// flight — DoBatch with all 16 at once (on batch workers from WithBatchWorkers, as a consumer
 // loop holds one, and without), and 16 goroutines each calling
 // DoIdentity. ns/op, cpu-ns/op and allocs are per item.
 func BenchmarkBatch16(b *testing.B) {
@@ -285,10 +285,10 @@ func BenchmarkBatch16(b *testing.B) {
 		})
 	})
 	b.Run("runner", func(b *testing.B) {
-		r := idem.NewBatchRunner()
-		defer r.Close()
+		wctx, stop := idem.WithBatchWorkers(context.Background())
+		defer stop()
 		run(b, func(ctx context.Context, e *idem.Engine, ids []idem.Identity) {
-			if rs, errs := idem.DoBatch(idem.WithBatchRunner(ctx, r), e, ids, nil, fn); errs[0] != nil || rs[0].Replayed {
+			if rs, errs := idem.DoBatch(wctx, e, ids, nil, fn); errs[0] != nil || rs[0].Replayed {
 				b.Error(rs[0], errs[0])
 			}
 		})

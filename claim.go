@@ -29,19 +29,10 @@ type call struct {
 	e           *Engine
 	key         string // the store key
 	name        string // the operation's name (the first part of the key's scope), for the observer
-	fingerprint string
+	fingerprint string // stored form: the rules' version and the digest (storedFingerprint)
+	hold        bool   // the takeover policy Hold (Config, or the call's Identity)
 	op          operation
 	span        observe.Span // the call's span, when the observer traces it
-}
-
-// mismatch checks the call's fingerprint against a stored one: the one
-// check of every path (cache, store conflict, in-process flight).
-func (c *call) mismatch(stored string) error {
-	if stored == c.fingerprint {
-		return nil
-	}
-	c.observe(observe.OutcomeMismatch)
-	return &MismatchError{Key: c.key, Stored: stored, Got: c.fingerprint}
 }
 
 // fromCache answers the call from a cache entry: the replay, or a
@@ -116,8 +107,8 @@ func (h *holder) run(ctx context.Context, k *known) (outcome, error) {
 		if retry {
 			continue
 		}
-		if err == nil {
-			return out, nil
+		if err == nil || err == errQueued {
+			return out, err
 		}
 		ipe, busy := asInProgress(err)
 		if busy && e.waits(ipe) {
@@ -248,6 +239,10 @@ func (c *call) existing(rec *store.Record) (outcome, error) {
 		}
 		return c.replay(rec)
 	case store.StatusInProgress:
+		if rec.Held(store.Millis(c.e.cfg.Clock.Now())) {
+			c.observe(observe.OutcomeHeld)
+			return outcome{}, heldError(c.key, rec)
+		}
 		ipe := &InProgressError{Key: c.key, LeaseUntil: store.FromMillis(rec.LeaseUntil), Owner: rec.Owner, Ref: rec.Ref}
 		if rec.CreatedAt > 0 {
 			ipe.Since = store.FromMillis(rec.CreatedAt)
@@ -378,6 +373,7 @@ func (h *holder) hold(ctx context.Context, f *flight, now time.Time, lease time.
 	h.noteAcquired(res)
 	h.fence, h.owner, h.expiresAt, h.flight = res.Record.Fence, res.Record.Owner, res.Record.ExpiresAt, f
 	h.lease, h.claimedUntil = min(lease, e.cfg.Lease), res.Record.LeaseUntil
+	h.steps.reset(res.Record.Steps) // a takeover's finished steps, resumed by Step
 	h.opCtx = opContext{Context: ctx, h: h}
 	if e.cfg.RenewInterval > 0 && !endsAtDeadline(ctx) {
 		h.opCtx.Context, h.cancel = context.WithCancelCause(ctx)
@@ -411,6 +407,7 @@ func (c *call) claimParams(ctx context.Context, now time.Time, lease time.Durati
 		LeaseUntil:  nowMs + max(lease.Milliseconds(), 1),
 		ExpiresAt:   nowMs + c.e.cfg.Expiry.Milliseconds(),
 		NoTakeover:  c.e.holdOff(),
+		Hold:        c.hold || c.e.cfg.HoldCrashed,
 		Local:       local,
 	}
 }

@@ -46,10 +46,10 @@ func TestInProgressFailsFastWithLeaseEnd(t *testing.T) {
 		t.Fatalf("lease end %v, claimed at %v", ipe.LeaseUntil, ipe.Since)
 	}
 	// Told to come back after as long again as the holder has run, at least
-	// MinRetryAfter, at most until its lease ends.
+	// 100ms, at most until its lease ends.
 	for _, c := range []struct{ at, want time.Duration }{
-		{0, idem.MinRetryAfter}, {3 * time.Second, 3 * time.Second}, {15 * time.Second, 5 * time.Second},
-		{20 * time.Second, idem.MinRetryAfter},
+		{0, 100 * time.Millisecond}, {3 * time.Second, 3 * time.Second}, {15 * time.Second, 5 * time.Second},
+		{20 * time.Second, 100 * time.Millisecond},
 	} {
 		if got := ipe.RetryAfter(t0.Add(c.at)); got != c.want {
 			t.Errorf("retry-after at %v: %v, want %v", c.at, got, c.want)

@@ -106,7 +106,7 @@ func holdAt(t *testing.T, s *timedStore, key string, lease time.Duration) {
 		t.Fatal(err)
 	}
 	now := store.Millis(s.now())
-	res, err := s.Claim(context.Background(), store.ClaimParams{Key: id.StoreKey.String(), Fingerprint: id.Fingerprint, Owner: "other-process",
+	res, err := s.Claim(context.Background(), store.ClaimParams{Key: id.StoreKey.String(), Fingerprint: "v1:" + id.Fingerprint, Owner: "other-process",
 		Now: now - 1, LeaseUntil: now + lease.Milliseconds(), ExpiresAt: now + time.Hour.Milliseconds()})
 	if err != nil || !res.Acquired {
 		t.Fatalf("holder's claim: %+v %v", res, err)

@@ -47,6 +47,18 @@ type Config struct {
 	// keeps its deadline as its lease, not renewed.
 	RenewInterval time.Duration
 
+	// HoldCrashed sets the takeover policy of every operation of the
+	// engine to Hold: a claim whose holder is gone (its lease passed with
+	// no outcome written: a crash, a kill, a lost network) is not taken
+	// over and run again; the record stays IN_PROGRESS, stuck and marked
+	// held, and calls get [ErrHeld] until a person settles it (idemctl
+	// resolve or release, the console, a token's write) or it expires.
+	// At most once, at the price of a person. Default false: the policy
+	// Rerun, where a call after the lease takes the key over and runs the
+	// operation again. One operation gets Hold with [OpConfig],
+	// [Request] or [Identity]'s HoldCrashed, or its adapter's.
+	HoldCrashed bool
+
 	// Wait is how long a call waits for another holder of its key to
 	// finish, polling with backoff and jitter, before failing with
 	// [ErrInProgress]. Zero (the default) fails fast.

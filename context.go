@@ -35,8 +35,7 @@ func (c Claim) ref(now int64) store.ClaimRef {
 // handed to needs it (signed with the engine's Config.TokenKey when it has
 // one): the token [Detach] returns. When the engine traces, the token
 // carries the trace context of the call's span ([Token.TraceParent]). The
-// zero Token for a claim whose key does not parse (one made by hand with
-// [NewContext]).
+// zero Token for a claim whose key does not parse.
 func (c Claim) Token() Token {
 	return tokenOf(c.e, c.Key, c.Fence, c.Owner, StatusInProgress, c.trace)
 }
@@ -73,11 +72,6 @@ func (c Claim) DownstreamKey(label string) string {
 }
 
 type claimCtxKey struct{}
-
-// NewContext returns a copy of ctx carrying c.
-func NewContext(ctx context.Context, c Claim) context.Context {
-	return context.WithValue(ctx, claimCtxKey{}, c)
-}
 
 // FromContext returns the claim carried by ctx, if any.
 func FromContext(ctx context.Context) (Claim, bool) {

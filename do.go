@@ -15,7 +15,8 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// Do runs fn at most once for the key that req names. See [DoIdentity].
+// Do runs fn at most once for the key that req names: the usual call,
+// for a request and a function. See [DoIdentity] for its rules.
 func Do[T any](ctx context.Context, e *Engine, req Request, fn func(context.Context) (T, error)) (Result[T], error) {
 	if e.cache != nil && req.Payload == nil && req.Key != "" && !e.cfg.Disabled && e.tracer == nil {
 		if res, hit, err := cacheHit[T](e, &req); hit {
@@ -47,6 +48,9 @@ func cacheHit[T any](e *Engine, req *Request) (res Result[T], hit bool, err erro
 	return res, true, err
 }
 
+// DoIdentity is [Do] for an [Identity] derived already: what an adapter
+// calls, having keyed the call through package clientkey.
+//
 // DoIdentity runs fn at most once for id.Key (within the expiry window, while
 // claims are honoured):
 //
@@ -72,25 +76,19 @@ func DoIdentity[T any](ctx context.Context, e *Engine, id Identity, fn func(cont
 	return doTyped(ctx, e, id, runFunc[T](fn), nil)
 }
 
-// Runner is an operation given as a value: [DoRunner] calls its Run where
-// [DoIdentity] calls its func. An adapter that keeps a call's state in one
-// value of its own (idemrpc's Guard) passes that value as it is, where a
-// func would be one more allocation per call: a closure around it.
-type Runner[T any] interface {
+// runner is an operation as the engine runs it.
+type runner[T any] interface {
 	Run(ctx context.Context) (T, error)
 }
 
-// DoRunner is [DoIdentity] for an operation given as a [Runner]: every
-// rule of DoIdentity holds, with op.Run for fn.
-func DoRunner[T any](ctx context.Context, e *Engine, id Identity, op Runner[T]) (Result[T], error) {
-	return doTyped(ctx, e, id, op, nil)
-}
-
-// runFunc is a func as a [Runner].
+// runFunc is a func as a runner.
 type runFunc[T any] func(context.Context) (T, error)
 
 func (f runFunc[T]) Run(ctx context.Context) (T, error) { return f(ctx) }
 
+// DoCompleting is [Do] for an operation that commits its own writes and its
+// outcome in one transaction: pick it when the two must commit together.
+//
 // DoCompleting is [Do] for an operation that records its own success, in
 // the same transaction as its own writes (idempg.DoTx is built on it):
 // the business write and the COMPLETED record then commit together or not
@@ -160,7 +158,7 @@ func (c *Completion[T]) Params(v T) (store.CompleteParams, error) {
 // doTyped is the typed layer of every call: it runs fn, or completing, an
 // operation that may record its own success (DoCompleting), so that a
 // plain Do pays nothing for it.
-func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn Runner[T], completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
+func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn runner[T], completing func(context.Context, *Completion[T]) (T, error)) (Result[T], error) {
 	if e.cfg.Disabled {
 		e.cfg.Observer.Observe(id.StoreKey.Operation, observe.OutcomeUnprotected)
 		var sp observe.Span
@@ -179,7 +177,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn Runner[T], c
 	// One allocation holds the whole call: its claim, its in-process
 	// flight, its contexts and the typed value.
 	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
-	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.Fingerprint, op: t}
+	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed, op: t}
 	if e.tracer != nil {
 		ctx = t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
 		defer t.endSpan(observe.CallEnd{Panicked: true}) // only when result did not end it: a panic
@@ -206,7 +204,7 @@ func (t *typedCall[T]) answer(ctx context.Context, out outcome, err error) (Resu
 		t.observe(observe.OutcomeUnprotected)
 		e.cfg.Logger.Warn("idem: store failed; running the operation UNPROTECTED because FailOpen is set",
 			"key", t.key, "err", err)
-		v, ferr := callOp(ctx, fn, completing, &Completion[T]{e: e, unprotected: true})
+		v, ferr := callOp(context.WithValue(ctx, unprotectedKey{}, true), fn, completing, &Completion[T]{e: e, unprotected: true})
 		res.Value = v
 		return res, ferr
 	}
@@ -236,7 +234,7 @@ func typedAnswer[T any](e *Engine, key string, out outcome, err error, ran bool,
 }
 
 // callOp calls fn, or completing with c.
-func callOp[T any](ctx context.Context, fn Runner[T], completing func(context.Context, *Completion[T]) (T, error), c *Completion[T]) (T, error) {
+func callOp[T any](ctx context.Context, fn runner[T], completing func(context.Context, *Completion[T]) (T, error), c *Completion[T]) (T, error) {
 	if fn != nil {
 		return fn.Run(ctx)
 	}
@@ -246,7 +244,7 @@ func callOp[T any](ctx context.Context, fn Runner[T], completing func(context.Co
 // typedCall is a call of an operation returning T.
 type typedCall[T any] struct {
 	holder
-	fn         Runner[T]
+	fn         runner[T]
 	completing func(context.Context, *Completion[T]) (T, error) // may record its own success (DoCompleting)
 	keep       bool                                             // the local cache may keep the value itself (see cacheable)
 	ran        bool                                             // fn was called

@@ -62,7 +62,10 @@
 // its lease.
 // After a crash mid-operation, a retry after the lease runs the operation
 // again: exactly-once effects need the downstream call to be idempotent too,
-// which is what [Claim.DownstreamKey] is for. A store that cannot be reached
+// which is what [Claim.DownstreamKey] is for. With steps ([Step]) it
+// resumes instead: each finished step's outcome is recorded under the
+// claim, and the holder that takes the key over replays the finished steps
+// and runs only the rest (docs/steps.md). A store that cannot be reached
 // fails the call closed ([ErrStore]); the operation never runs unprotected
 // unless Config.FailOpen says so. Leases and expiry are decided on the
 // store's clock where the store has one ([store.ServerTimer]: Redis,
@@ -98,7 +101,7 @@
 // over a [store.BatchCompleter]). The operations run on at most the
 // batch's concurrency of goroutines (the caller's and reused workers, not
 // one per key; a consumer loop keeps them from batch to batch with a
-// [BatchRunner]); BatchOptions.Answered hands each key's answer to a callback
+// [WithBatchWorkers]); BatchOptions.Answered hands each key's answer to a callback
 // as soon as its outcome is recorded. A call costs the engine
 // about ten allocations over the store's own; a local-cache hit
 // (Config.Cache) none and no store call. The default [JSONCodec], and
@@ -138,7 +141,7 @@
 //
 // Sentinel errors are grouped by operation; the typed errors that carry data
 // ([*InProgressError], [*MismatchError], [*TerminalError], [*StoreError],
-// [*KeyError], [*PayloadError], [*TokenError], [*StaleTokenError], and the
+// [*StepOrderError], [*KeyError], [*PayloadError], [*TokenError], [*StaleTokenError], and the
 // store's FencedError, TooLargeError and CorruptError) match their
 // sentinel with errors.Is.
 //

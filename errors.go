@@ -35,6 +35,11 @@ var (
 	// ErrStore: the store failed; the call failed closed and the operation
 	// did not run. The error is a [*StoreError].
 	ErrStore = errors.New("idem: store error")
+	// ErrHeld: the key's holder is gone (its lease passed with no outcome)
+	// and the key's takeover policy is Hold (Config.HoldCrashed): it is
+	// not run again but waits for a person to settle it. Not in progress:
+	// retrying does not help until then. The error is a [*HeldError].
+	ErrHeld = errors.New("idem: key held for an operator")
 	// ErrUncertain: the operation could not tell whether its effect took
 	// place (see [Uncertain]); the claim was kept until its lease ends.
 	ErrUncertain = errors.New("idem: outcome uncertain")
@@ -58,6 +63,47 @@ var (
 	// execution reference — while the engine's configuration is fine.
 	ErrInvalidArgument = errors.New("idem: invalid argument")
 )
+
+// Errors of [Step].
+var (
+	// ErrStepOrder: a step was called where the claim's record holds
+	// another one (the operation's steps ran in another order before a
+	// takeover), or where a step that failed must be called again first,
+	// or while another step of the operation runs. The step did not run.
+	// A mismatch with a recorded step is a [*StepOrderError].
+	ErrStepOrder = errors.New("idem: step called out of order")
+	// ErrNoOperation: Step was called with a context that carries no
+	// operation run by the engine (Do, DoIdentity, DoBatch, Op.Do). The
+	// step did not run.
+	ErrNoOperation = errors.New("idem: no operation in the context")
+	// ErrStepsUnsupported: the engine's store cannot record steps (it
+	// does not implement store.Stepper). The step did not run.
+	ErrStepsUnsupported = errors.New("idem: the store does not record steps (store.Stepper)")
+)
+
+// StepOrderError is returned by [Step] when the step called at Index is
+// not the one that stands there: Want, recorded by an earlier holder of
+// the claim (Recorded), or a step of this run that failed and was not
+// recorded, which must be called again before any other.
+type StepOrderError struct {
+	Key   string
+	Index int
+	// Want is the step that stands at Index; Got is the one called.
+	Want, Got string
+	// Recorded is true when Want was recorded by an earlier holder,
+	// false when it failed in this run.
+	Recorded bool
+}
+
+func (e *StepOrderError) Error() string {
+	if e.Recorded {
+		return fmt.Sprintf("idem: step %d of %s is %q (recorded before a takeover), but the operation called %q: steps must be called in one order", e.Index, e.Key, e.Want, e.Got)
+	}
+	return fmt.Sprintf("idem: step %d of %s, %q, failed and was not recorded, but the operation called %q next: call the failed step again, or return its error", e.Index, e.Key, e.Want, e.Got)
+}
+
+// Is makes errors.Is(err, ErrStepOrder) true.
+func (e *StepOrderError) Is(target error) bool { return target == ErrStepOrder }
 
 // InProgressError is returned when another caller holds the key.
 type InProgressError struct {
@@ -86,12 +132,13 @@ func (e *InProgressError) Error() string {
 // Is makes errors.Is(err, ErrInProgress) true.
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
 
-// MinRetryAfter is the shortest delay [InProgressError.RetryAfter] gives.
-const MinRetryAfter = 100 * time.Millisecond
+// minRetryAfter is the shortest delay [InProgressError.RetryAfter] gives:
+// 100ms.
+const minRetryAfter = 100 * time.Millisecond
 
 // RetryAfter returns how long after now a retry makes sense. For an
 // operation running in its holder it is as long again as the operation has
-// run so far (now - Since), at least [MinRetryAfter] and at most until the
+// run so far (now - Since), at least 100ms and at most until the
 // lease ends: with nothing else known of the operation's duration, the work
 // is as likely done by then as not, and a caller that comes back after each
 // delay it is told gets the outcome at most one delay after it was stored,
@@ -101,20 +148,53 @@ const MinRetryAfter = 100 * time.Millisecond
 // a holder that is gone loses the key, and a retry may take over then. For
 // work handed off ([Detach], Ref set), and when Since is unknown, it is the
 // time to the lease's end (for handed-off work, the expected completion its
-// holder gave), at least MinRetryAfter.
+// holder gave), at least 100ms.
 func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
 	left := e.LeaseUntil.Sub(now)
 	d := left
 	if e.Ref == "" && !e.Since.IsZero() {
 		d = min(now.Sub(e.Since), left)
 	}
-	return max(d, MinRetryAfter)
+	return max(d, minRetryAfter)
 }
+
+// HeldError is returned when a key waits for a person: claimed under the
+// takeover policy Hold, its holder's lease passed with no outcome. The
+// record stays IN_PROGRESS (listed as stuck, marked held) until an
+// operator resolves it (completed or failed) or releases it to run
+// again, or it expires.
+type HeldError struct {
+	Key string
+	// Owner is the lost holder; Since when it claimed the key (zero when
+	// unknown); LeaseUntil when its lease passed.
+	Owner             string
+	Since, LeaseUntil time.Time
+	// Ref is the execution reference attached to the claim, if any.
+	Ref string
+}
+
+func heldError(key string, rec *store.Record) *HeldError {
+	he := &HeldError{Key: key, Owner: rec.Owner, LeaseUntil: store.FromMillis(rec.LeaseUntil), Ref: rec.Ref}
+	if rec.CreatedAt > 0 {
+		he.Since = store.FromMillis(rec.CreatedAt)
+	}
+	return he
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("idem: key %s is held for an operator: its holder %s left it unfinished (lease passed %s); resolve or release it",
+		e.Key, e.Owner, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 // MismatchError is returned when a key is reused with a different payload.
 type MismatchError struct {
 	Key string
-	// Stored and Got are the two payload fingerprints.
+	// Stored and Got are the two payload fingerprints as stored: the
+	// version of the fingerprint rules that made them, ':' and the hex
+	// digest ("v1:3f2a…"), or empty for a call without a payload.
 	Stored, Got string
 }
 
@@ -129,6 +209,9 @@ func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 func short(fp string) string {
 	if fp == "" {
 		return "(none)"
+	}
+	if _, d, ok := splitFingerprint(fp); ok && len(d) > 12 {
+		return fp[:len(fp)-len(d)+12] // the version and 12 digits
 	}
 	if len(fp) > 12 {
 		return fp[:12]
@@ -255,32 +338,37 @@ func (e *PayloadError) Error() string {
 // Is makes errors.Is(err, ErrInvalidPayload) true.
 func (e *PayloadError) Is(target error) bool { return target == ErrInvalidPayload }
 
-// UncertainError marks an operation error whose effect is unknown: a request
+// uncertainError marks an operation error whose effect is unknown: a request
 // was sent downstream and no answer came back, so the downstream may have
 // acted. The engine neither records nor releases the claim: it stops renewing
 // the lease and leaves the record IN_PROGRESS, so that no retry runs the
 // operation again before the lease ends. After the lease a retry takes the
 // key over, as after a crash. Make one with [Uncertain].
-type UncertainError struct {
+type uncertainError struct {
 	Err error
 }
 
-// Uncertain marks err as an uncertain outcome (see [UncertainError]). A nil
-// err returns nil.
+// Uncertain marks err as an uncertain outcome: a request was sent
+// downstream and no answer came back, so the downstream may have acted.
+// The engine neither records nor releases the claim: it stops renewing the
+// lease and leaves the record IN_PROGRESS, so that no retry runs the
+// operation again before the lease ends; after the lease a retry takes the
+// key over, as after a crash. The error matches [ErrUncertain] and
+// unwraps to err. A nil err returns nil.
 func Uncertain(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &UncertainError{Err: err}
+	return &uncertainError{Err: err}
 }
 
-func (e *UncertainError) Error() string { return "idem: outcome uncertain: " + e.Err.Error() }
+func (e *uncertainError) Error() string { return "idem: outcome uncertain: " + e.Err.Error() }
 
 // Unwrap returns the operation's error.
-func (e *UncertainError) Unwrap() error { return e.Err }
+func (e *uncertainError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrUncertain) true.
-func (e *UncertainError) Is(target error) bool { return target == ErrUncertain }
+func (e *uncertainError) Is(target error) bool { return target == ErrUncertain }
 
 // leaseLostError is the cause of an operation's context cancelled because
 // its lease was lost: [ErrLeaseLost], wrapping the store's refusal.

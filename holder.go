@@ -40,6 +40,8 @@ type holder struct {
 	// detached is set once the operation handed its claim off ([Detach]):
 	// the engine then writes no outcome for it.
 	detached atomic.Bool
+	// steps are the operation's finished steps ([Step]).
+	steps stepLog
 
 	opCtx   opContext
 	batch   *batchWriter            // the batch whose writer records a success; nil for Do
@@ -119,7 +121,7 @@ func (h *holder) execute() (outcome, error) {
 		// was handed off; the panic goes on up the stack.
 		h.stopRenewal()
 		if !h.detached.Load() {
-			h.release(ctx)
+			h.giveUp(ctx)
 		}
 		e.land(h.key, h.flight, nil)
 	}()
@@ -164,7 +166,7 @@ func (h *holder) record(ctx context.Context, res opResult, opErr error) (unrecor
 	var (
 		encErr *encodeError
 		term   *TerminalError
-		unc    *UncertainError
+		unc    *uncertainError
 	)
 	switch {
 	case errors.As(opErr, &encErr):
@@ -182,7 +184,7 @@ func (h *holder) record(ctx context.Context, res opResult, opErr error) (unrecor
 		// A claim being given up needs no renewal: a lapsed lease only
 		// lets a retry in sooner.
 		h.stopRenewal()
-		return h.release(ctx), opErr
+		return h.giveUp(ctx), opErr
 	}
 }
 

@@ -222,18 +222,34 @@ type Request struct {
 	Payload []byte
 	// RawPayload fingerprints Payload as raw bytes instead of canonical JSON.
 	RawPayload bool
+	// HoldCrashed claims the key under the takeover policy Hold (see
+	// Config.HoldCrashed); Identity carries it on.
+	HoldCrashed bool
 }
 
 // Identity is what the engine derives from a [Request]: the store key and
 // the payload fingerprint.
 type Identity struct {
-	StoreKey    StoreKey
+	StoreKey StoreKey
+	// Fingerprint is the hex digest of the payload, made by this release's
+	// fingerprint rules; empty for no payload. The engine stores it with
+	// the rules' version ("v1:" and the digest: docs/state-machine.md).
 	Fingerprint string
+	// HoldCrashed claims the key under the takeover policy Hold (see
+	// Config.HoldCrashed).
+	HoldCrashed bool
 }
 
-// Identity derives the store key and fingerprint of r. It fails with a
-// [*KeyError] or a [*PayloadError] naming what is wrong.
+// Identity derives the store key and fingerprint of r (and carries its
+// HoldCrashed). It fails with a [*KeyError] or a [*PayloadError] naming
+// what is wrong.
 func (r *Request) Identity() (Identity, error) {
+	id, err := r.identity()
+	id.HoldCrashed = r.HoldCrashed && err == nil
+	return id, err
+}
+
+func (r *Request) identity() (Identity, error) {
 	var fpSum [sha256.Size]byte
 	if r.Payload != nil {
 		b := r.Payload

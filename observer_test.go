@@ -47,7 +47,7 @@ func TestStoreResultOf(t *testing.T) {
 func TestStoreOpsAndResultsAreComplete(t *testing.T) {
 	t.Parallel()
 	ops := observe.StoreOps()
-	want := []observe.StoreOp{observe.StoreClaim, observe.StoreComplete, observe.StoreFail, observe.StoreRelease, observe.StoreExtend, observe.StoreAttach, observe.StoreGet, observe.StoreClaimBatch}
+	want := []observe.StoreOp{observe.StoreClaim, observe.StoreComplete, observe.StoreFail, observe.StoreRelease, observe.StoreExtend, observe.StoreAttach, observe.StoreGet, observe.StoreClaimBatch, observe.StoreStep}
 	if !slices.Equal(ops, want) {
 		t.Errorf("StoreOps() = %v, want %v", ops, want)
 	}

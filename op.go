@@ -23,13 +23,17 @@ type OpConfig[In, Out any] struct {
 	// Tenant returns the tenant or principal that scopes the key. Default:
 	// none.
 	Tenant func(ctx context.Context, in In) string
+	// HoldCrashed sets this operation's takeover policy to Hold (see
+	// Config.HoldCrashed). Default false: the engine's policy.
+	HoldCrashed bool
 	// OnReplay, when set, may adjust a replayed value before it is
 	// returned (for example to mark a response as replayed).
 	OnReplay func(ctx context.Context, out Out) Out
 }
 
 // Op is an operation func(ctx, In) (Out, error) made idempotent: the key is
-// taken from the input. Create it once with [NewOp] and call [Op.Do].
+// taken from the input. Pick it for an operation called from many places,
+// typed in and out. Create it once with [NewOp] and call [Op.Do].
 type Op[In, Out any] struct {
 	e    *Engine
 	name string
@@ -56,7 +60,7 @@ func NewOp[In, Out any](e *Engine, name string, fn func(context.Context, In) (Ou
 // [DoIdentity] for the semantics. The key and fingerprint are computed
 // before the operation runs, so a later mutation of in changes nothing.
 func (o *Op[In, Out]) Do(ctx context.Context, in In) (Result[Out], error) {
-	req := Request{Operation: o.name}
+	req := Request{Operation: o.name, HoldCrashed: o.cfg.HoldCrashed}
 	var err error
 	if o.cfg.Payload != nil {
 		req.Payload, err = o.cfg.Payload(in)

@@ -1,7 +1,7 @@
 // The workers of batches: goroutines that run the items of DoBatch, reused
 // from item to item and from batch to batch, instead of a goroutine per
 // item — the engine's own, alive while its batches run, and those of a
-// BatchRunner, alive for as long as the runner is open.
+// context from WithBatchWorkers, alive until it is stopped.
 
 package idem
 
@@ -16,7 +16,7 @@ import (
 // none does, so an engine at rest keeps no goroutine (there is no Close).
 // While batches overlap, their workers are the same goroutines, whose
 // stacks have grown once; a consumer whose batches follow each other
-// keeps its workers with a [BatchRunner].
+// keeps its workers with [WithBatchWorkers].
 //
 // The workers of one period of activity (from the first batch to start to
 // the last to end) share one generation: its tasks channel and its quit
@@ -143,50 +143,40 @@ func (g *gen) leaveIdle(in chan task) bool {
 	return false
 }
 
-// BatchRunner keeps the goroutines that run the items of batches
-// ([DoBatch]) from one batch to the next, for as long as it is open,
-// where the engine's own end whenever no batch of the engine runs. A
-// consumer loop that runs one batch after another (idemnats.ConsumeBatch,
-// idemamqp's RunBatch) opens one when it starts, runs every batch on it
-// (through a context from [WithBatchRunner]) and closes
-// it when it ends, so its workers start once and their stacks grow once.
+// WithBatchWorkers returns ctx carrying workers for the batches run with
+// it ([DoBatch]), which outlive each batch, where the engine's own end
+// whenever no batch of the engine runs; stop ends them and waits for them
+// to return. A consumer loop that runs one batch after another
+// (idemnats.ConsumeBatch, idemamqp's RunBatch) calls it when it starts,
+// runs every batch with the context and calls stop when it ends, so its
+// workers start once and their stacks grow once.
 //
-// The runner starts no goroutine of its own and holds no timer: its
-// workers start with the first batch that needs them, on that batch's
-// behalf, and each waits only for its next task or for Close. Open it
-// where its batches run — inside a testing/synctest bubble, in the
-// bubble — and close it before that ends. A runner may serve any number
-// of engines and of batches at once.
-type BatchRunner struct {
+// No goroutine starts and no timer is set until a batch needs a worker,
+// and each worker waits only for its next task or for stop: call it where
+// the batches run — inside a testing/synctest bubble, in the bubble — and
+// call stop before that ends. The workers may serve any number of engines
+// and of batches at once; a batch run with the context after stop still
+// runs, on goroutines of its own. stop may be called more than once.
+func WithBatchWorkers(ctx context.Context) (_ context.Context, stop func()) {
+	r := &batchWorkers{g: &gen{quit: make(chan struct{})}}
+	return context.WithValue(ctx, workersKey{}, r), r.close
+}
+
+// batchWorkers are the workers of a context from [WithBatchWorkers].
+type batchWorkers struct {
 	g *gen
 }
 
-// NewBatchRunner returns an open BatchRunner.
-func NewBatchRunner() *BatchRunner {
-	return &BatchRunner{g: &gen{quit: make(chan struct{})}}
-}
-
-// Close ends the runner's workers and waits for them to return. Call it
-// once the batches run on it have returned; a batch that runs on a closed
-// runner still runs, on goroutines of its own. Close may be called more
-// than once.
-func (r *BatchRunner) Close() {
+// close ends the workers and waits for them to return.
+func (r *batchWorkers) close() {
 	r.g.end()
 	r.g.living.Wait()
 }
 
-type runnerKey struct{}
+type workersKey struct{}
 
-// WithBatchRunner returns ctx with r, for the batches run with it: a
-// [DoBatch] given the context runs on its workers.
-// A consumer loop hands its runner through the context to the batch
-// handlers it calls (idemnats.WrapBatch's ProcessBatch).
-func WithBatchRunner(ctx context.Context, r *BatchRunner) context.Context {
-	return context.WithValue(ctx, runnerKey{}, r)
-}
-
-// batchRunner is the runner of a batch: ctx's, or nil.
-func batchRunner(ctx context.Context) *BatchRunner {
-	r, _ := ctx.Value(runnerKey{}).(*BatchRunner)
+// batchRunner is the workers of a batch: ctx's, or nil.
+func batchRunner(ctx context.Context) *batchWorkers {
+	r, _ := ctx.Value(workersKey{}).(*batchWorkers)
 	return r
 }

@@ -30,6 +30,7 @@ const (
 	writeFail
 	writeRelease
 	writeExtend
+	writeStep
 )
 
 // writeReq is one fenced write of a holder: its kind, and what that kind
@@ -39,6 +40,8 @@ type writeReq struct {
 	result []byte                      // writeComplete: the encoded value
 	err    *store.ErrorRecord          // writeFail: the terminal error
 	extend func(p *store.ExtendParams) // writeExtend: sets the new lease and reference
+	step   *store.Step                 // writeStep: the finished step (At set by each attempt)
+	index  int                         // writeStep: its number
 }
 
 // settles is the status a landed complete or fail leaves the record in;
@@ -128,6 +131,11 @@ func (h *holder) try(ctx context.Context, req *writeReq, now int64) error {
 		p := store.ExtendParams{ClaimRef: ref}
 		req.extend(&p)
 		err = e.store.Extend(ctx, p)
+	case writeStep:
+		ref.From = 0 // a step is recorded under an IN_PROGRESS claim only
+		st := *req.step
+		st.At = now
+		err = e.store.(store.Stepper).RecordStep(ctx, store.StepParams{ClaimRef: ref, Index: req.index, Step: st})
 	}
 	e.callEnd(req.kind.op(), start, err)
 	endStore(ss, err)
@@ -156,6 +164,8 @@ func (k writeKind) op() observe.StoreOp {
 		return observe.StoreFail
 	case writeRelease:
 		return observe.StoreRelease
+	case writeStep:
+		return observe.StoreStep
 	}
 	return observe.StoreExtend
 }

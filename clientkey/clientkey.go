@@ -13,10 +13,22 @@
 //	idemgrpc, idemconnect                     RPC       operation (by default from the full method name), principal, key
 //	idemnats, idemamqp, idemlambda's          Key       operation, the message id (Nats-Msg-Id, MessageId) or
 //	FuncConfig.Key, idem.Request.Key                    what Config.Key returned
-//	(idem.Do, Begin, idemsfn's Starter.Start)
+//	(idem.Do, Begin, idemsfn's Starter.Start),
+//	idemkafka's KeyHeader and Key,                      the header's value, what Config.Key returned,
+//	idemwatermill's KeyFromUUID,                        the message's UUID or metadata field
+//	MetadataKey and Key
+//	idemkafka's KeyFromRecordKey              Key       operation, the topic ([TopicTenant]), the record key
 //	idemlambda's KeyJMESPath (SQS, EventBridge, JSON      operation, the selected value as JSON: SQS's
 //	streams, any event), idem.Request without           messageId "\"…\"", EventBridge's id, a Kinesis
 //	a Key (the payload; idemsfn's input)                record's ["eventSourceARN", "eventID"]
+//	idemkafka, idemwatermill by default;      Payload   operation, the topic ([TopicTenant]; none for
+//	idemnats when Config.Key returns ""                 idemnats), the payload (the record's value, the
+//	                                                    message's data) as sent, byte for byte
+//
+// An adapter's identity (store key and fingerprint) comes from the
+// function's Identity form ([HTTPIdentity], [RPCIdentity], [KeyIdentity],
+// [JSONIdentity], [PayloadIdentity]), never from an [idem.Identity]
+// literal of its own.
 //
 // An idemsfn execution's input carries its store key as it is ($.idem.key):
 // no derivation is needed there.
@@ -129,8 +141,10 @@ func RPCIdentity(operation, tenant, key string, fingerprint [sha256.Size]byte) (
 
 // Key returns the store key of an explicit key: an [idem.Request]'s Key
 // (idem.Do, Begin, idemsfn's Starter.Start), a message id (idemnats'
-// Nats-Msg-Id, idemamqp's MessageId) or what an adapter's Config.Key
-// returned (idemnats, idemamqp, idemlambda's FuncConfig.Key). It fails as
+// Nats-Msg-Id, idemamqp's MessageId, idemwatermill's message UUID with
+// KeyFromUUID, idemkafka's KeyHeader value) or what an
+// adapter's Config.Key returned (idemnats, idemamqp, idemkafka,
+// idemwatermill, idemlambda's FuncConfig.Key). It fails as
 // [idem.Request.Identity] does, on a key longer than [idem.MaxKeyLen]
 // among others.
 func Key(operation, tenant, key string) (idem.StoreKey, error) {
@@ -155,4 +169,33 @@ func JSON(operation, tenant string, value []byte) (idem.StoreKey, error) {
 		return idem.StoreKey{}, err
 	}
 	return idem.NewStoreKey(operation, tenant, c)
+}
+
+// TopicTenant returns the tenant that scopes a message's key to the topic
+// it was consumed from (idemkafka's and idemwatermill's default key, and
+// idemkafka's KeyFromRecordKey): the topic itself when it may be a tenant
+// (up to 256 printable ASCII characters without spaces or '#', as every
+// Kafka topic name is), otherwise "sha256:" and the hex of the first 16
+// bytes of its SHA-256. An empty topic (a message handled outside a
+// router) scopes nothing: "".
+func TopicTenant(topic string) string {
+	if topic == "" {
+		return ""
+	}
+	if len(topic) <= idem.MaxTenantLen && !strings.ContainsFunc(topic, func(r rune) bool { return r < 0x21 || r > 0x7e || r == '#' }) {
+		return topic
+	}
+	sum := sha256.Sum256([]byte(topic))
+	return "sha256:" + hex.EncodeToString(sum[:16])
+}
+
+// Payload returns the store key of a message keyed by its payload, the
+// bytes as the producer sent them (not canonicalised): idemkafka's record
+// value and idemwatermill's message payload, by default, scoped to the
+// topic ([TopicTenant]). The key is the payload's SHA-256, so a copy of
+// the message finds its record whichever partition or delivery it came
+// by.
+func Payload(operation, topic string, payload []byte) (idem.StoreKey, error) {
+	id, err := PayloadIdentity(operation, topic, payload)
+	return id.StoreKey, err
 }

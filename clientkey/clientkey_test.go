@@ -50,6 +50,14 @@ func TestStoreKeysStayAsReleased(t *testing.T) {
 			"orders/acme#" + sum("msg-42")},
 		"json, canonicalised": {clientkey.Material{Kind: clientkey.KindJSON, Operation: "orders", Key: `{"b":1, "a":"x"}`},
 			"orders#" + sum(`{"a":"x","b":1}`)},
+		"kafka record value (the default)": {clientkey.Material{Kind: clientkey.KindPayload, Operation: "orders", Topic: "orders.v1", Key: `{"b":1, "a":"x"}`},
+			"orders/orders.v1#" + sum(`{"b":1, "a":"x"}`)},
+		"watermill payload outside a router": {clientkey.Material{Kind: clientkey.KindPayload, Operation: "orders", Key: "order 42"},
+			"orders#" + sum("order 42")},
+		"payload of a topic that cannot be a tenant": {clientkey.Material{Kind: clientkey.KindPayload, Operation: "orders", Topic: "orders #1", Key: "x"},
+			"orders/sha256:" + sum("orders #1")[:32] + "#" + sum("x")},
+		"kafka record key": {clientkey.Material{Kind: clientkey.KindKey, Operation: "orders", Topic: "orders.v1", Key: "customer-7"},
+			"orders/orders.v1#" + sum("customer-7")},
 		"sqs message id": {clientkey.Material{Kind: clientkey.KindJSON, Operation: "orders", Key: `"059f36b4-87a3-44ab-83d2-661975830a7d"`},
 			"orders#" + sum(`"059f36b4-87a3-44ab-83d2-661975830a7d"`)},
 	} {
@@ -93,6 +101,38 @@ func TestFunctionsAreTheMaterialRule(t *testing.T) {
 	eq(id.StoreKey, err, clientkey.Material{Kind: clientkey.KindKey, Operation: "orders", Tenant: "t", Key: "k"})
 	id, err = (&idem.Request{Operation: "orders", Payload: []byte(`[1, 2]`)}).Identity()
 	eq(id.StoreKey, err, clientkey.Material{Kind: clientkey.KindJSON, Operation: "orders", Key: `[1,2]`})
+	fid, err := clientkey.HTTPIdentity("orders", clientkey.HTTPTenant("p"), "PUT", "/x", "k", fp)
+	eq(fid.StoreKey, err, clientkey.Material{Kind: clientkey.KindHTTP, Operation: "orders", Principal: "p", Method: "PUT", Route: "/x", Key: "k"})
+	if fid.Fingerprint != hex.EncodeToString(fp[:]) {
+		t.Fatalf("HTTPIdentity's fingerprint %q", fid.Fingerprint)
+	}
+	for _, f := range []*[sha256.Size]byte{nil, &fp} {
+		kid, err := clientkey.KeyIdentity("orders", clientkey.TopicTenant("t.v1"), "k", f)
+		eq(kid.StoreKey, err, clientkey.Material{Kind: clientkey.KindKey, Operation: "orders", Topic: "t.v1", Key: "k"})
+		jid, err2 := clientkey.JSONIdentity("orders", "t", []byte(`{"b":1,"a":2}`), f)
+		eq(jid.StoreKey, err2, clientkey.Material{Kind: clientkey.KindJSON, Operation: "orders", Tenant: "t", Key: `{"a":2,"b":1}`})
+		want := ""
+		if f != nil {
+			want = hex.EncodeToString(f[:])
+		}
+		if kid.Fingerprint != want || jid.Fingerprint != want {
+			t.Fatalf("fingerprints %q, %q; want %q", kid.Fingerprint, jid.Fingerprint, want)
+		}
+	}
+	pid, err := clientkey.PayloadIdentity("orders", "t.v1", []byte(`{"b":1}`))
+	eq(pid.StoreKey, err, clientkey.Material{Kind: clientkey.KindPayload, Operation: "orders", Topic: "t.v1", Key: `{"b":1}`})
+	if pid.Fingerprint != sum(`{"b":1}`) || pid.StoreKey.Digest != pid.Fingerprint {
+		t.Fatalf("PayloadIdentity's fingerprint %q, want the payload's digest", pid.Fingerprint)
+	}
+	// The identity of a key or payload is the root's (idem.Request's).
+	rid2, _ := (&idem.Request{Operation: "orders", Tenant: "t.v1", Key: "k", Payload: []byte(`{"b":1}`), RawPayload: true}).Identity()
+	fp2 := sha256.Sum256([]byte(`{"b":1}`))
+	if kid, _ := clientkey.KeyIdentity("orders", "t.v1", "k", &fp2); kid != rid2 {
+		t.Fatalf("KeyIdentity %+v, idem.Request.Identity %+v", kid, rid2)
+	}
+	if rid3, _ := (&idem.Request{Operation: "orders", Tenant: "t.v1", Payload: []byte(`{"b":1}`), RawPayload: true}).Identity(); pid != rid3 {
+		t.Fatalf("PayloadIdentity %+v, idem.Request.Identity %+v", pid, rid3)
+	}
 	if clientkey.HTTPTenant("") != "" || clientkey.RPCTenant("") != "" || clientkey.HTTPTenant("p") == clientkey.RPCTenant("p") {
 		t.Fatal("tenants of principals")
 	}
@@ -116,6 +156,9 @@ func TestMaterialErrorsNameThePart(t *testing.T) {
 		{clientkey.Material{Kind: clientkey.KindRPC, Method: "/a.B/C"}, "key"},
 		{clientkey.Material{Kind: clientkey.KindKey, Key: "k"}, "operation"},
 		{clientkey.Material{Kind: clientkey.KindJSON, Operation: "o"}, "key"},
+		{clientkey.Material{Kind: clientkey.KindKey, Operation: "o", Tenant: "t", Topic: "t", Key: "k"}, "topic"},
+		{clientkey.Material{Kind: clientkey.KindPayload, Operation: "o", Topic: "t"}, "key"},
+		{clientkey.Material{Kind: clientkey.KindPayload, Operation: "o", Tenant: "t", Key: "x"}, "tenant"},
 	} {
 		_, err := c.m.StoreKey()
 		var me *clientkey.MaterialError
@@ -127,6 +170,7 @@ func TestMaterialErrorsNameThePart(t *testing.T) {
 	for _, m := range []clientkey.Material{
 		{Kind: clientkey.KindKey, Operation: "bad op", Key: "k"},
 		{Kind: clientkey.KindKey, Operation: "o", Key: strings.Repeat("k", idem.MaxKeyLen+1)},
+		{Kind: clientkey.KindPayload, Operation: "bad op", Key: "x"},
 		{Kind: clientkey.KindHTTP, Operation: "o#", Method: "POST", Route: "/", Key: "k"},
 	} {
 		if _, err := m.StoreKey(); !errors.Is(err, idem.ErrInvalidKey) {
@@ -139,5 +183,33 @@ func TestMaterialErrorsNameThePart(t *testing.T) {
 	}
 	if _, err := (clientkey.Material{Kind: clientkey.KindJSON, Operation: "o", Key: "order-42"}).StoreKey(); !errors.Is(err, idem.ErrInvalidPayload) {
 		t.Errorf("json that is none: %v, want idem.ErrInvalidPayload", err)
+	}
+}
+
+// A topic scopes a key as it is when it may be a tenant (every Kafka
+// topic name may), and by its digest when it may not.
+func TestTopicTenant(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("t", idem.MaxTenantLen+1)
+	for topic, want := range map[string]string{
+		"":                       "",
+		"orders.v1":              "orders.v1",
+		"orders/eu":              "orders/eu",
+		"orders_eu-1":            "orders_eu-1",
+		"orders #1":              "sha256:" + sum("orders #1")[:32],
+		"orders\x00":             "sha256:" + sum("orders\x00")[:32],
+		"ordén":                  "sha256:" + sum("ordén")[:32],
+		long:                     "sha256:" + sum(long)[:32],
+		long[:idem.MaxTenantLen]: long[:idem.MaxTenantLen],
+	} {
+		if got := clientkey.TopicTenant(topic); got != want {
+			t.Errorf("TopicTenant(%q) = %q, want %q", topic, got, want)
+		}
+		if _, err := idem.NewStoreKey("o", clientkey.TopicTenant(topic), nil); err != nil {
+			t.Errorf("TopicTenant(%q) is no tenant: %v", topic, err)
+		}
+	}
+	if _, err := clientkey.PayloadIdentity("o", "t", nil); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("an empty payload: %v, want idem.ErrInvalidKey", err)
 	}
 }

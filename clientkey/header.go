@@ -15,12 +15,6 @@ const MaxHeaderLen = 255
 // value that carries no key.
 const HeaderField = "Idempotency-Key header"
 
-// HeaderError is the error of a header value that carries no key.
-//
-// Deprecated: it is [idem.KeyError], the one error of key validation
-// (Field [HeaderField]); use that name.
-type HeaderError = idem.KeyError
-
 // ParseHeader reads the key of one Idempotency-Key header value as
 // idemhttp does: an RFC 8941 sf-string ("quoted", with \" and \\
 // escapes), or a bare token of RFC 9110 tchar, ':' and '/', for clients

@@ -22,10 +22,13 @@ const (
 	KindKey Kind = "key"
 	// KindJSON: a JSON value, such as a KeyJMESPath selection ([JSON]).
 	KindJSON Kind = "json"
+	// KindPayload: a message's payload, the key of idemkafka and
+	// idemwatermill by default ([Payload]).
+	KindPayload Kind = "payload"
 )
 
 // Kinds lists every kind, in the order forms offer them.
-var Kinds = []Kind{KindHTTP, KindGateway, KindRPC, KindKey, KindJSON}
+var Kinds = []Kind{KindHTTP, KindGateway, KindRPC, KindKey, KindJSON, KindPayload}
 
 // Material is what a client sent, as an operator finds it in a request
 // log or a support ticket.
@@ -49,10 +52,16 @@ type Material struct {
 	Principal string
 	// Tenant is the tenant of an explicit key or JSON value (Key, JSON).
 	Tenant string
+	// Topic is the topic a message was consumed from, which scopes its
+	// key ([TopicTenant]): required for Payload unless the message was
+	// handled outside a router (idemwatermill); for Key, a Kafka record
+	// key under idemkafka's KeyFromRecordKey. Not with Tenant.
+	Topic string
 	// Key is the idempotency key the client sent: the Idempotency-Key
 	// header's value as sent (HTTP, gateway: quoted or not, read by
-	// [ParseHeader]), the key or message id as it is (RPC, Key), or the
-	// JSON value (JSON).
+	// [ParseHeader]), the key or message id as it is (RPC, Key), the
+	// JSON value (JSON), or the message's payload, byte for byte as the
+	// producer sent it (Payload).
 	Key string
 }
 
@@ -129,12 +138,26 @@ func (m Material) StoreKey() (idem.StoreKey, error) {
 		if err := need("operation", m.Operation, "key", m.Key); err != nil {
 			return idem.StoreKey{}, err
 		}
+		if m.Topic != "" {
+			if m.Tenant != "" {
+				return bad("topic", "a key is scoped by a tenant or by a topic, not both")
+			}
+			return Key(m.Operation, TopicTenant(m.Topic), m.Key)
+		}
 		return Key(m.Operation, m.Tenant, m.Key)
+	case KindPayload:
+		if err := need("operation", m.Operation, "key", m.Key); err != nil {
+			return idem.StoreKey{}, err
+		}
+		if m.Tenant != "" {
+			return bad("tenant", "a payload's key is scoped by its topic; give the topic instead")
+		}
+		return Payload(m.Operation, m.Topic, []byte(m.Key))
 	case KindJSON:
 		if err := need("operation", m.Operation, "key", m.Key); err != nil {
 			return idem.StoreKey{}, err
 		}
 		return JSON(m.Operation, m.Tenant, []byte(m.Key))
 	}
-	return bad("kind", fmt.Sprintf("%q is none of http, gateway, grpc, key, json", m.Kind))
+	return bad("kind", fmt.Sprintf("%q is none of http, gateway, grpc, key, json, payload", m.Kind))
 }

@@ -208,12 +208,25 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// A cross-origin sign-in (login CSRF) was refused in ServeHTTP.
 	user, secret := r.PostForm.Get("user"), r.PostForm.Get("secret")
 	now, client, who := c.now(), c.client(r), c.knownUser(user)
-	keys := []string{"client " + client.String(), "user " + who}
-	if d := c.throttle.wait(now, keys...); d > 0 {
+	keys := keysOf(client, who)
+	if d := c.throttle.wait(now, keys.closing()...); d > 0 {
 		secs := int64((d + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		c.showLogin(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins: try again in %v.", time.Duration(secs)*time.Second))
 		return
+	}
+	if d := c.throttle.hold(now, keys.user); d > 0 {
+		// The user's sign-ins fail from many clients: hold this one,
+		// whatever it carries, then check it. Slower, never refused.
+		c.held.Add(1)
+		select {
+		case <-c.cfg.Clock.After(d):
+			c.held.Add(-1)
+		case <-r.Context().Done():
+			c.held.Add(-1)
+			return
+		}
+		now = c.now()
 	}
 	cr, ok := c.match(user, secret)
 	if !ok {
@@ -222,11 +235,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		// a line per guess.
 		var by []string
 		var worst failure
-		for _, f := range c.throttle.fail(now, keys...) {
+		for _, f := range c.throttle.fail(now, keys) {
 			switch {
-			case f.kind == "first" && f.key == keys[0]:
+			case f.kind == "first" && f.key == keys.client:
 				c.cfg.Logger.Warn("idem console: sign-in refused; further failures of this burst are summarised",
 					"client", client, "user", who)
+			case f.kind == "slowed":
+				c.cfg.Logger.Warn("idem console: sign-in slowed for a user: failures from all clients passed the limit; each sign-in as the user is held, none refused",
+					"user", who, "failures", f.burst.failures, "since", f.burst.first, "held_for", f.delay)
 			case f.kind == "throttled":
 				by = append(by, f.key)
 				if f.burst.failures > worst.burst.failures {
@@ -241,7 +257,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.showLogin(w, r, http.StatusUnauthorized, "Wrong user, password or token.")
 		return
 	}
-	failed := c.throttle.succeed(keys...)
+	failed := c.throttle.succeed(keys.closing()...)
 	id := randomToken()
 	c.sess.mu.Lock()
 	for k, s := range c.sess.m {

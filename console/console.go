@@ -17,7 +17,9 @@
 //     ([ops.List]): never more than one page (and a bounded scan for the
 //     filters the store does not apply) is read per request.
 //   - Record: every field, the result or terminal error (JSON indented,
-//     text as is, binary as hex, large bodies cut with their size), the
+//     text as is, binary as hex, large bodies cut with their size; a
+//     response idemhttp or the gateway stored as its status line, header
+//     and body, the body shown the same way, not as base64), the
 //     fingerprint and the execution reference, linked to the AWS console
 //     for a Step Functions execution ARN or through Config.RefLink.
 //   - Actions: release, delete, resolve as COMPLETED with a result, or as
@@ -34,9 +36,12 @@
 // Config.Credentials: with credentials, every page needs a sign-in (a
 // token, or a user and password) whose session cookie is HttpOnly,
 // SameSite=Strict, and Secure behind TLS (Config.SecureCookies, or a
-// trusted proxy's X-Forwarded-Proto). Failed sign-ins are throttled per
-// client and per user with growing delays (429 with Retry-After), logged
-// as a few summary lines per burst, and never log what was typed: a user
+// trusted proxy's X-Forwarded-Proto). Failed sign-ins close sign-in to
+// the client that made them, for all users and for the user it named,
+// with growing delays (429 with Retry-After); a user's failures from all
+// clients together only hold that user's sign-ins a while
+// (Config.SignInUserDelay) and never refuse them, so a guesser cannot
+// lock an operator out. Failures are logged as a few summary lines per burst, and never log what was typed: a user
 // name that is no credential's is logged as "(unknown)". Cross-origin
 // POSTs are refused by http.CrossOriginProtection (Sec-Fetch-Site, or
 // Origin against Host), the sign-in form's included; every POST of a
@@ -63,6 +68,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
@@ -115,15 +121,26 @@ type Config struct {
 	MaxBody int
 	// SessionTTL is how long a sign-in lasts. Default 12h.
 	SessionTTL time.Duration
-	// SignInFailures is how many failed sign-ins a client, and a user,
-	// may make within SignInWindow before sign-in is closed to it; each
-	// further failure closes it for twice as long as the last, starting
-	// at SignInWindow / SignInFailures, at most SignInMaxDelay. While
-	// closed, a sign-in is answered 429 with Retry-After, credentials
-	// unchecked. Defaults 5, 1m and 15m.
+	// SignInFailures is how many failed sign-ins a client may make
+	// within SignInWindow, whatever users it names, and how many it may
+	// make as one user, before sign-in is closed to that client (for all
+	// users, or for that user); each further failure closes it for twice
+	// as long as the last, starting at SignInWindow / SignInFailures, at
+	// most SignInMaxDelay. While closed, the client's sign-in is answered
+	// 429 with Retry-After, credentials unchecked. Other clients are not
+	// refused: a user's failures from all clients together only slow
+	// that user's sign-ins down (SignInUserDelay), so a guesser cannot
+	// lock an operator out. Defaults 5, 1m and 15m.
 	SignInFailures int
 	SignInWindow   time.Duration
 	SignInMaxDelay time.Duration
+	// SignInUserDelay is how long every sign-in as a user is held before
+	// its credentials are checked, from any client, the right password
+	// included, once that user's failures from all clients together
+	// passed SignInFailures within SignInWindow (and until a window passes
+	// without one). It slows a guesser spread over many clients and never
+	// refuses anyone. Default 1s.
+	SignInUserDelay time.Duration
 	// SecureCookies marks the session cookie Secure whatever the request:
 	// set it when a TLS-terminating proxy serves the console (the console
 	// itself speaks plain HTTP then). Without it the cookie is Secure when
@@ -211,6 +228,9 @@ func (c *Config) WithDefaults() Config {
 	if out.SignInMaxDelay == 0 {
 		out.SignInMaxDelay = 15 * time.Minute
 	}
+	if out.SignInUserDelay == 0 {
+		out.SignInUserDelay = time.Second
+	}
 	if out.Owner == "" {
 		out.Owner = "idem-console"
 	}
@@ -235,8 +255,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: console MaxScan, MaxBody and MonitorInterval must be positive", idem.ErrInvalidConfig)
 	case c.SessionTTL < 0:
 		return fmt.Errorf("%w: console SessionTTL %v must be positive", idem.ErrInvalidConfig, c.SessionTTL)
-	case c.SignInFailures < 0 || c.SignInWindow < 0 || c.SignInMaxDelay < 0:
-		return fmt.Errorf("%w: console SignInFailures, SignInWindow and SignInMaxDelay must be positive", idem.ErrInvalidConfig)
+	case c.SignInFailures < 0 || c.SignInWindow < 0 || c.SignInMaxDelay < 0 || c.SignInUserDelay < 0:
+		return fmt.Errorf("%w: console SignInFailures, SignInWindow, SignInMaxDelay and SignInUserDelay must be positive", idem.ErrInvalidConfig)
 	}
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
@@ -263,6 +283,7 @@ type Console struct {
 	mux      *http.ServeMux
 	sess     sessions
 	throttle *throttle
+	held     atomic.Int64 // sign-ins held now (SignInUserDelay)
 	cop      *http.CrossOriginProtection
 	once     sync.Once
 }

@@ -3,8 +3,10 @@ package console_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +19,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/console"
+	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
 	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
 	"github.com/seed-a1b882c0/idem/monitor"
@@ -39,6 +43,7 @@ type fixture struct {
 	console *console.Console
 	srv     *httptest.Server
 	logs    *syncBuffer
+	hold    time.Duration // the console's SignInUserDelay
 	mu      sync.Mutex
 	events  []console.ActionEvent
 }
@@ -75,6 +80,10 @@ func setup(t *testing.T, cfg console.Config) *fixture {
 	}
 	f.keys = consoletest.Seed(t, f.app, raw, f.clock.Advance)
 	cfg.Clock = f.clock
+	f.hold = cfg.SignInUserDelay
+	if f.hold == 0 {
+		f.hold = time.Second
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, nil))
 	cfg.OnAction = func(ev console.ActionEvent) {
 		f.mu.Lock()
@@ -500,5 +509,91 @@ func TestOverviewSaysWhenCountsAreLowerBounds(t *testing.T) {
 		if tc.bound && strings.Count(body, `>≥ 1</a>`) < 2 {
 			t.Errorf("the cards do not mark their counts:\n%s", body)
 		}
+	}
+}
+
+// "Was my customer charged twice?": the record page shows a response
+// idemhttp (or the gateway) stored as the response it was, status line,
+// header and a JSON body as indented JSON, not the record's base64; a text
+// body stays inert text.
+func TestRecordShowsStoredHTTPResponse(t *testing.T) {
+	t.Parallel()
+	f := setup(t, console.Config{})
+	c := consoletest.NewClient(t, f.srv.URL+"/")
+	serve := func(key string, h http.HandlerFunc) idem.StoreKey {
+		mw, err := idemhttp.New(f.app, &idemhttp.Config{Operation: "charges"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`))
+		r.Header.Set(idemhttp.HeaderName, key)
+		mw.Handler(h).ServeHTTP(httptest.NewRecorder(), r)
+		sk, err := clientkey.HTTP("charges", "", http.MethodPost, "/charges", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sk
+	}
+	jsonKey := serve("order-42", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charge":"ch_1","amount":500}`)
+	})
+	textKey := serve("order-43", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `paid <script>alert(1)</script>`)
+	})
+
+	code, page, _ := c.Get(rec(jsonKey))
+	if code != http.StatusOK {
+		t.Fatalf("GET record: %d\n%s", code, page)
+	}
+	for _, want := range []string{
+		`data-kind="HTTP 201 response, body JSON"`,
+		"HTTP 201 Created\nContent-Type: application/json\n\n{\n  &#34;charge&#34;: &#34;ch_1&#34;,\n  &#34;amount&#34;: 500\n}",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("record page lacks %q:\n%s", want, page)
+		}
+	}
+	if b64 := base64.StdEncoding.EncodeToString([]byte(`{"charge"`))[:8]; strings.Contains(page, b64) {
+		t.Errorf("record page shows the body in base64 (%s):\n%s", b64, page)
+	}
+
+	code, page, _ = c.Get(rec(textKey))
+	if code != http.StatusOK {
+		t.Fatalf("GET record: %d\n%s", code, page)
+	}
+	if !strings.Contains(page, `data-kind="HTTP 200 response, body text"`) || !strings.Contains(page, "paid &lt;script&gt;alert(1)&lt;/script&gt;") || strings.Contains(page, "<script>alert") {
+		t.Errorf("text body not shown as inert text:\n%s", page)
+	}
+}
+
+// A key held for an operator (the takeover policy Hold, its holder gone)
+// shows as held on the overview, in the list and on its record page, and
+// the operator settles it from there: released, the next call runs.
+func TestHeldKeyIsShownAndSettled(t *testing.T) {
+	t.Parallel()
+	f, c := writable(t)
+	ctx := context.Background()
+	b, err := f.app.Begin(ctx, idem.Request{Operation: "charge", Tenant: "acme", Key: "order-held", HoldCrashed: true}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
+	if err != nil || !b.Acquired {
+		t.Fatalf("begin: %+v %v", b, err)
+	}
+	f.clock.Advance(2 * time.Minute)
+	for path, want := range map[string]string{
+		"":                `<span data-field="held">1 held</span>`,
+		"records?stuck=1": `<span data-field="held">held</span>`,
+		rec(b.Token.Key):  `<span data-field="held">held for an operator`,
+	} {
+		if code, body, _ := c.Get(path); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("%q: %d, want %q in\n%s", path, code, want, body)
+		}
+	}
+	if code, _ := c.Act(b.Token.Key, "release", nil); code != http.StatusSeeOther {
+		t.Fatalf("release: %d", code)
+	}
+	ran := false
+	if _, err := idem.Do(ctx, f.app, idem.Request{Operation: "charge", Tenant: "acme", Key: "order-held"}, func(context.Context) (int, error) { ran = true; return 1, nil }); err != nil || !ran {
+		t.Fatalf("after the release: %v, ran %v", err, ran)
 	}
 }

@@ -10,8 +10,8 @@ import (
 // find opens the record of what a client sent (the overview's search
 // form): the store key is derived by package clientkey, the function the
 // adapter itself keys its records with, and the answer is a redirect to
-// the record page. Parameters: kind (http, gateway, grpc, key, json),
-// operation, method, route, principal, tenant, key.
+// the record page. Parameters: kind (http, gateway, grpc, key, json,
+// payload), operation, method, route, principal, tenant, topic, key.
 func (c *Console) find(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	m := clientkey.Material{
@@ -21,6 +21,7 @@ func (c *Console) find(w http.ResponseWriter, r *http.Request, s *session) {
 		Route:     strings.TrimSpace(q.Get("route")),
 		Principal: q.Get("principal"),
 		Tenant:    strings.TrimSpace(q.Get("tenant")),
+		Topic:     strings.TrimSpace(q.Get("topic")),
 		Key:       q.Get("key"), // as the client sent it: spaces and quotes are part of it
 	}
 	key, err := m.StoreKey()

@@ -31,7 +31,7 @@ func TestFindForm(t *testing.T) {
 	if !slices.Equal(kinds, clientkey.Kinds) {
 		t.Errorf("the form offers %v, clientkey knows %v", kinds, clientkey.Kinds)
 	}
-	for _, name := range []string{"kind", "operation", "method", "route", "principal", "tenant", "key"} {
+	for _, name := range []string{"kind", "operation", "method", "route", "principal", "tenant", "topic", "key"} {
 		if !strings.Contains(form, `name="`+name+`"`) {
 			t.Errorf("the form has no %s field", name)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/ops"
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -227,7 +229,7 @@ func (c *Console) parseList(q url.Values) (listQuery, error) {
 // row is one record in the list.
 type row struct {
 	Key, Status, Owner, Ref, URL string
-	Stuck                        bool
+	Stuck, Held                  bool
 	Created, Expected            time.Time
 	Age                          time.Duration
 }
@@ -278,6 +280,7 @@ func (c *Console) rowOf(rec *store.Record, now time.Time) row {
 	created := store.FromMillis(rec.CreatedAt)
 	return row{Key: rec.Key, Status: rec.Status.String(), Owner: rec.Owner, Ref: rec.Ref, URL: c.recordURL(rec.Key),
 		Stuck:   rec.Status == store.StatusInProgress && rec.LeaseExpired(store.Millis(now)),
+		Held:    rec.Held(store.Millis(now)),
 		Created: created, Expected: store.FromMillis(rec.LeaseUntil), Age: now.Sub(created)}
 }
 
@@ -314,6 +317,32 @@ func showBody(b []byte, max int) *body {
 		return out
 	}
 	out.Kind, out.Text = "binary (hex)", hex.Dump(shown)
+	return out
+}
+
+// showResult formats a record's result as showBody does, except a
+// response idemhttp or idem-gateway stored (idemhttp.ParseStored): its
+// status line and header, then its body as showBody shows it (a JSON body
+// indented, as JSON), instead of the record's JSON with the body in base64.
+func showResult(b []byte, max int) *body {
+	resp, ok := idemhttp.ParseStored(b)
+	if !ok {
+		return showBody(b, max)
+	}
+	var text strings.Builder
+	fmt.Fprintf(&text, "HTTP %d %s\n", resp.Status, http.StatusText(resp.Status))
+	for _, name := range slices.Sorted(maps.Keys(resp.Header)) {
+		for _, v := range resp.Header[name] {
+			fmt.Fprintf(&text, "%s: %s\n", name, v)
+		}
+	}
+	out := &body{Kind: fmt.Sprintf("HTTP %d response, no body", resp.Status), Size: len(resp.Body)}
+	if inner := showBody(resp.Body, max); inner != nil {
+		text.WriteString("\n")
+		text.WriteString(inner.Text)
+		out.Kind, out.Truncated = fmt.Sprintf("HTTP %d response, body %s", resp.Status, inner.Kind), inner.Truncated
+	}
+	out.Text = strings.ToValidUTF8(text.String(), "\uFFFD")
 	return out
 }
 
@@ -358,7 +387,7 @@ type recordView struct {
 func (c *Console) viewOf(st *idem.State, now time.Time) recordView {
 	v := recordView{State: st, Status: st.Status.String(), Stuck: st.Overdue(now),
 		Fresh: st.Status == idem.StatusInProgress && !st.Overdue(now), Age: now.Sub(st.CreatedAt),
-		Result: showBody(st.Result, c.cfg.MaxBody), RefURL: c.refURL(st.Ref), Guard: ops.Guard(st),
+		Result: showResult(st.Result, c.cfg.MaxBody), RefURL: c.refURL(st.Ref), Guard: ops.Guard(st),
 		CanRelease: st.Status != idem.StatusCompleted, ExpiresIn: st.ExpiresAt.Sub(now)}
 	if st.Err != nil {
 		v.ErrBody = showBody(st.Err.Body, c.cfg.MaxBody)

@@ -10,26 +10,48 @@ import (
 	"time"
 )
 
-// throttle slows failed sign-ins down, per client and per user: the first
-// Config.SignInFailures failures within Config.SignInWindow pass, each
-// further one closes sign-in for that client or user for a delay that
-// doubles with every failure (starting at the window divided by the
-// failures allowed, at most Config.SignInMaxDelay). While closed, a
-// sign-in is answered 429 with Retry-After before its credentials are
-// checked, so a guesser learns nothing from it. A burst (failures with no
-// pause of a window between them) is logged as a few summary lines, not
-// one line per failure.
+// throttle slows failed sign-ins down. Two counts close sign-in: a
+// client's failures whatever users they name, and a client's failures as
+// one user. The first Config.SignInFailures failures within
+// Config.SignInWindow pass, each further one closes sign-in to that
+// client (for all users, or for that user) for a delay that doubles with
+// every failure (starting at the window divided by the failures allowed,
+// at most Config.SignInMaxDelay). While closed, a sign-in is answered 429
+// with Retry-After before its credentials are checked, so a guesser
+// learns nothing from it. The third count, a user's failures from every
+// client together, never closes anything: past the same limit it holds
+// each sign-in as that user for Config.SignInUserDelay before its
+// credentials are checked, so that a guesser spread over many clients is
+// slowed, and one that hammers from a single client cannot shut the
+// operator out (OWASP: lock out the source, not the account). A burst
+// (failures with no pause of a window between them) is logged as a few
+// summary lines, not one line per failure.
 type throttle struct {
 	limit     int
 	window    time.Duration
 	maxDelay  time.Duration
+	userDelay time.Duration
 	mu        sync.Mutex
 	m         map[string]*burst
 	maxBursts int
 }
 
-// burst is the failures of one client or user with no pause of a window
-// between them.
+// signInKeys are the throttle's counts of one sign-in: the two that close
+// sign-in to its client, and the one that slows its user's.
+type signInKeys struct {
+	client, clientUser, user string
+}
+
+func keysOf(client netip.Addr, user string) signInKeys {
+	c := "client " + client.String()
+	return signInKeys{client: c, clientUser: c + " user " + user, user: "user " + user}
+}
+
+// closing are the keys whose failures close sign-in.
+func (k signInKeys) closing() []string { return []string{k.client, k.clientUser} }
+
+// burst is the failures of one key with no pause of a window between
+// them.
 type burst struct {
 	first, last time.Time
 	failures    int
@@ -51,7 +73,7 @@ func (b *burst) ended(now time.Time, window time.Duration) bool {
 
 func newThrottle(cfg *Config) *throttle {
 	return &throttle{limit: cfg.SignInFailures, window: cfg.SignInWindow, maxDelay: cfg.SignInMaxDelay,
-		m: make(map[string]*burst), maxBursts: 10_000}
+		userDelay: cfg.SignInUserDelay, m: make(map[string]*burst), maxBursts: 10_000}
 }
 
 // wait returns how long sign-in stays closed for any of keys at now (0:
@@ -69,29 +91,47 @@ func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
 	return d
 }
 
-// fail counts a failed sign-in for each of keys at now and returns, for
-// each, what to log: nothing (""), "first" for the first failure of a
-// burst, "throttled" when it closes sign-in (then with the burst).
-func (t *throttle) fail(now time.Time, keys ...string) []failure {
+// hold returns how long a sign-in counted under the slowing key user is
+// held at now before its credentials are checked: SignInUserDelay while
+// the user's burst is past the limit, else 0. It never grows past that.
+func (t *throttle) hold(now time.Time, user string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.m[user]; b != nil && !b.ended(now, t.window) && b.failures > t.limit {
+		return t.userDelay
+	}
+	return 0
+}
+
+// fail counts a failed sign-in under each key of k at now and returns,
+// for each, what to log: nothing (""), "first" for the first failure of
+// a burst, "throttled" when it closes sign-in to the client (then with
+// the burst and the delay), "slowed" when the user's sign-ins begin to
+// be held.
+func (t *throttle) fail(now time.Time, k signInKeys) []failure {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []failure
-	for _, k := range keys {
-		b := t.m[k]
+	for _, key := range []string{k.client, k.clientUser, k.user} {
+		b := t.m[key]
 		if b != nil && b.ended(now, t.window) {
 			b = nil
 		}
 		if b == nil {
 			t.prune(now)
 			b = &burst{first: now}
-			t.m[k] = b
+			t.m[key] = b
 		}
 		b.failures++
 		b.last = now
-		f := failure{key: k, burst: *b}
+		f := failure{key: key, burst: *b}
 		switch over := b.failures - t.limit; {
 		case b.failures == 1:
 			f.kind = "first"
+		case key == k.user:
+			if over == 1 {
+				f.kind, f.delay = "slowed", t.userDelay
+			}
 		case over > 0:
 			delay := t.window / time.Duration(max(t.limit, 1))
 			for i := 1; i < over && delay < t.maxDelay; i++ {
@@ -113,7 +153,9 @@ type failure struct {
 	delay time.Duration
 }
 
-// succeed ends the bursts of keys, returning the failures they held.
+// succeed ends the bursts of keys, returning the failures they held. A
+// sign-in ends its client's bursts, not its user's: the user's count is
+// of every client, and a guesser's goes on.
 func (t *throttle) succeed(keys ...string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -219,8 +261,8 @@ func ParseProxies(s string) ([]netip.Prefix, error) {
 
 // DefineSignInFlags defines on fs the flags of the sign-in and proxy
 // settings, each name after prefix: secure-cookies, trusted-proxies,
-// trusted-origins, sign-in-failures, sign-in-window, sign-in-max-delay
-// (idemctl serve uses no prefix, the gateway "console-"). The function it
+// trusted-origins, sign-in-failures, sign-in-window, sign-in-max-delay,
+// sign-in-user-delay (idemctl serve uses no prefix, the gateway "console-"). The function it
 // returns sets them on c once fs is parsed, or says which is wrong.
 func (c *Config) DefineSignInFlags(fs *flag.FlagSet, prefix string) (apply func() error) {
 	var (
@@ -228,16 +270,18 @@ func (c *Config) DefineSignInFlags(fs *flag.FlagSet, prefix string) (apply func(
 		proxies, origins string
 		failures         int
 		window, maxDelay time.Duration
+		userDelay        time.Duration
 	)
 	fs.BoolVar(&secure, prefix+"secure-cookies", false, "mark the console's session cookie Secure: set it when a TLS-terminating proxy serves the console")
 	fs.StringVar(&proxies, prefix+"trusted-proxies", "", "`ADDRS`: comma-separated addresses or CIDR prefixes of the proxies in front of the console, whose X-Forwarded-Proto (Secure cookies) and X-Forwarded-For (the client, for sign-in throttling) are believed")
 	fs.StringVar(&origins, prefix+"trusted-origins", "", "`ORIGINS`: comma-separated origins (https://ops.example.com) whose POSTs the console accepts although their host is not the request's (a proxy that rewrites Host)")
-	fs.IntVar(&failures, prefix+"sign-in-failures", 5, "failed console sign-ins a client, and a user, may make per -"+prefix+"sign-in-window before sign-in closes to it for a delay that doubles with each further failure")
+	fs.IntVar(&failures, prefix+"sign-in-failures", 5, "failed console sign-ins a client may make per -"+prefix+"sign-in-window (in all, and as one user) before sign-in closes to that client for a delay that doubles with each further failure; past as many failures of one user from all clients, that user's sign-ins are held -"+prefix+"sign-in-user-delay, never refused")
 	fs.DurationVar(&window, prefix+"sign-in-window", time.Minute, "the window of -"+prefix+"sign-in-failures")
-	fs.DurationVar(&maxDelay, prefix+"sign-in-max-delay", 15*time.Minute, "the longest console sign-in stays closed after failures")
+	fs.DurationVar(&maxDelay, prefix+"sign-in-max-delay", 15*time.Minute, "the longest console sign-in stays closed to a client after failures")
+	fs.DurationVar(&userDelay, prefix+"sign-in-user-delay", time.Second, "how long each sign-in as a user whose failures from all clients passed -"+prefix+"sign-in-failures is held before its credentials are checked")
 	return func() error {
-		if failures <= 0 || window <= 0 || maxDelay <= 0 {
-			return fmt.Errorf("-%ssign-in-failures, -%[1]ssign-in-window and -%[1]ssign-in-max-delay must be positive", prefix)
+		if failures <= 0 || window <= 0 || maxDelay <= 0 || userDelay <= 0 {
+			return fmt.Errorf("-%ssign-in-failures, -%[1]ssign-in-window, -%[1]ssign-in-max-delay and -%[1]ssign-in-user-delay must be positive", prefix)
 		}
 		ps, err := ParseProxies(proxies)
 		if err != nil {
@@ -252,7 +296,7 @@ func (c *Config) DefineSignInFlags(fs *flag.FlagSet, prefix string) (apply func(
 			}
 		}
 		c.SecureCookies, c.TrustedProxies = secure, ps
-		c.SignInFailures, c.SignInWindow, c.SignInMaxDelay = failures, window, maxDelay
+		c.SignInFailures, c.SignInWindow, c.SignInMaxDelay, c.SignInUserDelay = failures, window, maxDelay, userDelay
 		return nil
 	}
 }

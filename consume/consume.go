@@ -16,6 +16,7 @@
 //	key reused with another payload                         DeadLetter
 //	no usable key (NoKey's error, or idem.ErrInvalidKey)    DeadLetter
 //	key held by another consumer                            RetryAfter (its lease)
+//	key held for an operator (policy Hold, holder lost)     DeadLetter
 //	retryable error (claim released), store failed at claim Retry
 //	outcome uncertain (idem.Uncertain)                      Leave
 //	outcome write refused: the key was taken over           Leave
@@ -28,6 +29,15 @@
 // JetStream and SQS redeliver after AckWait or the visibility timeout;
 // RabbitMQ, where an unsettled delivery holds its prefetch slot until the
 // channel closes, tries it later as for Retry.
+//
+// A key held for an operator ([idem.ErrHeld]: its operation's takeover
+// policy is Hold and a consumer died holding it) is dead-lettered, not
+// retried: it waits for a person, who may take hours, and a redelivery
+// every lease would spend the queue's delivery count (MaxDeliver,
+// maxReceiveCount) to reach the dead-letter queue anyway, or, without one,
+// loop for as long as the key is held. Once the operator has settled the
+// key, the message moved aside is redriven: a key resolved as completed or
+// failed replays its outcome (Done or DeadLetter), a released key runs.
 //
 // # Batches
 //
@@ -59,7 +69,10 @@
 //     failed Complete never hides the result from the caller) carried to
 //     messages; the message is not lost, its effect happened. A copy of the
 //     message published again by a producer after the lease would run again,
-//     as after any crash.
+//     as after any crash. idemkafka, which settles by committing a
+//     partition's offset past every record before it, commits only what is
+//     recorded: it carries this Done out as Retry, and the message runs
+//     again after the lease (its package doc says why).
 package consume
 
 import (
@@ -77,7 +90,9 @@ type Action int
 const (
 	// Done: acknowledge; the outcome is recorded (or replayed).
 	Done Action = iota + 1
-	// DeadLetter: stop redelivering the message; it will never succeed.
+	// DeadLetter: stop redelivering the message; it will never succeed
+	// as it stands (a key held for an operator: not before a person
+	// settles it).
 	DeadLetter
 	// RetryAfter: another consumer holds the key; deliver the message again
 	// after Verdict.Delay.
@@ -157,7 +172,7 @@ func Decide[T any](res idem.Result[T], err error, now time.Time) Verdict {
 		// of a batch whose claim was taken over while it waited did not
 		// run; the new holder settles the key.
 		return Verdict{Action: Leave, Err: err}
-	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey), errors.Is(err, ErrNoKey):
+	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrInvalidKey), errors.Is(err, ErrNoKey), errors.Is(err, idem.ErrHeld):
 		return Verdict{Action: DeadLetter, Err: err}
 	}
 	if store.TakenOver(res.Unrecorded) {

@@ -36,6 +36,7 @@ func TestDecide(t *testing.T) {
 		{"invalid key", idem.Result[int]{}, idem.ErrInvalidKey, consume.DeadLetter},
 		{"no usable key", idem.Result[int]{}, consume.NoKey(errors.New("no Nats-Msg-Id header")), consume.DeadLetter},
 		{"held elsewhere", idem.Result[int]{}, inProg, consume.RetryAfter},
+		{"held for an operator", idem.Result[int]{}, &idem.HeldError{Key: "k", LeaseUntil: now.Add(-time.Second)}, consume.DeadLetter},
 		{"retryable", idem.Result[int]{Fence: 1}, errors.New("flaky"), consume.Retry},
 		{"store failed at claim", idem.Result[int]{}, &idem.StoreError{Op: observe.StoreClaim, Err: down}, consume.Retry},
 		{"uncertain", idem.Result[int]{Fence: 1}, idem.Uncertain(errors.New("reset")), consume.Leave},

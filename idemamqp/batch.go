@@ -17,11 +17,17 @@ import (
 // keys are claimed together by [idem.DoBatch] (in one round trip on a
 // store that claims in batches, as redisstore does), fn runs for each
 // claimed delivery, concurrency at once (0: all; 1: in order), each under
-// its own lease and with its own outcome write, and every delivery is
-// settled by its own verdict exactly as Handle settles it as soon as its
-// own outcome is recorded ([idem.BatchOptions] Answered), not when the
-// batch is done, each with its own Ack, Reject or Nack: never an acknowledgement with multiple=true,
-// which would settle deliveries whose outcome did not land. A delivery
+// its own claim, and every delivery is settled by its own verdict exactly
+// as Handle settles it as soon as its own outcome is recorded
+// ([idem.BatchOptions] Answered), not when the batch is done, each with
+// its own Ack, Reject or Nack: never an acknowledgement with
+// multiple=true, which would settle deliveries whose outcome did not
+// land. Every claim of the batch is held until its delivery runs: the
+// leases of the deliveries waiting for their turn are renewed together,
+// and one whose claim was lost while it waited (taken over by another
+// consumer) does not run and is tried later (Leave), when it replays the
+// new holder's outcome. The successes of the batch are written together
+// (idem.DoBatch), each with its own fenced answer. A delivery
 // without a key is rejected alone; a key named twice runs fn once, and the
 // later copy answers as a concurrent call in one process does (DoBatch):
 // it waits for the earlier (with the engine's Wait) and is acked, or is
@@ -95,7 +101,7 @@ type BatchArgs struct {
 // manual acknowledgement, collects deliveries into batches of up to
 // a.Size (those the channel already holds, and, when they are fewer,
 // what arrives within a.Window of the first), and hands each to
-// [Consumer.HandleBatch], on one [idem.BatchRunner] held for as long as
+// [Consumer.HandleBatch], on batch workers ([idem.WithBatchWorkers]) held for as long as
 // RunBatch runs, so the engine's batch workers outlive each batch. It sets ch's prefetch count to a.Size ×
 // a.Batches. It returns nil when ctx is done (after cancelling the
 // consumer and letting the batches in hand finish, as Run lets its
@@ -112,9 +118,8 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 		return err
 	}
 	defer stop()
-	r := idem.NewBatchRunner()
-	defer r.Close()
-	bctx := idem.WithBatchRunner(ctx, r)
+	bctx, stopWorkers := idem.WithBatchWorkers(ctx)
+	defer stopWorkers()
 	var wg sync.WaitGroup
 	for range a.Batches {
 		wg.Go(func() {

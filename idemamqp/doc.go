@@ -39,7 +39,7 @@
 // [BatchArgs].Size (what the delivery channel holds, and, when that is
 // fewer, what arrives within Window of the first, on the system clock as
 // every idem consumer forms its batches),
-// on one [idem.BatchRunner], Batches batches at once, with the channel's prefetch
+// on the same batch workers ([idem.WithBatchWorkers]), Batches batches at once, with the channel's prefetch
 // count set to Size × Batches, and hands each to [Consumer.HandleBatch]:
 // the keys are claimed by idem.DoBatch in one store round trip where the
 // store claims in batches (redisstore's pipeline, memstore), each handler

@@ -2,6 +2,7 @@ package idemamqp
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,12 @@ type Config struct {
 	// (required), such as "ship-order". Two consumers with the same
 	// Operation share keys.
 	Operation string
+
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its deliveries are rejected without requeue
+	// (consume.Decide: DeadLetter). Default false: the engine's policy.
+	HoldCrashed bool
 
 	// Key returns the idempotency key of a message from its body, to catch
 	// a producer that published the same thing twice under two message
@@ -208,7 +215,7 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) Settlement {
 
 var errNoKey = errors.New("idemamqp: message has no key: publish it with a MessageId, or set Config.Key")
 
-// identity is d's key (clientkey.Key of the operation and the message's
+// identity is d's key (clientkey.KeyIdentity of the operation and the message's
 // key, as idemctl find and the console derive it) and fingerprint (the
 // body's digest); when ok is false, d could not be keyed and s says how it
 // was settled (by consume.Decide's verdict, unless d is not from a
@@ -227,11 +234,13 @@ func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Ident
 	if key == "" {
 		return id, c.decided(ctx, d, idem.Result[struct{}]{}, consume.NoKey(errNoKey)), false
 	}
-	k, err := clientkey.Key(c.cfg.Operation, "", key)
+	fp := sha256.Sum256(d.Body)
+	id, err := clientkey.KeyIdentity(c.cfg.Operation, "", key, &fp)
 	if err != nil {
 		return id, c.decided(ctx, d, idem.Result[struct{}]{}, err), false
 	}
-	return idem.Identity{StoreKey: k, Fingerprint: idem.Digest(d.Body)}, Settlement{}, true
+	id.HoldCrashed = c.cfg.HoldCrashed
+	return id, Settlement{}, true
 }
 
 // decided settles d by the verdict of the engine's answer for it: the one

@@ -40,7 +40,7 @@
 // the same store is refused with ABORTED until the handler's response is
 // stored, then gets it; the handler never runs twice while it runs. A
 // duplicate's retry delay is as long again as the first call has run (at
-// least idem.MinRetryAfter, at most until the holder's lease ends), never
+// least 100ms, at most until the holder's lease ends), never
 // the first caller's remaining deadline, so a retryPolicy listing ABORTED
 // collects the response soon after it is stored. docs/grpc.md, "Deadlines,
 // leases and duplicates".

@@ -566,9 +566,27 @@ func TestClientKey(t *testing.T) {
 		return handler(ctx, req)
 	}
 	e := newEnv(t, memstore.New(&memstore.Config{SweepInterval: -1}), options{outer: []grpc.UnaryServerInterceptor{record}})
-	ctx := idem.NewContext(context.Background(), idem.Claim{Key: "charge#abc", Fence: 1})
-	for range 2 {
-		if _, _, err := call(t, e, ctx, ordertest.Order("o", 1)); err != nil {
+	// The operation runs twice: its first run fails (the key is released)
+	// and the retry runs it again, under a new claim of the same key.
+	mem := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { mem.Close() })
+	ops, err := idem.New(mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx context.Context
+	for run := range 2 {
+		_, err := idem.Do(context.Background(), ops, idem.Request{Operation: "charge", Key: "abc"}, func(opCtx context.Context) (int, error) {
+			ctx = opCtx
+			if _, _, err := call(t, e, opCtx, ordertest.Order("o", 1)); err != nil {
+				t.Fatal(err)
+			}
+			if run == 0 {
+				return 0, errors.New("try again")
+			}
+			return 1, nil
+		})
+		if run == 1 && err != nil {
 			t.Fatal(err)
 		}
 	}

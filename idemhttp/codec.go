@@ -1,8 +1,10 @@
 package idemhttp
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -252,4 +254,29 @@ func (d *decoder) header(r *Response) bool {
 			return false
 		}
 	}
+}
+
+// ParseStored reports whether b, a record's result, is a [Response] as the
+// middleware (and so idem-gateway and idemlambda's HTTP adapters) stores
+// it, and returns it: a JSON object with a "status" between 100 and 599
+// and no field but "status", "header" and "body" (the body in standard
+// base64). It is how operators' tools (idemctl show, the console) show a
+// stored response's body as it was sent instead of as base64. Any other
+// bytes, including an application's own result that happens to be JSON,
+// report false.
+func ParseStored(b []byte) (Response, bool) {
+	var raw struct {
+		Status *int        `json:"status"`
+		Header http.Header `json:"header"`
+		Body   []byte      `json:"body"`
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&raw); err != nil || raw.Status == nil || *raw.Status < 100 || *raw.Status > 599 {
+		return Response{}, false
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return Response{}, false
+	}
+	return Response{Status: *raw.Status, Header: raw.Header, Body: raw.Body}, true
 }

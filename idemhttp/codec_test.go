@@ -180,3 +180,36 @@ func BenchmarkCodec(b *testing.B) {
 		})
 	}
 }
+
+// ParseStored finds the responses the middleware stores, with either
+// codec, and nothing else: an application's JSON result is not a response.
+func TestParseStored(t *testing.T) {
+	t.Parallel()
+	stored := idemhttp.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":7}`)}
+	for name, codec := range map[string]idem.Codec{"ResponseCodec": idemhttp.ResponseCodec{}, "JSONCodec": idem.JSONCodec{}} {
+		b, err := codec.Marshal(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := idemhttp.ParseStored(b)
+		if !ok || !reflect.DeepEqual(got, stored) {
+			t.Errorf("%s: ParseStored(%s) = %+v, %v", name, b, got, ok)
+		}
+	}
+	if got, ok := idemhttp.ParseStored([]byte(`{"status":204}`)); !ok || got.Status != 204 || got.Body != nil {
+		t.Errorf("no header, no body: %+v, %v", got, ok)
+	}
+	for _, b := range []string{
+		``, `null`, `"ok"`, `[1]`, `{"id":7}`, `not json`,
+		`{"status":"paid"}`,              // an application's own status
+		`{"status":200,"id":7}`,          // a field a response has not
+		`{"status":0}`, `{"status":600}`, // no HTTP status
+		`{"body":"e30="}`,               // no status
+		`{"status":200,"body":"%%%"}`,   // a body that is not base64
+		`{"status":200} {"status":200}`, // two values
+	} {
+		if got, ok := idemhttp.ParseStored([]byte(b)); ok {
+			t.Errorf("ParseStored(%q) = %+v, true; want false", b, got)
+		}
+	}
+}

@@ -19,8 +19,9 @@
 //     stalls or trickles in past Config.BodyTimeout (or the server's
 //     ReadTimeout) gets 408, both before anything is stored; an unreachable
 //     store gets 503 and the handler does not run;
-//   - responses with status below 500 are final; a 5xx or a panic releases
-//     the key so a retry runs the handler again.
+//   - responses with status below 500 are final, but 408, 425 and 429
+//     (the request was not run: [DefaultRelease]); those, a 5xx or a
+//     panic release the key so a retry runs the handler again.
 //
 // Every refusal is an RFC 9457 problem+json body; [ProblemFor] is the one
 // place where errors become statuses, and Config.ErrorHandler may rewrite

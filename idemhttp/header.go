@@ -22,20 +22,6 @@ const MaxHeaderLen = clientkey.MaxHeaderLen
 // has no Idempotency-Key header. Answered 400.
 var ErrMissingKey = errors.New("idemhttp: Idempotency-Key header is required")
 
-// ErrInvalidKey is [idem.ErrInvalidKey], the same value: a malformed or
-// repeated Idempotency-Key header fails with an [*idem.KeyError] that
-// matches it. Answered 400.
-//
-// Deprecated: match [idem.ErrInvalidKey].
-var ErrInvalidKey = idem.ErrInvalidKey
-
-// KeyHeaderError is the error of a malformed or repeated Idempotency-Key
-// header.
-//
-// Deprecated: it is [idem.KeyError], the one error of key validation
-// (Field [clientkey.HeaderField]); use that name.
-type KeyHeaderError = idem.KeyError
-
 // ParseHeader parses the values of the Idempotency-Key header fields of one
 // request (http.Header.Values). The value is an RFC 8941 sf-string
 // ("quoted", with \" and \\ escapes); a bare token of RFC 9110 tchar, ':'

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -26,6 +25,12 @@ type Config struct {
 	// Operation is the operation name under which keys are stored. Default
 	// "http".
 	Operation string
+
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its duplicates are answered 409 with the problem type
+	// "held". Default false: the engine's policy.
+	HoldCrashed bool
 
 	// Methods are the request methods the middleware covers; others pass
 	// through untouched. Default POST and PATCH.
@@ -93,7 +98,8 @@ type Config struct {
 
 	// Release decides, from the handler's status, that the response is
 	// not final: the key is released and a retry runs the handler again.
-	// Default: status >= 500. Every other response is stored and replayed.
+	// Default: [DefaultRelease] (5xx, and 408, 425 and 429, which say the
+	// request was not run). Every other response is stored and replayed.
 	Release func(status int) bool
 
 	// StoreRetryAfter is the Retry-After sent with 503 when the store
@@ -124,6 +130,22 @@ type Config struct {
 	// it). At most the engine's Expiry. Used only with StatusPath.
 	// Default 10 minutes, or the engine's Expiry when that is shorter.
 	ExpectedCompletion time.Duration
+}
+
+// DefaultRelease is the default Config.Release: the answers that do not
+// keep a key, so that a retry with it runs the handler again. They are
+// every 5xx (the server failed), and the three statuses by which a server
+// says it did not run the request and the client may send it again: 408
+// Request Timeout, 425 Too Early and 429 Too Many Requests. Storing
+// those would replay "try later" for the whole expiry, and the client
+// could never get through with its key. A policy that adds to this calls
+// it: func(s int) bool { return idemhttp.DefaultRelease(s) || s == 409 }.
+func DefaultRelease(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
 }
 
 // Middleware applies Idempotency-Key semantics to the requests it covers.
@@ -164,7 +186,7 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 		c.MaxResponseBytes = 1 << 20
 	}
 	if c.Release == nil {
-		c.Release = func(status int) bool { return status >= 500 }
+		c.Release = DefaultRelease
 	}
 	if c.StoreRetryAfter == 0 {
 		c.StoreRetryAfter = time.Second
@@ -350,10 +372,6 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 	if m.cfg.Route != nil {
 		route = m.cfg.Route(r)
 	}
-	k, err := clientkey.HTTPWithTenant(m.cfg.Operation, tenant, r.Method, route, key)
-	if err != nil {
-		return idem.Identity{}, nil, err
-	}
 	h := m.fingerprint(r)
 	body := &spool{}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -361,7 +379,10 @@ func (m *Middleware) identify(w http.ResponseWriter, r *http.Request, key string
 			return idem.Identity{}, nil, err
 		}
 	}
-	return idem.Identity{StoreKey: k, Fingerprint: hex.EncodeToString(h.Sum(nil))}, body, nil
+	var fp [sha256.Size]byte
+	id, err := clientkey.HTTPIdentity(m.cfg.Operation, tenant, r.Method, route, key, [sha256.Size]byte(h.Sum(fp[:0])))
+	id.HoldCrashed = m.cfg.HoldCrashed
+	return id, body, err
 }
 
 // spoolBody reads r's body into h and a spool within Config.BodyTimeout.

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -273,6 +274,77 @@ func TestClientErrorsAreFinalServerErrorsRelease(t *testing.T) {
 	}
 }
 
+// A 408, 425 or 429 says the request was not run: stored, it would answer
+// every retry with "try later" for the whole expiry.
+func TestNotRunAnswersReleaseTheKey(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			t.Parallel()
+			var status atomic.Int64
+			status.Store(int64(code))
+			en := setup(t, idem.Config{}, nil, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(int(status.Load()))
+			})
+			if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "k"); r.status != code {
+				t.Fatal(r)
+			}
+			status.Store(201)
+			if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "k"); r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != "" {
+				t.Fatalf("after a %d the retry runs: %+v", code, r)
+			}
+			status.Store(500)
+			if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "k"); r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != "true" {
+				t.Fatalf("the 201 is stored: %+v", r)
+			}
+			if n := en.runs.Load(); n != 2 {
+				t.Fatalf("handler ran %d times, want 2", n)
+			}
+		})
+	}
+}
+
+// Config.Release decides over the default, both ways.
+func TestReleasePolicyOverridesTheDefault(t *testing.T) {
+	t.Parallel()
+	var status atomic.Int64
+	en := setup(t, idem.Config{}, &idemhttp.Config{Release: func(s int) bool { return s == 503 || s == 409 }},
+		func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) })
+	for _, c := range []struct {
+		key          string
+		first        int
+		replayedWith int // 0: the retry runs
+	}{
+		{"429-kept", 429, 429},
+		{"500-kept", 500, 500},
+		{"409-released", 409, 0},
+		{"503-released", 503, 0},
+	} {
+		status.Store(int64(c.first))
+		if r := en.do(t, "POST", "/x", "", "Idempotency-Key", c.key); r.status != c.first {
+			t.Fatalf("%s: %+v", c.key, r)
+		}
+		status.Store(201)
+		r := en.do(t, "POST", "/x", "", "Idempotency-Key", c.key)
+		switch {
+		case c.replayedWith != 0 && (r.status != c.replayedWith || r.header.Get(idemhttp.ReplayedHeader) != "true"):
+			t.Fatalf("%s: the policy keeps it, retry got %+v", c.key, r)
+		case c.replayedWith == 0 && (r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != ""):
+			t.Fatalf("%s: the policy releases it, retry got %+v", c.key, r)
+		}
+	}
+}
+
+func TestDefaultRelease(t *testing.T) {
+	t.Parallel()
+	for s := 100; s < 600; s++ {
+		want := s >= 500 || s == 408 || s == 425 || s == 429
+		if got := idemhttp.DefaultRelease(s); got != want {
+			t.Errorf("DefaultRelease(%d) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 func TestPanicReleasesTheKey(t *testing.T) {
 	t.Parallel()
 	var panics atomic.Bool
@@ -329,7 +401,7 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 				if r.status == 409 {
 					p := problem(t, r, 409, idemhttp.ProblemInProgress)
 					// As long again as the first has run (no time on the
-					// engine's clock: idem.MinRetryAfter), in whole seconds.
+					// engine's clock: at least 100ms), in whole seconds.
 					if r.header.Get("Retry-After") != "1" || p.Instance != "/x" {
 						t.Errorf("409: Retry-After %q, problem %+v", r.header.Get("Retry-After"), p)
 					}
@@ -709,4 +781,35 @@ func FuzzMiddleware(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Under the takeover policy Hold, a request whose holder stopped renewing
+// (RenewInterval < 0 here, as a dead holder does) is not run again after
+// the lease: a retry is answered 409 with the problem type "held" and no
+// Retry-After, and the handler does not run. When the holder finishes
+// after all, its response is the key's, and retries replay it.
+func TestHeldKeyIsAnswered409Held(t *testing.T) {
+	t.Parallel()
+	inside, finish := make(chan struct{}), make(chan struct{})
+	en := setup(t, idem.Config{Lease: 10 * time.Second}, &idemhttp.Config{HoldCrashed: true}, func(w http.ResponseWriter, r *http.Request) {
+		close(inside)
+		<-finish
+		w.WriteHeader(201)
+	})
+	first := make(chan reply, 1)
+	go func() { first <- en.do(t, "POST", "/x", "", "Idempotency-Key", "h") }()
+	<-inside
+	en.clock.Advance(10 * time.Second)
+	r := en.do(t, "POST", "/x", "", "Idempotency-Key", "h")
+	p := problem(t, r, 409, idemhttp.ProblemHeld)
+	if r.header.Get("Retry-After") != "" || p.RetryAfter != 0 {
+		t.Fatalf("held key answered with Retry-After %q: %+v", r.header.Get("Retry-After"), p)
+	}
+	close(finish)
+	if r := <-first; r.status != 201 {
+		t.Fatalf("the late holder: %+v", r)
+	}
+	if r := en.do(t, "POST", "/x", "", "Idempotency-Key", "h"); r.status != 201 || r.header.Get(idemhttp.ReplayedHeader) != "true" || en.runs.Load() != 1 {
+		t.Fatalf("after the holder finished: %+v, runs %d", r, en.runs.Load())
+	}
 }

@@ -42,6 +42,7 @@ const (
 	ProblemBodyTooLarge     = "body-too-large"     // 413
 	ProblemBodyTimeout      = "body-timeout"       // 408
 	ProblemInProgress       = "in-progress"        // 409
+	ProblemHeld             = "held"               // 409
 	ProblemKeyReused        = "key-reused"         // 422
 	ProblemResponseNotSaved = "response-not-saved" // 410
 	ProblemStoreUnavailable = "store-unavailable"  // 503
@@ -122,6 +123,7 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 		be  *BodyError
 		pe  *PrincipalError
 		ipe *idem.InProgressError
+		he  *idem.HeldError
 		me  *idem.MismatchError
 		ce  *store.CorruptError
 	)
@@ -173,6 +175,9 @@ func ProblemFor(err error, now time.Time, storeRetryAfter time.Duration) Problem
 			"a request with this Idempotency-Key is still being processed; retry after the Retry-After delay")
 		pr.RetryAfter = ipe.RetryAfter(now)
 		return pr
+	case errors.As(err, &he):
+		return p(http.StatusConflict, ProblemHeld, "Request held for an operator",
+			"a request with this Idempotency-Key was interrupted and is held for a person to settle; it is not processed again, and a retry gets this answer until it is settled")
 	case errors.As(err, &me):
 		return p(http.StatusUnprocessableEntity, ProblemKeyReused, "Idempotency-Key reused",
 			"this Idempotency-Key was used with a different request; use a new key for a new request")

@@ -14,11 +14,14 @@ import (
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
-// A consumer that ships each order once, however often it is produced. The
-// producer names each order in an Order-Id header, the same on every
-// send; the key comes from there (a record's Kafka key here is the
-// customer, shared by many orders). The cluster is kfake, an emulator in
-// this process; in production, your brokers.
+// A consumer that ships each order once, however often it is produced. By
+// default a record's key is its value, under its topic: a producer's
+// retry sends the same bytes, so it is a duplicate, in whichever partition
+// it lands. (The record's Kafka key here is the customer, shared by many
+// orders: it names no one message. A producer that names each message,
+// in a header such as Order-Id, can key by it with Config.KeyHeader.) The
+// cluster is kfake, an emulator in this process; in production, your
+// brokers.
 func ExampleNew() {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
 	if err != nil {
@@ -53,7 +56,6 @@ func ExampleNew() {
 	var settled []string
 	c, err := idemkafka.New(engine, &idemkafka.Config{
 		Operation: "orders.ship",
-		KeyHeader: "Order-Id",
 		Settled: func(r *kgo.Record, v consume.Verdict) {
 			settled = append(settled, fmt.Sprint("offset ", r.Offset, ": ", v.Action))
 			if len(settled) == 3 {

@@ -2,6 +2,7 @@ package idemkafka
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/consume"
 )
 
@@ -22,8 +24,9 @@ import (
 // client options; it wraps [idem.ErrInvalidConfig].
 var ErrInvalidConfig = fmt.Errorf("idemkafka: %w", idem.ErrInvalidConfig)
 
-// ErrNoKey: the record has no key (default key), or not the header
-// Config.KeyHeader names. Such a record is dead-lettered.
+// ErrNoKey: the record has nothing to key it by: no value (a tombstone;
+// the default key), no record key (Config.KeyFromRecordKey), or not the
+// header Config.KeyHeader names. Such a record is dead-lettered.
 var ErrNoKey = errors.New("idemkafka: the record has no key")
 
 // ErrNotBegun is the error of a record whose claim was released without
@@ -34,8 +37,8 @@ var ErrNotBegun = errors.New("idemkafka: the record was not begun")
 
 // ErrBehind is the error of a record that comes after its partition's
 // stopping record: whatever the engine answered for it, the partition's
-// position goes back to the stopping record, so it is delivered again
-// (and replays its outcome if it has one).
+// position goes back to the stopping record, so it is delivered again,
+// and replays its outcome if it has one recorded, or is retried.
 var ErrBehind = errors.New("idemkafka: an earlier record of the partition was not settled")
 
 // The headers a dead letter carries, besides the record's own.
@@ -53,21 +56,35 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
-	// Key returns a record's idempotency key. Default: the record's Kafka
-	// key, scoped to its topic and partition (see the package doc: the key
-	// must name the message, not the entity it is about); with KeyHeader,
-	// the value of that header instead, unscoped. An error dead-letters
-	// the record. A key from Key is not scoped to the topic.
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its records are dead-lettered (consume.Decide). Default false: the engine's policy.
+	HoldCrashed bool
+	// Key returns a record's idempotency key, unscoped (the same key on
+	// two topics is one record of the operation). An error dead-letters
+	// the record. Default (none of Key, KeyHeader and KeyFromRecordKey
+	// set): the record's value, the payload as the producer sent it,
+	// hashed and scoped to the record's topic (not its partition): a copy
+	// of the message is a duplicate whichever partition or offset it
+	// comes at (see the package doc). Set at most one of Key, KeyHeader
+	// and KeyFromRecordKey.
 	Key func(*kgo.Record) (string, error)
-	// KeyHeader names the header that holds a record's key, when Key is
-	// nil.
+	// KeyHeader names the header that holds a record's key (the same on
+	// every publish of the message), unscoped.
 	KeyHeader string
+	// KeyFromRecordKey keys a record by its Kafka record key, scoped to
+	// its topic. Choose it only where producers give each message a key
+	// of its own: a record key usually names an entity (a customer, an
+	// account), and a second, different event of that entity would then
+	// be refused as a key reused with another payload (dead-lettered).
+	KeyFromRecordKey bool
 	// MaxPollRecords is the most records one batch takes from a poll.
 	// Default 100.
 	MaxPollRecords int
 	// RetryDelay is how long a partition waits before its stopping record
-	// comes again, when its verdict is consume.Retry or consume.Leave (for
-	// consume.RetryAfter it waits the verdict's Delay). Default 1s.
+	// comes again, when its verdict is consume.Retry or consume.Leave, or
+	// consume.Done with its outcome not recorded (for consume.RetryAfter it
+	// waits the verdict's Delay). Default 1s.
 	RetryDelay time.Duration
 	// DeadLetter, when set, receives a copy of each record whose verdict
 	// is consume.DeadLetter, with HeaderReason and the record's origin in
@@ -80,8 +97,10 @@ type Config struct {
 	// verdict it was settled by: the engine's (consume.Decide), or Retry
 	// with ErrBehind for one after its partition's stopping record, or
 	// Retry with the producer's error for a dead letter that could not be
-	// produced. It is called before the batch's offsets are committed. For
-	// metrics and tests.
+	// produced. A Done whose Err holds consume.ErrOutcomeNotRecorded (its
+	// outcome write failed for all of the engine's WriteTimeout) is not
+	// committed: it stops its partition as Retry does. It is called before
+	// the batch's offsets are committed. For metrics and tests.
 	Settled func(*kgo.Record, consume.Verdict)
 }
 
@@ -129,8 +148,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Operation == "":
 		return bad("Operation is empty; name the operation, such as \"orders.ship\"")
-	case c.Key != nil && c.KeyHeader != "":
-		return bad("both Key and KeyHeader are set; set one")
+	case (c.Key != nil) && (c.KeyHeader != "" || c.KeyFromRecordKey) || c.KeyHeader != "" && c.KeyFromRecordKey:
+		return bad("more than one of Key, KeyHeader and KeyFromRecordKey is set; set one, or none to key records by their value")
 	case c.MaxPollRecords < 0:
 		return bad("MaxPollRecords is %d; use 0 (100) or more", c.MaxPollRecords)
 	case c.RetryDelay < 0:
@@ -145,8 +164,9 @@ func (c *Config) validate() error {
 type Func[T any] func(ctx context.Context, r *kgo.Record) (T, error)
 
 // Consumer runs a consumer group's records through the engine and commits
-// each partition's offset up to its first record whose outcome is not
-// settled. See the package doc.
+// each partition's offset up to its first record that is not settled:
+// whose outcome is not recorded, and that was not dead-lettered. See the
+// package doc.
 type Consumer struct {
 	e   *idem.Engine
 	cfg Config
@@ -238,7 +258,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// A rebalance signalled before this poll has run (polls wait for
 		// rebalances); one signalled from here on stops the next batch.
 		c.rebalance.Store(false)
-		pollCtx, cancel := context.WithCancel(ctx)
+		// While a partition is paused the poll ends when it is due. One
+		// context per poll at most, and its cancel always called: a
+		// context never cancelled stays among ctx's children until ctx
+		// ends, one more each poll.
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
 		if next, ok := c.resume(); ok {
 			pollCtx, cancel = context.WithDeadline(ctx, next)
 		}
@@ -385,8 +409,8 @@ func (c *Consumer) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 }
 
 // settle walks a partition's verdicts in order: the settled prefix
-// (done, or dead-lettered) is committed, and the first record that is
-// not settled stops the partition there.
+// (done with its outcome recorded, or dead-lettered) is committed, and the
+// first record that is not settled stops the partition there.
 func (c *Consumer) settle(ctx context.Context, p *part, vs []consume.Verdict) {
 	p.vs = vs
 	for i, r := range p.recs {
@@ -397,11 +421,14 @@ func (c *Consumer) settle(ctx context.Context, p *part, vs []consume.Verdict) {
 		v := vs[i]
 		switch v.Action {
 		case consume.Done:
-			if v.Err != nil {
-				c.cfg.Logger.Warn("idemkafka: record done, its outcome not recorded", "op", c.cfg.Operation, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", v.Err)
+			if v.Err == nil {
+				p.commit = r
+				continue
 			}
-			p.commit = r
-			continue
+			// Done, its outcome not recorded (consume.ErrOutcomeNotRecorded):
+			// the store never learnt that it ran, so the offset does not
+			// move past it.
+			p.stop, p.delay = r, c.cfg.RetryDelay
 		case consume.DeadLetter:
 			if err := c.deadLetter(ctx, r, v); err != nil {
 				p.vs[i] = consume.Verdict{Action: consume.Retry, Err: errors.Join(v.Err, err)}
@@ -495,10 +522,12 @@ type handler[T any] struct {
 	fn Func[T]
 }
 
-// partition claims the keys of a partition's records in one DoBatch and
-// runs fn for them in order, one at a time; once a record's fn fails with
-// an error that is not terminal (so the partition will stop there), or
-// stop says so, the records after it are not begun.
+// partition claims the keys of a partition's records in one DoBatch, which
+// holds every claim until its record runs, and runs fn for them in order,
+// one at a time; a record's success is recorded with the others that
+// succeeded meanwhile while the next record runs. Once a record's fn fails
+// with an error that is not terminal (so the partition will stop there),
+// or stop says so, the records after it are not begun.
 func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop func() bool) []consume.Verdict {
 	vs := make([]consume.Verdict, len(recs))
 	ids := make([]idem.Identity, 0, len(recs))
@@ -562,34 +591,47 @@ func segment(ids []idem.Identity) int {
 	return len(ids)
 }
 
-// identity is r's key and fingerprint (its value's bytes).
+// identity is r's key and fingerprint, from package clientkey (which
+// idemctl find and the console derive keys with): by default its value's
+// digest under its topic (clientkey.PayloadIdentity); with a key chosen,
+// that key (under its topic for the record key) and its value's digest as
+// the fingerprint (clientkey.KeyIdentity); its takeover policy is
+// Config.HoldCrashed.
 func (w *handler[T]) identity(r *kgo.Record) (idem.Identity, error) {
+	id, err := w.keyed(r)
+	id.HoldCrashed = w.c.cfg.HoldCrashed && err == nil
+	return id, err
+}
+
+func (w *handler[T]) keyed(r *kgo.Record) (idem.Identity, error) {
 	cfg := &w.c.cfg
-	req := idem.Request{Operation: cfg.Operation, Payload: r.Value, RawPayload: true}
-	if req.Payload == nil {
-		req.Payload = []byte{}
-	}
+	var key, tenant string
 	switch {
 	case cfg.Key != nil:
 		k, err := cfg.Key(r)
 		if err != nil {
 			return idem.Identity{}, fmt.Errorf("idemkafka: no key: %w", err)
 		}
-		req.Key = k
+		key = k
 	case cfg.KeyHeader != "":
 		for _, h := range r.Headers {
 			if h.Key == cfg.KeyHeader && len(h.Value) > 0 {
-				req.Key = string(h.Value)
+				key = string(h.Value)
 			}
 		}
+	case cfg.KeyFromRecordKey:
+		key, tenant = string(r.Key), clientkey.TopicTenant(r.Topic)
 	default:
-		req.Key = string(r.Key)
-		req.Tenant = r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10)
+		if len(r.Value) == 0 {
+			return idem.Identity{}, ErrNoKey
+		}
+		return clientkey.PayloadIdentity(cfg.Operation, r.Topic, r.Value)
 	}
-	if req.Key == "" {
+	if key == "" {
 		return idem.Identity{}, ErrNoKey
 	}
-	return req.Identity()
+	fp := sha256.Sum256(r.Value)
+	return clientkey.KeyIdentity(cfg.Operation, tenant, key, &fp)
 }
 
 // commitError is the first error of an offset commit.

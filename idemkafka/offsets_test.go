@@ -15,6 +15,8 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/idemkafka"
+	"github.com/seed-a1b882c0/idem/idemtest/faultstore"
+	"github.com/seed-a1b882c0/idem/store"
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
@@ -110,18 +112,17 @@ func TestOffsetsNeverPastAnUnsettledRecord(t *testing.T) {
 
 // A record the verdict dead-letters goes to the dead-letter topic with the
 // reason and its origin in headers, and the partition moves past it: a
-// terminal error, and a record without a key. The default key is scoped to
-// the topic and partition: the same Kafka key on two partitions is two
-// keys.
+// terminal error, and a record without a key (a tombstone: no value to key
+// it by, under the default key).
 func TestDeadLetterTopic(t *testing.T) {
 	t.Parallel()
 	seeds := brokers(t)
 	tp, dlq := topic(t, seeds, 2), topic(t, seeds, 1)
 	produce(t, seeds,
 		keyed(tp, 0, "declined"),
-		&kgo.Record{Topic: tp, Partition: 0, Value: []byte(`{"order":"none"}`)}, // no key
+		&kgo.Record{Topic: tp, Partition: 0}, // a tombstone: no key, no value
 		keyed(tp, 0, "ok"),
-		keyed(tp, 1, "ok"),
+		keyed(tp, 1, "ok-1"),
 	)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
@@ -162,7 +163,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	})
 	run.stop()
 	mu.Lock()
-	if want := map[string]int{"0/declined": 1, "0/ok": 1, "1/ok": 1}; fmt.Sprint(ran) != fmt.Sprint(want) {
+	if want := map[string]int{"0/declined": 1, "0/ok": 1, "1/ok-1": 1}; fmt.Sprint(ran) != fmt.Sprint(want) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
 	// The record without a key is settled by consume.Decide's verdict for
@@ -221,6 +222,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}{
 		{"no operation", &idemkafka.Config{}, []kgo.Opt{kgo.ConsumerGroup("g")}, "Operation"},
 		{"key and header", &idemkafka.Config{Operation: "x", KeyHeader: "k", Key: func(*kgo.Record) (string, error) { return "", nil }}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyHeader"},
+		{"header and record key", &idemkafka.Config{Operation: "x", KeyHeader: "k", KeyFromRecordKey: true}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyFromRecordKey"},
+		{"key and record key", &idemkafka.Config{Operation: "x", Key: func(*kgo.Record) (string, error) { return "", nil }, KeyFromRecordKey: true}, []kgo.Opt{kgo.ConsumerGroup("g")}, "KeyFromRecordKey"},
 		{"dead letter without topic", &idemkafka.Config{Operation: "x", DeadLetter: &idemkafka.DeadLetter{}}, []kgo.Opt{kgo.ConsumerGroup("g")}, "DeadLetter"},
 		{"no group", &idemkafka.Config{Operation: "x"}, nil, "group"},
 	} {
@@ -269,5 +272,117 @@ func TestDuplicateInOnePoll(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(ran, []string{"a", "b"}) || !slices.Equal(verdicts, []consume.Action{consume.Done, consume.Done, consume.Done, consume.Done}) {
 		t.Errorf("ran %v, settled %v; want [a b], four done", ran, verdicts)
+	}
+}
+
+// A record whose outcome write fails for all of the engine's WriteTimeout
+// (done, consume.ErrOutcomeNotRecorded) stops its partition there: the
+// offset committed is that record's, the records after it come again
+// behind it (idemkafka.ErrBehind) and replay their recorded outcomes
+// without running again, and the records whose outcomes were not
+// recorded run again once their leases have passed (the store never
+// learnt that they ran).
+func TestCommitStopsAtUnrecordedOutcome(t *testing.T) {
+	t.Parallel()
+	seeds := brokers(t)
+	tp := topic(t, seeds, 1)
+	const op = "ship"
+	var recs []*kgo.Record
+	for i := range 6 {
+		recs = append(recs, &kgo.Record{Topic: tp, Value: []byte(`{"n":1}`), Headers: []kgo.RecordHeader{{Key: "Idem-Key", Value: fmt.Appendf(nil, "k%d", i)}}})
+	}
+	produce(t, seeds, recs...)
+
+	m := memstore.New(&memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { m.Close() })
+	fs := faultstore.New(m)
+	var (
+		mu       sync.Mutex
+		runs     = map[string]int{}
+		verdicts = map[string][]consume.Verdict{}
+	)
+	// k2's and k4's Completes fail while their first runs are the only
+	// ones: past WriteTimeout, each retry included.
+	faulted := map[string]string{} // store key → record key
+	for _, k := range []string{"k2", "k4"} {
+		sk, err := idem.NewStoreKey(op, "", []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		faulted[sk.String()] = k
+	}
+	fs.FailKeys("complete", func(key string) error {
+		k, ok := faulted[key]
+		if !ok {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if runs[k] == 1 {
+			return fmt.Errorf("connection refused: %w", store.ErrUnavailable)
+		}
+		return nil
+	})
+	e := newEngine(t, fs, idem.Config{Lease: time.Second, WriteTimeout: 150 * time.Millisecond})
+	checked := make(chan struct{})
+	group := "g-" + tp
+	c, err := idemkafka.New(e, &idemkafka.Config{
+		Operation: op, KeyHeader: "Idem-Key", RetryDelay: 50 * time.Millisecond,
+		Settled: func(r *kgo.Record, v consume.Verdict) {
+			mu.Lock()
+			defer mu.Unlock()
+			k := string(r.Headers[0].Value)
+			verdicts[k] = append(verdicts[k], v)
+		},
+	}, func(ctx context.Context, r *kgo.Record) (struct{}, error) {
+		k := string(r.Headers[0].Value)
+		mu.Lock()
+		runs[k]++
+		again := k == "k2" && runs[k] == 2
+		mu.Unlock()
+		if again {
+			<-checked // the test reads the committed offset meanwhile
+		}
+		return struct{}{}, nil
+	}, groupOpts(seeds, group, tp)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, c)
+	release := sync.OnceFunc(func() { close(checked) })
+	t.Cleanup(release) // before c is stopped, if the test fails first
+
+	// k2 runs again after its lease: until then, the offset stays at it.
+	waitFor(t, 20*time.Second, "k2's second run", func() bool { mu.Lock(); defer mu.Unlock(); return runs["k2"] == 2 })
+	if got := committed(t, seeds, group, tp, 0); got != 2 {
+		t.Errorf("committed offset %d while k2's outcome was not recorded, want 2 (k2's)", got)
+	}
+	mu.Lock()
+	if v := verdicts["k2"]; len(v) == 0 || v[0].Action != consume.Done || !errors.Is(v[0].Err, consume.ErrOutcomeNotRecorded) {
+		t.Errorf("k2 first settled as %v, want done with consume.ErrOutcomeNotRecorded", v)
+	}
+	mu.Unlock()
+	release()
+	waitFor(t, 20*time.Second, "the partition committed", func() bool { return committed(t, seeds, group, tp, 0) == 6 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{"k0": 1, "k1": 1, "k2": 2, "k3": 1, "k4": 2, "k5": 1}; fmt.Sprint(runs) != fmt.Sprint(want) {
+		t.Errorf("handler runs %v, want %v: a recorded record ran again, or an unrecorded one did not", runs, want)
+	}
+	// The records behind k2 were settled as behind it until k2 was
+	// recorded; those recorded then replayed (done, not run again).
+	for _, k := range []string{"k3", "k5"} {
+		vs := verdicts[k]
+		for i, v := range vs {
+			last := i == len(vs)-1
+			if last && (v.Action != consume.Done || v.Err != nil) || !last && !errors.Is(v.Err, idemkafka.ErrBehind) {
+				t.Errorf("%s settled as %v, want behind k2 and then done", k, vs)
+				break
+			}
+		}
+		if len(vs) < 2 {
+			t.Errorf("%s settled as %v, want behind k2 at least once, and then done", k, vs)
+		}
 	}
 }

@@ -19,7 +19,8 @@ import (
 // its own: records (the case's last) are produced to one partition and
 // consumed by a Consumer until the case's record is settled; it returns
 // that record's verdict and checks the offset committed for it: past it
-// when it is settled (done or dead-lettered), nothing when it is not.
+// when it is settled (done with its outcome recorded, or dead-lettered),
+// nothing when it is not.
 func deliver(t *testing.T, seeds []string, f *consumetest.Fixture, payload []byte, keys []string, handle func(context.Context) error, key string) consume.Verdict {
 	tp := topic(t, seeds, 1)
 	var recs []*kgo.Record
@@ -67,8 +68,8 @@ func deliver(t *testing.T, seeds []string, f *consumetest.Fixture, payload []byt
 	defer mu.Unlock()
 	v := vs[last]
 	want := int64(-1)
-	switch v.Action {
-	case consume.Done, consume.DeadLetter:
+	switch {
+	case v.Action == consume.Done && v.Err == nil, v.Action == consume.DeadLetter:
 		want = last + 1
 	default:
 		if last > 0 {

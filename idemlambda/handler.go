@@ -2,6 +2,7 @@ package idemlambda
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,13 @@ type Config struct {
 	// function's name (AWS_LAMBDA_FUNCTION_NAME) and the handler's name,
 	// "orders-fn.create"; the handler's name alone outside Lambda.
 	Operation string
+
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; see docs/lambda.md for what a timeout does under it.
+	// The record adapters settle its messages as consume.Decide says
+	// (DeadLetter). Default false: the engine's policy.
+	HoldCrashed bool
 
 	// KeyJMESPath selects the idempotency key from the event, as
 	// Powertools' event_key_jmespath: "body", "powertools_json(body).[user, order_id]",
@@ -67,6 +75,7 @@ func (e *MissingKeyError) Is(target error) bool { return target == ErrMissingKey
 // keyer turns an event into an idem identity.
 type keyer struct {
 	operation  string
+	hold       bool
 	key        *expr
 	validation *expr
 	raise      bool
@@ -90,7 +99,7 @@ func newKeyer(name string, cfg *Config, defaultKey string) (*keyer, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	k := &keyer{operation: c.Operation, raise: c.RaiseOnMissingKey, log: c.Logger}
+	k := &keyer{operation: c.Operation, hold: c.HoldCrashed, raise: c.RaiseOnMissingKey, log: c.Logger}
 	if k.key, err = compile("KeyJMESPath", c.KeyJMESPath); err != nil {
 		return nil, err
 	}
@@ -140,31 +149,35 @@ func (k *keyer) identity(event any) (id idem.Identity, ok bool, err error) {
 	if err != nil {
 		return idem.Identity{}, false, fmt.Errorf("idemlambda: selected value cannot be encoded: %w", err)
 	}
-	key, err := clientkey.JSON(k.operation, "", b)
+	fp, err := k.fingerprint(event)
 	if err != nil {
+		return idem.Identity{}, false, err
+	}
+	if id, err = clientkey.JSONIdentity(k.operation, "", b, fp); err != nil {
 		return idem.Identity{}, false, fmt.Errorf("idemlambda: selected value: %w", err)
 	}
-	return k.identityOf(key, event)
+	id.HoldCrashed = k.hold
+	return id, true, nil
 }
 
-// identityOf completes the identity of key, validating event with
-// ValidationJMESPath when set. The store key comes from clientkey (JSON
-// for a KeyJMESPath selection, Key for FuncConfig.Key), which idemctl find
-// and the console use too.
-func (k *keyer) identityOf(key idem.StoreKey, event any) (idem.Identity, bool, error) {
-	id := idem.Identity{StoreKey: key}
-	if k.validation != nil {
-		v, err := k.validation.search(event)
-		if err != nil {
-			return idem.Identity{}, false, err
-		}
-		c, err := canonical(v)
-		if err != nil {
-			return idem.Identity{}, false, err
-		}
-		id.Fingerprint = idem.Digest(c)
+// fingerprint is the digest of what ValidationJMESPath selects from event,
+// canonical, or nil without one. The identity comes from clientkey (JSONIdentity
+// for a KeyJMESPath selection, KeyIdentity for FuncConfig.Key), which
+// idemctl find and the console use too.
+func (k *keyer) fingerprint(event any) (*[sha256.Size]byte, error) {
+	if k.validation == nil {
+		return nil, nil
 	}
-	return id, true, nil
+	v, err := k.validation.search(event)
+	if err != nil {
+		return nil, err
+	}
+	c, err := canonical(v)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(c)
+	return &sum, nil
 }
 
 // canonical is v as canonical JSON, so that key order and spacing do not
@@ -260,9 +273,10 @@ func Wrap[In, Out any](eng *idem.Engine, name string, fn func(context.Context, I
 			case key == "":
 				k.log.Warn("idemlambda: no idempotency key in the event; running unprotected", "operation", k.operation)
 			default:
-				var sk idem.StoreKey
-				if sk, err = clientkey.Key(k.operation, "", key); err == nil {
-					id, ok, err = k.identityOf(sk, event)
+				var fp *[sha256.Size]byte
+				if fp, err = k.fingerprint(event); err == nil {
+					id, err = clientkey.KeyIdentity(k.operation, "", key, fp)
+					ok, id.HoldCrashed = err == nil, k.hold
 				}
 			}
 		} else {

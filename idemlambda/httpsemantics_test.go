@@ -96,7 +96,7 @@ var httpCases = []httpCase{
 	{name: "in-progress duplicate", app: appSpec{hold: true}, runs: 1, steps: []step{
 		{request: request{method: "POST", body: `{"qty":1}`, header: key("k"), held: true}, status: 201},
 		// Retry-After: as long again as the first has run (no time yet on the
-		// engine's clock: idem.MinRetryAfter), in whole seconds.
+		// engine's clock: at least 100ms), in whole seconds.
 		{request: post(`{"qty":1}`, key("k")...), status: 409, problem: idemhttp.ProblemInProgress, has: map[string]string{"Retry-After": "1"}},
 	}},
 	{name: "payload mismatch", runs: 1, steps: []step{

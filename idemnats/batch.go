@@ -22,8 +22,14 @@ type ProcessBatch func(ctx context.Context, msgs []jetstream.Msg) (ds []Disposit
 // keys of the batch are claimed together by [idem.DoBatch] (in one round
 // trip on a store that claims in batches, as redisstore does), fn runs for
 // each claimed message, Config.Concurrency at once, each under its own
-// lease and with its own outcome write, and each message is then settled
-// by its own verdict, exactly as Wrap settles it. A message without a key
+// claim, and each message is then settled by its own verdict, exactly as
+// Wrap settles it. Every claim of the batch is held until its message
+// runs: the leases of the messages waiting for their turn are renewed
+// together, and a message whose claim was lost while it waited (taken
+// over by another worker) does not run and is left to AckWait (Leave), so
+// its redelivery replays the new holder's outcome. The successes of the
+// batch are written together (idem.DoBatch), each with its own fenced
+// answer. A message without a key
 // is terminated alone; a key named twice in a batch runs fn once, and the
 // later copy answers as a concurrent call in one process does (DoBatch):
 // in progress, so NakWithDelay, when the engine does not wait (Wait 0),
@@ -209,9 +215,9 @@ func (c *BatchConfig) withDefaults() (BatchConfig, error) {
 // are taken; a batch is what that pull has delivered, up to Size, and,
 // when that is fewer, what it delivers within cfg.Wait of the batch's
 // first message (consume.Collect, the rule of every idem consumer that
-// forms batches). Every batch runs on one [idem.BatchRunner], held for
+// forms batches). Every batch runs on the same batch workers, held for
 // as long as ConsumeBatch runs (its context carries it,
-// [idem.WithBatchRunner]), so the engine's batch workers outlive each
+// [idem.WithBatchWorkers]), so the engine's batch workers outlive each
 // batch. A message is kept from redelivery by msg.InProgress once its
 // batch runs; see [BatchConfig].Ahead for the AckWait this asks for
 // before.
@@ -240,9 +246,8 @@ func ConsumeBatch(ctx context.Context, c jetstream.Consumer, cfg *BatchConfig, p
 	if err != nil {
 		return fmt.Errorf("idemnats: reading the consumer: %w", err)
 	}
-	r := idem.NewBatchRunner()
-	defer r.Close()
-	run := idem.WithBatchRunner(context.WithoutCancel(ctx), r)
+	run, stopWorkers := idem.WithBatchWorkers(context.WithoutCancel(ctx))
+	defer stopWorkers()
 	msgs := make(chan jetstream.Msg, bc.Size)
 	var wg sync.WaitGroup
 	for range bc.Batches {

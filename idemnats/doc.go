@@ -34,7 +34,7 @@
 // batch is what the pull has delivered, up to BatchConfig.Size, and, when
 // that is fewer, what it delivers within BatchConfig.Wait of the first,
 // as consume.Collect forms every idem consumer's batches; and it runs them
-// on one [idem.BatchRunner]).
+// on the same batch workers, [idem.WithBatchWorkers]).
 // The keys of a batch are claimed by [idem.DoBatch] in one store round
 // trip where the store claims in batches (redisstore's pipeline,
 // memstore); each handler then runs under its own lease, Config.Concurrency

@@ -2,6 +2,7 @@ package idemnats
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,10 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its messages are terminated (consume.Decide: DeadLetter). Default false: the engine's policy.
+	HoldCrashed bool
 	// Key returns a message's idempotency key. Default: the Nats-Msg-Id
 	// header; a message without one is terminated. The key must name the
 	// logical message, the same on every publish of it: the server drops
@@ -189,30 +194,32 @@ func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition,
 	return w.settleVerdict(m, consume.Decide(res, err, w.e.Now()))
 }
 
-// identity is m's key (clientkey.Key of the operation and the message's
-// key, as idemctl find and the console derive it) and fingerprint (the
-// message data's digest); an error means m cannot be keyed, and
+// identity is m's key (clientkey.KeyIdentity of the operation and the
+// message's key, as idemctl find and the console derive it; or, when
+// Config.Key found none, clientkey.PayloadIdentity of the data) and
+// fingerprint (the message data's digest); an error means m cannot be keyed, and
 // consume.Decide settles it (DeadLetter: terminated).
 func (w *wrapper[T]) identity(m jetstream.Msg) (idem.Identity, error) {
+	id, err := w.keyed(m)
+	id.HoldCrashed = w.cfg.HoldCrashed && err == nil
+	return id, err
+}
+
+func (w *wrapper[T]) keyed(m jetstream.Msg) (idem.Identity, error) {
 	key, err := w.cfg.Key(m)
 	if err != nil {
 		return idem.Identity{}, consume.NoKey(fmt.Errorf("idemnats: no key: %w", err))
 	}
+	data := m.Data()
 	if key == "" {
-		// Config.Key found none: the data is the key, as idem.Request
-		// derives one without a Key.
-		req := idem.Request{Operation: w.cfg.Operation, Payload: m.Data(), RawPayload: true}
-		return req.Identity()
+		// Config.Key found none: the data is the key, unscoped.
+		return clientkey.PayloadIdentity(w.cfg.Operation, "", data)
 	}
-	k, err := clientkey.Key(w.cfg.Operation, "", key)
-	if err != nil {
-		return idem.Identity{}, err
+	if data == nil {
+		return clientkey.KeyIdentity(w.cfg.Operation, "", key, nil)
 	}
-	id := idem.Identity{StoreKey: k}
-	if data := m.Data(); data != nil {
-		id.Fingerprint = idem.Digest(data)
-	}
-	return id, nil
+	fp := sha256.Sum256(data)
+	return clientkey.KeyIdentity(w.cfg.Operation, "", key, &fp)
 }
 
 // settleVerdict carries out m's verdict: the one mapping of consume's

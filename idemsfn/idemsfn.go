@@ -60,6 +60,12 @@ type Config struct {
 	// starts: a Request of another operation is refused, and so is a
 	// token or an event of another operation.
 	Operation string
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a duplicate after ExpectedCompletion does
+	// not take the key over (Start answers the held record, not a new
+	// start); the Reconciler still settles it from the execution's status
+	// and extends the lease of one that runs. Default false.
+	HoldCrashed bool
 	// ExpectedCompletion is how long an execution should take: the claim's
 	// lease. A duplicate after it takes the key over (and adopts the same
 	// execution); the Reconciler asks Step Functions about executions past
@@ -232,6 +238,7 @@ func (s *Starter) Start(ctx context.Context, req idem.Request, input any) (Start
 	default:
 		return Started{}, &idem.KeyError{Field: "operation", Value: req.Operation, Reason: "this Starter starts operation " + s.cfg.Operation}
 	}
+	req.HoldCrashed = req.HoldCrashed || s.cfg.HoldCrashed
 	in, err := inputJSON(req, input)
 	if err != nil {
 		return Started{}, err

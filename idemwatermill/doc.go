@@ -12,16 +12,34 @@
 //
 // # Keys and fingerprint
 //
-// A message's key is its UUID by default, Config.MetadataKey's metadata
-// field, or Config.Key's function. The key must be the same on every
-// publish of the logical message: Watermill's publishers give a message a
-// new UUID unless the producer sets it, so a producer that retries a
-// publish should set the UUID (or a metadata field) from its own id. The
+// By default a message's key is its payload, as the producer sent it,
+// hashed (SHA-256) and scoped to the topic the router subscribed to
+// (message.SubscribeTopicFromCtx; the store key's tenant is the topic,
+// clientkey.TopicTenant), as Powertools keys a queue's messages by their
+// payload: a copy of the message is a duplicate however it was published
+// again, while Watermill's publishers give every publish a new UUID unless
+// the producer sets it. The fingerprint is the same digest, so the default
+// never refuses a message as a key reused. Two messages that must both run
+// while their payloads are equal need a key that tells them apart: choose
+// one. A message with an empty payload has nothing to key it by and is
+// dead-lettered ([ErrNoKey]). A message handled outside a router has no
+// topic: its payload key is then unscoped.
+//
+// The other keys are chosen, one of them, unscoped: Config.MetadataKey (a
+// metadata field the producer sets, the same on every publish of the
+// message), Config.Key (a function) or Config.KeyFromUUID (the UUID, for
+// producers that set it from their own id). With a chosen key the
 // fingerprint is the SHA-256 of the payload and the metadata (every field
-// but Config.IgnoreMetadata's and Watermill's own, named
-// "_watermill_…", which its Pub/Subs set per delivery, such as
-// watermill-amqp's redelivered flag): a copy with the same key and another
-// payload or metadata is refused as a key reused, and dead-lettered.
+// but Config.IgnoreMetadata's and Watermill's own, named "_watermill_…",
+// which its Pub/Subs set per delivery, such as watermill-amqp's
+// redelivered flag): a copy with the same key and another payload or
+// metadata is refused as a key reused, and dead-lettered.
+//
+// Every key is derived by package clientkey, which `idemctl find` and the
+// console's search form use too: an operator finds a record from the
+// payload the producer sent and the topic (`idemctl find -payload
+// -operation OP -topic T -key -` reads the payload from stdin), or from
+// the chosen key (`-message`).
 //
 // # Verdicts, Ack and Nack
 //

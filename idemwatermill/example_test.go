@@ -15,10 +15,11 @@ import (
 	"github.com/seed-a1b882c0/idem/store/memstore"
 )
 
-// A router that ships each order once, however often it is published. The
-// producer names the order in an Order-Id metadata field on every publish
-// (its UUID is new each time). The Pub/Sub here is Watermill's in-process
-// Go channel; any other is used the same way.
+// A router that ships each order once, however often it is published. By
+// default a message's key is its payload, under the topic: a producer's
+// retry publishes the same bytes (with a new UUID, as Watermill's
+// publishers give one each time), so it is a duplicate. The Pub/Sub here
+// is Watermill's in-process Go channel; any other is used the same way.
 func ExampleAddConsumerHandler() {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	defer pubSub.Close()
@@ -30,9 +31,8 @@ func ExampleAddConsumerHandler() {
 	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	settled := make(chan consume.Verdict)
 	_, err := idemwatermill.AddConsumerHandler(router, engine, &idemwatermill.Config{
-		Operation:   "orders.ship",
-		MetadataKey: "Order-Id",
-		Settled:     func(_ *message.Message, v consume.Verdict) { settled <- v },
+		Operation: "orders.ship",
+		Settled:   func(_ *message.Message, v consume.Verdict) { settled <- v },
 	}, "shipper", "orders", pubSub, func(m *message.Message) error {
 		fmt.Printf("shipping %s\n", m.Payload)
 		return nil
@@ -48,7 +48,6 @@ func ExampleAddConsumerHandler() {
 	// The producer publishes order 42 twice (a retry after a timeout).
 	for range 2 {
 		m := message.NewMessage(watermill.NewUUID(), []byte(`{"order":42,"item":"book"}`))
-		m.Metadata.Set("Order-Id", "42")
 		pubSub.Publish("orders", m)
 		fmt.Println("settled:", (<-settled).Action)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/consume"
 )
 
@@ -28,8 +29,9 @@ var ErrInvalidConfig = fmt.Errorf("idemwatermill: %w", idem.ErrInvalidConfig)
 // message.
 const WatermillMetadataPrefix = "_watermill_"
 
-// ErrNoKey: the message has no key (Config.MetadataKey names a field it
-// does not have, or the UUID is empty).
+// ErrNoKey: the message has nothing to key it by: an empty payload (the
+// default key), no field Config.MetadataKey names, or an empty UUID
+// (Config.KeyFromUUID).
 var ErrNoKey = errors.New("idemwatermill: the message has no key")
 
 // Config configures [Middleware].
@@ -37,15 +39,29 @@ type Config struct {
 	// Operation is the idem operation name, the scope of the keys
 	// (required).
 	Operation string
-	// Key returns a message's idempotency key. Default: the metadata
-	// field MetadataKey names, or, without one, the message's UUID. The
-	// key must name the logical message, the same on every publish of it.
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its messages are dead-lettered (consume.Decide). Default false: the engine's policy.
+	HoldCrashed bool
+	// Key returns a message's idempotency key, unscoped. Default (none of
+	// Key, MetadataKey and KeyFromUUID set): the message's payload, as the
+	// producer sent it, hashed and scoped to the topic the router
+	// subscribed to (message.SubscribeTopicFromCtx), so a copy of the
+	// message is a duplicate however it was published again (see the
+	// package doc). A chosen key must name the logical message, the same
+	// on every publish of it. Set at most one of Key, MetadataKey and
+	// KeyFromUUID.
 	Key func(*message.Message) (string, error)
-	// MetadataKey names the metadata field that holds the key, when Key
-	// is nil.
+	// MetadataKey names the metadata field that holds the key, unscoped.
 	MetadataKey string
-	// IgnoreMetadata are metadata fields left out of the fingerprint
-	// (the payload and every other field are in it), for fields a
+	// KeyFromUUID keys a message by its UUID, unscoped. Choose it only
+	// where producers set the UUID from their own id: Watermill's
+	// publishers give a message a new UUID on every publish unless the
+	// producer sets it, so a producer's retry would not be a duplicate.
+	KeyFromUUID bool
+	// IgnoreMetadata are metadata fields left out of the fingerprint of
+	// a message keyed by a chosen key (the payload and every other field
+	// are in it; the default key's fingerprint is the payload's), for fields a
 	// publisher or a middleware sets anew on every publish of the same
 	// message. Watermill's own fields, whose names begin with
 	// "_watermill_" (WatermillMetadataPrefix), are always left out: its
@@ -84,8 +100,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Operation == "":
 		return fmt.Errorf("%w: Operation is empty; name the operation, such as \"orders.ship\"", ErrInvalidConfig)
-	case c.Key != nil && c.MetadataKey != "":
-		return fmt.Errorf("%w: both Key and MetadataKey are set; set one", ErrInvalidConfig)
+	case (c.Key != nil) && (c.MetadataKey != "" || c.KeyFromUUID) || c.MetadataKey != "" && c.KeyFromUUID:
+		return fmt.Errorf("%w: more than one of Key, MetadataKey and KeyFromUUID is set; set one, or none to key messages by their payload", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -227,10 +243,18 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message) (consume.V
 	return v, outs
 }
 
-// identity is msg's key and fingerprint: the SHA-256 of its payload and
-// its metadata (sorted, less IgnoreMetadata and Watermill's own fields),
-// each length-prefixed.
+// identity is msg's key and fingerprint, from package clientkey (which
+// idemctl find and the console derive keys with): by default its
+// payload's digest under the router's topic (clientkey.PayloadIdentity);
+// with a key chosen, that key and the fingerprint of its payload and
+// metadata (clientkey.KeyIdentity).
 func (m *middleware) identity(msg *message.Message) (idem.Identity, error) {
+	id, err := m.keyed(msg)
+	id.HoldCrashed = m.cfg.HoldCrashed && err == nil
+	return id, err
+}
+
+func (m *middleware) keyed(msg *message.Message) (idem.Identity, error) {
 	var key string
 	switch {
 	case m.cfg.Key != nil:
@@ -241,17 +265,24 @@ func (m *middleware) identity(msg *message.Message) (idem.Identity, error) {
 		key = k
 	case m.cfg.MetadataKey != "":
 		key = msg.Metadata.Get(m.cfg.MetadataKey)
-	default:
+	case m.cfg.KeyFromUUID:
 		key = msg.UUID
+	default:
+		if len(msg.Payload) == 0 {
+			return idem.Identity{}, ErrNoKey
+		}
+		return clientkey.PayloadIdentity(m.cfg.Operation, message.SubscribeTopicFromCtx(msg.Context()), msg.Payload)
 	}
 	if key == "" {
 		return idem.Identity{}, ErrNoKey
 	}
-	req := idem.Request{Operation: m.cfg.Operation, Key: key, Payload: m.fingerprintInput(msg), RawPayload: true}
-	return req.Identity()
+	fp := m.fingerprint(msg)
+	return clientkey.KeyIdentity(m.cfg.Operation, "", key, &fp)
 }
 
-func (m *middleware) fingerprintInput(msg *message.Message) []byte {
+// fingerprint is the SHA-256 of msg's payload and its metadata (sorted,
+// less IgnoreMetadata and Watermill's own fields), each length-prefixed.
+func (m *middleware) fingerprint(msg *message.Message) (sum [sha256.Size]byte) {
 	keys := make([]string, 0, len(msg.Metadata))
 	for k := range msg.Metadata {
 		if !strings.HasPrefix(k, WatermillMetadataPrefix) && !slices.Contains(m.cfg.IgnoreMetadata, k) {
@@ -271,5 +302,6 @@ func (m *middleware) fingerprintInput(msg *message.Message) []byte {
 		field([]byte(k))
 		field([]byte(msg.Metadata[k]))
 	}
-	return h.Sum(nil)
+	h.Sum(sum[:0])
+	return sum
 }

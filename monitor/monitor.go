@@ -132,6 +132,10 @@ type Snapshot struct {
 	// InProgress counts IN_PROGRESS records, Stuck those of them past
 	// their expected completion, Failed the FAILED records.
 	InProgress, Stuck, Failed int
+	// Held counts the stuck records held for an operator (claimed under
+	// the takeover policy Hold: no retry takes them over; a person
+	// settles them).
+	Held int
 	// OldestInProgress is the age of the oldest IN_PROGRESS record (since
 	// its claim), zero when there is none.
 	OldestInProgress time.Duration
@@ -188,8 +192,8 @@ func (s Snapshot) ByOperation() map[string]Counts {
 
 // Counts are one operation's share of a [Snapshot].
 type Counts struct {
-	InProgress, Stuck, Failed int
-	OldestInProgress          time.Duration
+	InProgress, Stuck, Failed, Held int
+	OldestInProgress                time.Duration
 }
 
 // count adds r to the snapshot's counts of its operation.
@@ -209,6 +213,9 @@ func (s *Snapshot) count(r *store.Record, now time.Time) {
 		c.OldestInProgress = max(c.OldestInProgress, now.Sub(store.FromMillis(r.CreatedAt)))
 		if r.LeaseExpired(store.Millis(now)) {
 			c.Stuck++
+			if r.Hold {
+				c.Held++
+			}
 		}
 	case store.StatusFailed:
 		c.Failed++
@@ -247,6 +254,9 @@ type Event struct {
 	Owner, Ref string
 	// Fence is the claim's fence: a later claim of the key is a new event.
 	Fence uint64
+	// Held is set on a Stuck record held for an operator (the takeover
+	// policy Hold): no retry will take it over, a person must settle it.
+	Held bool
 	// CreatedAt is when the claim was made, LeaseUntil when it
 	// should have been done, CompletedAt when a FAILED record failed.
 	CreatedAt, LeaseUntil, CompletedAt time.Time
@@ -388,6 +398,9 @@ func (m *Monitor) Sweep(ctx context.Context) (Snapshot, error) {
 				}
 				if r.LeaseExpired(store.Millis(now)) {
 					snap.Stuck++
+					if r.Hold {
+						snap.Held++
+					}
 					events = m.note(events, found, Stuck, r)
 				}
 			case r.Status == store.StatusFailed:
@@ -489,7 +502,7 @@ func (m *Monitor) note(events []Event, found map[seenKey]bool, kind Kind, r *sto
 		return events
 	}
 	m.seen[k] = true
-	ev := Event{Kind: kind, Key: r.Key, Owner: r.Owner, Ref: r.Ref, Fence: r.Fence,
+	ev := Event{Kind: kind, Key: r.Key, Owner: r.Owner, Ref: r.Ref, Fence: r.Fence, Held: kind == Stuck && r.Hold,
 		CreatedAt: store.FromMillis(r.CreatedAt), LeaseUntil: store.FromMillis(r.LeaseUntil)}
 	if sk, err := idem.ParseStoreKey(r.Key); err == nil {
 		ev.Operation = sk.Operation
@@ -509,6 +522,10 @@ func (m *Monitor) report(ev Event) {
 	switch ev.Kind {
 	case Stuck:
 		attrs = append(attrs, "lease_until", ev.LeaseUntil)
+		if ev.Held {
+			m.cfg.Logger.Warn("idem monitor: record held for an operator: its holder was lost, and its takeover policy is Hold (resolve or release it)", attrs...)
+			break
+		}
 		m.cfg.Logger.Warn("idem monitor: record stuck past its expected completion", attrs...)
 	case Failed:
 		attrs = append(attrs, "failed_at", ev.CompletedAt, "code", ev.ErrCode, "message", ev.ErrMessage)

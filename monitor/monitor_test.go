@@ -476,3 +476,31 @@ func TestStuckIsDecidedOnTheStoresClock(t *testing.T) {
 		t.Fatalf("sweep without the store's clock: %+v %v, want ErrUnavailable and nothing counted", snap, err)
 	}
 }
+
+// A stuck record held for an operator (the takeover policy Hold) is
+// counted as stuck and as held, in the snapshot and by operation, and its
+// event and log line say so; a plain stuck record is not held.
+func TestHeldRecordIsStuckWithItsReason(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	if b, err := f.engine.Begin(ctx, idem.Request{Operation: "charge", Key: "held", HoldCrashed: true}, &idem.BeginOptions{ExpectedCompletion: time.Second}); err != nil || !b.Acquired {
+		t.Fatalf("begin: %+v %v", b, err)
+	}
+	f.begin(t, "plain", time.Second, "")
+	m, _ := monitor.New(f.store, f.config(monitor.Config{}))
+	f.clock.Advance(2 * time.Second)
+	snap, err := m.Sweep(ctx)
+	if err != nil || snap.Stuck != 2 || snap.Held != 1 || snap.ByOperation()["charge"].Held != 1 {
+		t.Fatalf("sweep: %+v %v; want 2 stuck, 1 held", snap, err)
+	}
+	held := 0
+	for _, ev := range f.takeEvents() {
+		if ev.Held {
+			held++
+		}
+	}
+	if held != 1 || !strings.Contains(f.logs.String(), "held for an operator") {
+		t.Fatalf("%d held events; logs:\n%s", held, f.logs.String())
+	}
+}

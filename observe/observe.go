@@ -51,7 +51,7 @@ const (
 	// OutcomeUnprotected: the operation ran without a claim, because the
 	// engine is disabled or because the store failed and FailOpen is set.
 	OutcomeUnprotected
-	// OutcomeUncertain: the operation returned an [*github.com/seed-a1b882c0/idem.UncertainError]; its
+	// OutcomeUncertain: the operation returned an error marked by [github.com/seed-a1b882c0/idem.Uncertain]; its
 	// claim was kept until the lease ends.
 	OutcomeUncertain
 	// OutcomeWriteRetried: an outcome write (complete, fail, release)
@@ -60,13 +60,17 @@ const (
 	// OutcomeHandedOff: the operation handed its claim to other work
 	// ([github.com/seed-a1b882c0/idem.Detach]); the engine recorded no outcome for it.
 	OutcomeHandedOff
+	// OutcomeHeld: the call met a claim held for an operator (the takeover
+	// policy Hold, its holder's lease passed) and returned
+	// [github.com/seed-a1b882c0/idem.ErrHeld].
+	OutcomeHeld
 	numOutcomes
 )
 
 var outcomeNames = [...]string{
 	"acquired", "takeover", "replayed", "cache_hit", "in_progress", "mismatch",
 	"fenced", "store_error", "complete_failed", "failed", "released", "unprotected",
-	"uncertain", "write_retried", "handed_off",
+	"uncertain", "write_retried", "handed_off", "held",
 }
 
 // String returns the outcome's metric label, such as "replayed".
@@ -165,12 +169,15 @@ const (
 	// StoreClaimBatch is one round trip claiming a batch of keys
 	// ([github.com/seed-a1b882c0/idem.DoBatch] over a [store.BatchClaimer]).
 	StoreClaimBatch StoreOp = "claim_batch"
+	// StoreStep records a finished step under the claim
+	// ([github.com/seed-a1b882c0/idem.Step] over a [store.Stepper]).
+	StoreStep StoreOp = "step"
 )
 
 // StoreOps lists every store operation the engine reports, for exporters
 // that index by it.
 func StoreOps() []StoreOp {
-	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet, StoreClaimBatch}
+	return []StoreOp{StoreClaim, StoreComplete, StoreFail, StoreRelease, StoreExtend, StoreAttach, StoreGet, StoreClaimBatch, StoreStep}
 }
 
 // StoreResult classifies the result of one store call for metrics: a small

@@ -30,8 +30,12 @@ type Store interface {
 	//   - absent, or expired at p.Now: a new IN_PROGRESS record is written
 	//     with Fence = 1 (absent) or the old fence + 1 (expired record still
 	//     present); the result has Acquired = true and the new record.
-	//   - IN_PROGRESS with its lease passed at p.Now: taken over, Fence + 1,
-	//     Acquired = true, Takeover = true.
+	//   - IN_PROGRESS with its lease passed at p.Now, not held (Hold
+	//     unset): taken over, Fence + 1, Acquired = true, Takeover = true;
+	//     the new record keeps the old one's steps when the fingerprints
+	//     are equal ([Stepper]).
+	//   - IN_PROGRESS with its lease passed, held (Hold set by the claim
+	//     that wrote it), not expired: a conflict like any live record.
 	//   - IN_PROGRESS held by the same p.Owner with the same fingerprint (a
 	//     retried claim whose first reply was lost): returned as acquired,
 	//     unchanged.
@@ -49,7 +53,8 @@ type Store interface {
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 
 	// Complete stores a result and marks the record COMPLETED, setting
-	// ExpiresAt and CompletedAt from p (and clearing a stored error). It
+	// ExpiresAt and CompletedAt from p (and clearing a stored error and
+	// the record's steps, [Stepper]). It
 	// succeeds only when the record holds the writer's claim (Fence ==
 	// p.Fence and Owner == p.Owner), is in status p.From (IN_PROGRESS when
 	// p.From is zero) and is not expired at p.Now.
@@ -65,11 +70,11 @@ type Store interface {
 	Complete(ctx context.Context, p CompleteParams) error
 
 	// Fail stores a terminal error and marks the record FAILED (clearing a
-	// stored result), under the same conditions and with the same errors
+	// stored result and the record's steps), under the same conditions and with the same errors
 	// as Complete.
 	Fail(ctx context.Context, p FailParams) error
 
-	// Release deletes the record so that a retry can run, only when it
+	// Release deletes the record (its steps with it) so that a retry can run, only when it
 	// holds the writer's claim (Fence and Owner) and is in status p.From
 	// (IN_PROGRESS when zero).
 	//   - absent or expired: [ErrNotFound].
@@ -118,6 +123,13 @@ type ClaimParams struct {
 	// runs ahead never takes over live work. Settled and absent records
 	// are claimed as usual.
 	NoTakeover bool
+	// Hold writes the new claim with [Record.Hold] set: the takeover
+	// policy Hold. Past its lease such a record is not taken over by any
+	// claim; it stays IN_PROGRESS (stuck, listed) until a fenced write
+	// settles it or it expires, when it is claimable as any expired
+	// record. Stores persist it with the claim and keep it through
+	// Complete, Fail and Extend.
+	Hold bool
 	// Local says the claim's holder is the calling process itself (an
 	// operation run by Do), not a token handed to work elsewhere (Begin).
 	// A store whose unsynced writes survive a crash of the process but not
@@ -176,6 +188,103 @@ type BatchExtender interface {
 	ExtendBatch(ctx context.Context, ps []ExtendParams) (errs []error)
 }
 
+// Stepper is an optional power of a store: recording the finished steps of
+// an operation under its claim, so that a holder that takes the key over
+// after a crash resumes after the last finished step instead of running
+// the operation from the start (idem.Step). Find it by type assertion.
+//
+// The steps live in the record ([Record.Steps]) and share its life:
+//   - a takeover (Claim of an IN_PROGRESS record whose lease has passed)
+//     carries the old record's steps into the new claim, when the claim's
+//     fingerprint is the old record's, and the claim's answer returns
+//     them: resuming costs no round trip beyond the claim. A takeover
+//     with another fingerprint, and every fresh claim (absent, expired),
+//     starts with none;
+//   - Complete and Fail drop them: a settled record carries its outcome
+//     only, so its size and its replay are the outcome's alone;
+//   - Release (and Delete, and expiry) removes them with the record;
+//   - listing ([Lister]) and its rules are unaffected by them: a record
+//     is listed, or not, whatever steps it holds.
+//
+// A store whose backend allows it records a step in one round trip (a
+// script appending to the record, one UPDATE, an UpdateItem appending to
+// a list attribute under a condition), fenced exactly as Complete is.
+type Stepper interface {
+	// RecordStep appends p.Step to the steps of the record that holds the
+	// writer's claim (Fence and Owner), is IN_PROGRESS and is not expired
+	// at p.Now. p.Index is the step's position (0 for the first): the
+	// record must hold p.Index steps before it.
+	//   - absent or expired: [ErrNotFound]; nothing changes.
+	//   - another claim (other fence or other owner), or not IN_PROGRESS:
+	//     a [*FencedError] describing the record's claim; nothing changes.
+	//   - the record holds p.Index steps: p.Step is appended; nil.
+	//   - step p.Index is recorded already under p.Step.Name (a retry whose
+	//     first reply was lost): nil; nothing changes.
+	//   - fewer than p.Index steps, or another name at p.Index: an error
+	//     wrapping [ErrInvalidParams]; nothing changes.
+	//   - the record with p.Step over the store's size limit
+	//     ([Record.Size] counts every step): a [*TooLargeError]; nothing
+	//     changes.
+	//   - p invalid ([StepParams.Check]: From other than zero or
+	//     IN_PROGRESS, an empty name, a negative index, a result and an
+	//     error both): an error wrapping [ErrInvalidParams]; nothing is
+	//     read or written.
+	RecordStep(ctx context.Context, p StepParams) error
+}
+
+// StepParams are the arguments of [Stepper.RecordStep]. Its From must be
+// zero or IN_PROGRESS ([StepParams.Check]).
+type StepParams struct {
+	ClaimRef
+	// Index is the step's position among the operation's steps, from 0:
+	// the number of steps the record holds before it.
+	Index int
+	// Step is the step to record. Its At is the time it is recorded (ms).
+	Step Step
+}
+
+// Check returns an error wrapping [ErrInvalidParams] when p cannot be
+// recorded: From names a status other than IN_PROGRESS, the step has no
+// name, Index is negative, or the step carries both a result and an
+// error. Stores call it before anything else, so that every store refuses
+// alike.
+func (p StepParams) Check() error {
+	switch {
+	case p.From.OrInProgress() != StatusInProgress:
+		return fmt.Errorf("%w: RecordStep of %q with From %s: steps are recorded under an IN_PROGRESS claim only; leave From zero", ErrInvalidParams, p.Key, p.From)
+	case p.Step.Name == "":
+		return fmt.Errorf("%w: RecordStep of %q: the step has no name", ErrInvalidParams, p.Key)
+	case p.Index < 0:
+		return fmt.Errorf("%w: RecordStep of %q: negative step index %d", ErrInvalidParams, p.Key, p.Index)
+	case p.Step.Result != nil && p.Step.Err != nil:
+		return fmt.Errorf("%w: RecordStep of %q: step %q carries a result and an error; a step has one or the other", ErrInvalidParams, p.Key, p.Step.Name)
+	}
+	return nil
+}
+
+// ApplyStep records p.Step in r as [Stepper.RecordStep] says, for stores
+// that read and write a key atomically. Call it after [CheckFence] (and
+// [StepParams.Check]). limit is the store's size limit (0 or less: none).
+// changed is false, with a nil error, when the step was recorded already
+// (a retry): there is nothing to write. r is changed only when changed.
+func ApplyStep(r *Record, p StepParams, limit int) (changed bool, err error) {
+	switch n := len(r.Steps); {
+	case p.Index < n && r.Steps[p.Index].Name == p.Step.Name:
+		return false, nil
+	case p.Index != n:
+		at := "no step"
+		if p.Index < n {
+			at = fmt.Sprintf("step %q", r.Steps[p.Index].Name)
+		}
+		return false, fmt.Errorf("%w: RecordStep of %q: step %q at index %d, but the record holds %d steps and %s there", ErrInvalidParams, p.Key, p.Step.Name, p.Index, n, at)
+	}
+	if size := r.Size() + p.Step.Size(); limit > 0 && size > limit {
+		return false, &TooLargeError{Key: p.Key, Size: size, Limit: limit}
+	}
+	r.Steps = append(r.Steps, p.Step.Clone())
+	return true, nil
+}
+
 // ClaimResult is the answer of [Store.Claim].
 type ClaimResult struct {
 	// Acquired is true when the caller now holds the claim.
@@ -188,7 +297,7 @@ type ClaimResult struct {
 }
 
 // ClaimRef names the claim a fenced write (Complete, Fail, Release,
-// Extend) acts for, the status it expects the record in, and the time it
+// Extend, RecordStep) acts for, the status it expects the record in, and the time it
 // acts at. Each of their parameter structs embeds one; [CheckFence] decides
 // a write by it.
 type ClaimRef struct {
@@ -326,7 +435,7 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 			return ClaimResult{Acquired: own, Record: old.Clone()}, nil
 		case old.Expired(p.Now):
 			fence = old.Fence + 1
-		case old.LeaseExpired(p.Now):
+		case old.LeaseExpired(p.Now) && !old.Hold:
 			fence, takeover = old.Fence+1, true
 		case old.Status == StatusInProgress && old.Owner == p.Owner && old.Fingerprint == p.Fingerprint:
 			return ClaimResult{Acquired: true, Record: old.Clone()}, nil
@@ -337,13 +446,18 @@ func ApplyClaim(old *Record, p ClaimParams) (res ClaimResult, write *Record) {
 	w := &Record{
 		Key: p.Key, Status: StatusInProgress, Fence: fence, Owner: p.Owner,
 		LeaseUntil: p.LeaseUntil, ExpiresAt: p.ExpiresAt, Fingerprint: p.Fingerprint,
-		CreatedAt: p.Now, Version: RecordVersion,
+		CreatedAt: p.Now, Version: RecordVersion, Hold: p.Hold,
+	}
+	if takeover && old.Fingerprint == p.Fingerprint {
+		// The new holder resumes after the old one's finished steps
+		// ([Stepper]); a request with another payload starts afresh.
+		w.Steps = cloneSteps(old.Steps)
 	}
 	return ClaimResult{Acquired: true, Takeover: takeover, Record: w.Clone()}, w
 }
 
 // CheckFence returns nil when a fenced write (Complete, Fail, Release,
-// Extend) for the claim c may change r (nil when absent): r holds c's
+// Extend, RecordStep) for the claim c may change r (nil when absent): r holds c's
 // fence and owner, is in status c.From (IN_PROGRESS when zero) and is not
 // expired at c.Now. Else it returns [ErrNotFound] or a [*FencedError], as
 // the contract says.
@@ -372,18 +486,22 @@ func (s Status) OrInProgress() Status {
 	return s
 }
 
-// ApplyComplete marks r COMPLETED as p says. Call it after [CheckFence].
+// ApplyComplete marks r COMPLETED as p says, dropping its steps
+// ([Stepper]). Call it after [CheckFence].
 func ApplyComplete(r *Record, p CompleteParams) {
 	r.Status, r.Result, r.Err, r.ExpiresAt, r.CompletedAt = StatusCompleted, append([]byte{}, p.Result...), nil, p.ExpiresAt, p.Now
+	r.Steps = nil
 }
 
-// ApplyFail marks r FAILED as p says. Call it after [CheckFence].
+// ApplyFail marks r FAILED as p says, dropping its steps ([Stepper]).
+// Call it after [CheckFence].
 func ApplyFail(r *Record, p FailParams) {
 	er := p.Err
 	if er.Body != nil {
 		er.Body = append([]byte{}, er.Body...)
 	}
 	r.Status, r.Err, r.Result, r.ExpiresAt, r.CompletedAt = StatusFailed, &er, nil, p.ExpiresAt, p.Now
+	r.Steps = nil
 }
 
 // ApplyExtend renews r's lease and attaches its reference as p says. Call

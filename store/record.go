@@ -66,7 +66,8 @@ type Record struct {
 	// engine makes it unique per call, so a store can recognise a retried
 	// claim as the caller's own.
 	Owner string
-	// LeaseUntil is when an IN_PROGRESS record may be taken over.
+	// LeaseUntil is when an IN_PROGRESS record may be taken over (unless
+	// Hold is set) and counts as stuck.
 	LeaseUntil int64
 	// ExpiresAt is when the record starts to count as absent, whatever the
 	// backend's own TTL has done yet.
@@ -87,6 +88,68 @@ type Record struct {
 	CompletedAt int64
 	// Version is the record format version ([RecordVersion] when written).
 	Version int
+	// Hold is set when the claim was made under the Hold takeover policy
+	// (ClaimParams.Hold): past its lease the record is not taken over but
+	// stays IN_PROGRESS, stuck, until a person settles it or it expires.
+	// It is the claim's, kept by Complete and Fail, and shows operators
+	// why a stuck record waits for them.
+	Hold bool
+	// Steps are the finished steps of the operation running under the
+	// claim, in the order they ran ([Stepper]): kept while the record is
+	// IN_PROGRESS, carried into the claim that takes it over, and dropped
+	// when the record is settled (COMPLETED or FAILED) or deleted.
+	Steps []Step
+}
+
+// Step is one finished step of an operation, recorded under its claim by
+// [Stepper.RecordStep]: its encoded result, or the terminal error it ended
+// with (never both).
+type Step struct {
+	// Name is the step's name, as the operation called it.
+	Name string
+	// Result is the step's encoded result, when it succeeded.
+	Result []byte
+	// Err is the terminal error the step ended with, when it failed.
+	Err *ErrorRecord
+	// At is when the step was recorded (ms).
+	At int64
+}
+
+// Size is the number of payload bytes a step carries (its name, result and
+// error), the figure a record's size counts for it.
+func (s Step) Size() int {
+	n := len(s.Name) + len(s.Result)
+	if s.Err != nil {
+		n += s.Err.Size()
+	}
+	return n
+}
+
+// Clone returns a deep copy of s.
+func (s Step) Clone() Step {
+	if s.Result != nil {
+		s.Result = append([]byte(nil), s.Result...)
+	}
+	if s.Err != nil {
+		e := *s.Err
+		if e.Body != nil {
+			e.Body = append([]byte(nil), e.Body...)
+		}
+		s.Err = &e
+	}
+	return s
+}
+
+// cloneSteps returns a deep copy of steps (nil when there are none).
+func cloneSteps(steps []Step) []Step {
+	if len(steps) == 0 {
+		return nil
+	}
+	c := make([]Step, len(steps))
+	for i, st := range steps {
+		c[i] = st.Clone()
+	}
+	return c
 }
 
 // ErrorRecord is a terminal error as stored in a FAILED record.
@@ -104,14 +167,21 @@ type ErrorRecord struct {
 func (r *Record) Expired(now int64) bool { return now >= r.ExpiresAt }
 
 // LeaseExpired reports whether an IN_PROGRESS record's lease has run out at
-// now (ms), so that a claim may take it over: now >= LeaseUntil.
+// now (ms): now >= LeaseUntil. It is then stuck, and a claim may take it
+// over unless it is held ([Record.Held]).
 func (r *Record) LeaseExpired(now int64) bool {
 	return r.Status == StatusInProgress && now >= r.LeaseUntil
 }
 
+// Held reports whether r is IN_PROGRESS past its lease under the Hold
+// policy at now (ms): stuck, waiting for a person, not taken over.
+func (r *Record) Held(now int64) bool { return r.Hold && r.LeaseExpired(now) }
+
 // Claimable reports whether a Claim at now may replace r: r is expired, or it
-// is IN_PROGRESS past its lease.
-func (r *Record) Claimable(now int64) bool { return r.Expired(now) || r.LeaseExpired(now) }
+// is IN_PROGRESS past its lease and not held.
+func (r *Record) Claimable(now int64) bool {
+	return r.Expired(now) || (r.LeaseExpired(now) && !r.Hold)
+}
 
 // Clone returns a deep copy of r, so that a store never shares memory with
 // its callers.
@@ -130,15 +200,20 @@ func (r *Record) Clone() *Record {
 		}
 		c.Err = &e
 	}
+	c.Steps = cloneSteps(r.Steps)
 	return &c
 }
 
 // Size is the number of payload bytes a record carries (result, error body
-// and message), the figure stores compare with their size limit.
+// and message, and its steps' [Step.Size]), the figure stores compare with
+// their size limit.
 func (r *Record) Size() int {
 	n := len(r.Result)
 	if r.Err != nil {
 		n += r.Err.Size()
+	}
+	for _, st := range r.Steps {
+		n += st.Size()
 	}
 	return n
 }

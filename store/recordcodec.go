@@ -10,13 +10,20 @@ import (
 // (the embedded file store among them):
 //
 //	"IDR" format(1)                     magic and format byte
-//	status(1) flags(1)                  flags: 1 = has result, 2 = has error
+//	status(1) flags(1)                  flags: 1 = has result, 2 = has error,
+//	                                    4 = held (Record.Hold), 8 = has steps
 //	uvarint: fence, version
 //	varint:  lease_until, expires_at, created_at, completed_at
 //	bytes:   key, owner, fingerprint, ref            (uvarint length + bytes)
 //	bytes:   result                                 (if flag 1)
 //	bytes:   error code, message, body              (if flag 2)
+//	steps                                           (if flag 4)
 //	crc32c(4, big endian) of everything before
+//
+// steps are a uvarint count, then for each step: its flags(1) (1 = has
+// result, 2 = has error), its name (bytes), at (varint), its result
+// (bytes, if 1) and its error code, message and body (bytes, if 2). A
+// record without steps is encoded as before steps existed.
 //
 // Decoding checks the magic, the checksum, every length and the status,
 // and fails with [ErrCorrupt] rather than return a record it cannot vouch
@@ -34,6 +41,12 @@ func MarshalRecord(r *Record) []byte {
 	if r.Err != nil {
 		n += len(r.Err.Code)
 	}
+	for _, st := range r.Steps {
+		n += 24
+		if st.Err != nil {
+			n += len(st.Err.Code)
+		}
+	}
 	b := make([]byte, 0, n)
 	b = append(b, 'I', 'D', 'R', recordFormat, byte(r.Status))
 	var flags byte
@@ -42,6 +55,12 @@ func MarshalRecord(r *Record) []byte {
 	}
 	if r.Err != nil {
 		flags |= 2
+	}
+	if r.Hold {
+		flags |= 4
+	}
+	if len(r.Steps) > 0 {
+		flags |= 8
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, r.Fence)
@@ -60,7 +79,35 @@ func MarshalRecord(r *Record) []byte {
 		b = appendField(b, []byte(r.Err.Message))
 		b = appendField(b, r.Err.Body)
 	}
+	if len(r.Steps) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(r.Steps)))
+		for _, st := range r.Steps {
+			b = appendStep(b, st)
+		}
+	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+func appendStep(b []byte, st Step) []byte {
+	var flags byte
+	if st.Result != nil {
+		flags |= 1
+	}
+	if st.Err != nil {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = appendField(b, []byte(st.Name))
+	b = binary.AppendVarint(b, st.At)
+	if st.Result != nil {
+		b = appendField(b, st.Result)
+	}
+	if st.Err != nil {
+		b = appendField(b, []byte(st.Err.Code))
+		b = appendField(b, []byte(st.Err.Message))
+		b = appendField(b, st.Err.Body)
+	}
+	return b
 }
 
 func appendField(b, f []byte) []byte {
@@ -95,19 +142,56 @@ func UnmarshalRecord(data []byte) (*Record, error) {
 	if flags&2 != 0 {
 		r.Err = &ErrorRecord{Code: string(d.field()), Message: string(d.field()), Body: d.field()}
 	}
+	r.Hold = flags&4 != 0
+	if flags&8 != 0 {
+		r.Steps = d.steps()
+	}
 	switch {
 	case d.err != "":
 		return nil, &CorruptError{Key: r.Key, Reason: d.err}
 	case d.pos != len(d.b):
 		return nil, &CorruptError{Key: r.Key, Reason: "trailing bytes"}
-	case flags&^3 != 0:
+	case flags&^15 != 0:
 		return nil, &CorruptError{Key: r.Key, Reason: "unknown flags"}
+	case flags&8 != 0 && len(r.Steps) == 0:
+		return nil, &CorruptError{Key: r.Key, Reason: "steps flagged but none encoded"}
 	case !r.Status.Valid():
 		return nil, &CorruptError{Key: r.Key, Reason: "invalid status " + strconv.Itoa(int(r.Status))}
 	case r.Version < 1:
 		return nil, &CorruptError{Key: r.Key, Reason: "invalid version " + strconv.Itoa(r.Version)}
 	}
 	return r, nil
+}
+
+// steps decodes a record's steps (see the format above).
+func (d *recDecoder) steps() []Step {
+	n := d.uvarint()
+	// Each step takes at least 3 bytes: flags, a name's length, at.
+	if d.err != "" || n > uint64(len(d.b)-d.pos)/3 {
+		if d.err == "" {
+			d.err = "step count out of range"
+		}
+		return nil
+	}
+	steps := make([]Step, n)
+	for i := range steps {
+		flags := d.byte()
+		st := Step{Name: string(d.field()), At: d.varint()}
+		if flags&1 != 0 {
+			st.Result = d.field()
+		}
+		if flags&2 != 0 {
+			st.Err = &ErrorRecord{Code: string(d.field()), Message: string(d.field()), Body: d.field()}
+		}
+		if flags&^3 != 0 && d.err == "" {
+			d.err = "unknown step flags"
+		}
+		if d.err != "" {
+			return nil
+		}
+		steps[i] = st
+	}
+	return steps
 }
 
 type recDecoder struct {

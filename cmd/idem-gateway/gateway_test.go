@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,6 +81,21 @@ func TestGatewayAnswers(t *testing.T) {
 		send("GET", gw.url("/orders"), "", "Idempotency-Key", "get")
 		if up.count("get") != 2 {
 			t.Fatalf("GET ran %d times", up.count("get"))
+		}
+	})
+	t.Run("429, 408 and 425 release", func(t *testing.T) {
+		for _, code := range []string{"429", "408", "425"} {
+			key := "busy-" + code
+			if a := send("POST", gw.url("/busy/"+code), "", "Idempotency-Key", key); a.status != atoi(code) || a.replayed() {
+				t.Fatalf("%s first: %+v", code, a)
+			}
+			a := send("POST", gw.url("/busy/"+code), "", "Idempotency-Key", key)
+			if a.status != 201 || a.replayed() || up.count(key) != 2 {
+				t.Fatalf("%s: the retry goes upstream: %+v, upstream ran %d", code, a, up.count(key))
+			}
+			if a := send("POST", gw.url("/busy/"+code), "", "Idempotency-Key", key); a.status != 201 || !a.replayed() || up.count(key) != 2 {
+				t.Fatalf("%s: the 201 is stored: %+v, upstream ran %d", code, a, up.count(key))
+			}
 		}
 	})
 	t.Run("5xx releases", func(t *testing.T) {
@@ -338,3 +354,5 @@ func waitRefused(t *testing.T, addr string) {
 	}
 	t.Fatalf("%s still accepts connections after SIGTERM", addr)
 }
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,6 +240,14 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/fail":
 		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	// /busy/<status>: the first request of a key gets that status (such
+	// as 429), later ones the 201 below.
+	if code, ok := strings.CutPrefix(r.URL.Path, "/busy/"); ok && n == 1 {
+		s, _ := strconv.Atoi(code)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(s)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -22,9 +22,11 @@
 // -console-auth-file or $IDEM_CONSOLE_AUTH (USER:PASSWORD or a token, one
 // a line). Behind a TLS-terminating proxy, set -console-secure-cookies (or
 // name the proxy in -console-trusted-proxies, whose X-Forwarded-Proto and
-// X-Forwarded-For are then believed); failed sign-ins are throttled per
-// client and per user (-console-sign-in-failures, -console-sign-in-window,
-// -console-sign-in-max-delay). See docs/operations.md.
+// X-Forwarded-For are then believed); failed sign-ins close sign-in to
+// the client that made them, and only slow the user's sign-ins from other
+// clients (-console-sign-in-failures, -console-sign-in-window,
+// -console-sign-in-max-delay, -console-sign-in-user-delay). See
+// docs/operations.md.
 //
 // Run idem-gateway -h for every flag.
 //
@@ -141,7 +143,7 @@ func main() {
 type options struct {
 	tokenKey                       []byte // -token-key-file, or $IDEM_TOKEN_KEY
 	listen, upstream, store, admin string
-	requireKey                     bool
+	requireKey, holdCrashed        bool
 	principalHeader                string
 	expiry, lease, wait            time.Duration
 	storeWait                      time.Duration
@@ -173,6 +175,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.principalHeader, "principal-header", "", "request header naming the caller (e.g. Authorization); its hash scopes the keys, and requests without it get 401")
 	fs.DurationVar(&o.expiry, "expiry", 24*time.Hour, "how long a stored response is replayed")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long an in-flight request holds its key before a retry may take it over (renewed while the upstream works)")
+	fs.BoolVar(&o.holdCrashed, "hold-crashed", false, "takeover policy Hold: a request whose gateway died while it was in flight (its lease passed) is not sent upstream again; its key is held (409, problem type held) until an operator resolves or releases it (idemctl, the console) or it expires (default: a retry after the lease sends it again)")
 	fs.DurationVar(&o.wait, "wait", 0, "how long a duplicate waits for the first request to finish before 409 (0: answer 409 at once)")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 25*time.Second, "how long to wait for the upstream's response headers; then 504, and the key stays held until its lease ends")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "how long a client may take to send a request's headers; then the connection is closed (0: no limit)")
@@ -340,6 +343,7 @@ func (g *gateway) attach(store store.Store) error {
 		Operation:          scope,
 		Methods:            o.methods,
 		Required:           o.requireKey,
+		HoldCrashed:        o.holdCrashed,
 		FingerprintHeaders: o.fpHeaders,
 		ReplayHeaders:      o.replayHeaders,
 		MaxBodyBytes:       o.maxBody,

@@ -104,6 +104,11 @@ type Method struct {
 	// slash, the other slash a dot ("shop.v1.Orders.Create").
 	Operation string
 
+	// HoldCrashed sets the operation's takeover policy to Hold
+	// (idem.Config.HoldCrashed): a key whose holder died is not run again
+	// but held for a person; its duplicates get FAILED_PRECONDITION (StatusFor). Default false: the engine's policy.
+	HoldCrashed bool
+
 	// Required refuses a call without a key with INVALID_ARGUMENT. By
 	// default such a call runs unprotected.
 	Required bool
@@ -162,6 +167,7 @@ type Guard struct {
 type method struct {
 	name      string
 	operation string
+	hold      bool
 	required  bool
 	fpNames   []string // sorted, unique
 }
@@ -238,7 +244,7 @@ func newMethod(name string, o Method) (*method, error) {
 	if _, err := idem.NewStoreKey(op, "", nil); err != nil {
 		return nil, fmt.Errorf("%w: idemrpc: method %s: operation %q: %v (set Method.Operation)", idem.ErrInvalidConfig, name, op, err)
 	}
-	m := &method{name: name, operation: op, required: o.Required}
+	m := &method{name: name, operation: op, hold: o.HoldCrashed, required: o.Required}
 	for _, n := range o.FingerprintMetadata {
 		if n != strings.ToLower(n) || !validMetadataName(n) {
 			return nil, fmt.Errorf("%w: idemrpc: method %s: FingerprintMetadata %q must be a lower-case metadata name", idem.ErrInvalidConfig, name, n)

@@ -53,7 +53,7 @@
 //   - Duplicate while the first call runs: ABORTED, with a
 //     google.rpc.RetryInfo detail giving the delay of
 //     idem.InProgressError.RetryAfter — as long again as the first call
-//     has run, at least idem.MinRetryAfter, at most until the holder's
+//     has run, at least 100ms, at most until the holder's
 //     lease ends; never the first caller's remaining deadline, since the
 //     lease is renewed while the handler runs — (and over gRPC the
 //     grpc-retry-pushback-ms trailer, which a retryPolicy obeys). ABORTED is the code for a concurrency

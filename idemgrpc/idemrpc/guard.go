@@ -92,10 +92,9 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 	if err != nil {
 		return Outcome{}, err
 	}
-	// One allocation holds the call's state, which the engine runs as it
-	// is (no closure around it).
+	// One allocation holds the call's state; the engine runs its method.
 	r := &run{g: g, method: c.Method, statusOf: c.StatusOf, handler: handler}
-	res, err := idem.DoRunner[[]byte](ctx, g.eng, id, r)
+	res, err := idem.DoIdentity(ctx, g.eng, id, r.Run)
 	if r.buf != nil {
 		// The engine keeps a copy of the encoded response (JSONCodec,
 		// RawCodec): the buffer is free again.
@@ -243,7 +242,9 @@ func (g *Guard) identity(ctx context.Context, m *method, key string, req proto.M
 	}
 	// The store key is clientkey.RPC's, which idemctl find and the console
 	// use too; it and the fingerprint take one allocation.
-	return clientkey.RPCIdentity(m.operation, tenant, key, sha256.Sum256(b))
+	id, err := clientkey.RPCIdentity(m.operation, tenant, key, sha256.Sum256(b))
+	id.HoldCrashed = m.hold
+	return id, err
 }
 
 // deterministic is the encoding of everything the Guard hashes or stores:

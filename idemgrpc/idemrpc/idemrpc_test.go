@@ -36,6 +36,7 @@ func TestStatusFor(t *testing.T) {
 		{"principal", &idemrpc.PrincipalError{Err: errors.New("no token")}, code.Code_UNAUTHENTICATED, 0},
 		{"in progress", &idem.InProgressError{LeaseUntil: now.Add(2500 * time.Millisecond)}, code.Code_ABORTED, 2500 * time.Millisecond},
 		{"mismatch", &idem.MismatchError{}, code.Code_FAILED_PRECONDITION, 0},
+		{"held for an operator", &idem.HeldError{Key: "k", LeaseUntil: now.Add(-time.Second)}, code.Code_FAILED_PRECONDITION, 0},
 		{"stored status", &idem.TerminalError{Code: "grpc.PERMISSION_DENIED", Body: stored, Replayed: true}, code.Code_PERMISSION_DENIED, 0},
 		{"stored, no status", &idem.TerminalError{Code: "x", Message: "m", Replayed: true}, code.Code_UNKNOWN, 0},
 		{"result too large", &idem.TerminalError{Code: idem.CodeResultTooLarge, Replayed: true}, code.Code_DATA_LOSS, 0},

@@ -20,25 +20,12 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// ErrMissingKey: the method requires a key (Method.Required) and the call
-// has none. Answered INVALID_ARGUMENT.
-var ErrMissingKey = errors.New("idemrpc: idempotency key required")
-
-// ErrInvalidKey is [idem.ErrInvalidKey], the same value: a malformed or
-// repeated key fails with an [*idem.KeyError] that matches it. Answered
-// INVALID_ARGUMENT.
-//
-// Deprecated: match [idem.ErrInvalidKey].
-var ErrInvalidKey = idem.ErrInvalidKey
-
 // KeyField is the [idem.KeyError] Field of a malformed or repeated key.
 const KeyField = "idempotency key"
 
-// KeyError is the error of a malformed or repeated key.
-//
-// Deprecated: it is [idem.KeyError], the one error of key validation
-// (Field [KeyField]); use that name.
-type KeyError = idem.KeyError
+// ErrMissingKey: the method requires a key (Method.Required) and the call
+// has none. Answered INVALID_ARGUMENT.
+var ErrMissingKey = errors.New("idemrpc: idempotency key required")
 
 // PrincipalError is returned when Config.Principal refused the call.
 // Answered UNAUTHENTICATED.
@@ -139,6 +126,7 @@ func StatusFor(err error, now time.Time, storeRetryAfter time.Duration) *spb.Sta
 		re  *ResponseError
 		se  *StreamingMethodError
 		ipe *idem.InProgressError
+		he  *idem.HeldError
 		mme *idem.MismatchError
 		ce  *store.CorruptError
 	)
@@ -173,6 +161,11 @@ func StatusFor(err error, now time.Time, storeRetryAfter time.Duration) *spb.Sta
 	case errors.As(err, &ipe):
 		return s(code.Code_ABORTED, "a call with this idempotency key is still in progress; retry after the retry delay",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(ipe.RetryAfter(now))})
+	case errors.As(err, &he):
+		return s(code.Code_FAILED_PRECONDITION, "a call with this idempotency key was interrupted and is held for a person to settle; it is not processed again, and a retry gets this answer until it is settled",
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: "IDEMPOTENCY_KEY_HELD", Subject: "idempotency-key",
+				Description: "the key's takeover policy is Hold and its holder was lost; an operator resolves or releases it"}}})
 	case errors.As(err, &mme):
 		return s(code.Code_FAILED_PRECONDITION, "this idempotency key was used with a different request; use a new key for a new request",
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{

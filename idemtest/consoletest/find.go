@@ -18,7 +18,7 @@ import (
 // FindQuery is the query of the overview's search form for m.
 func FindQuery(m clientkey.Material) string {
 	return url.Values{"kind": {string(m.Kind)}, "operation": {m.Operation}, "method": {m.Method}, "route": {m.Route},
-		"principal": {m.Principal}, "tenant": {m.Tenant}, "key": {m.Key}}.Encode()
+		"principal": {m.Principal}, "tenant": {m.Tenant}, "topic": {m.Topic}, "key": {m.Key}}.Encode()
 }
 
 // Find submits the overview's search form with what a client sent (m) and

@@ -1,10 +1,16 @@
 // Package consumetest is the table every message consumer runs: the same
 // situations (a new message, a replay, a terminal or retryable error, a key
-// held elsewhere, a reused key, an uncertain outcome, an outcome write
+// held elsewhere or held for an operator, a reused key, an uncertain outcome, an outcome write
 // refused or failed) delivered through each adapter and its real broker
 // (or, for Lambda, real event shapes), each of which must settle the
 // message by the verdict the consume package gives. idemnats, idemamqp,
 // idemkafka (on franz-go's kfake emulator) and idemlambda run it.
+//
+// [BatchHoldsItsClaims] and [BatchSkipsLapsedClaims] are the scenarios of a
+// consumer's batch path with two members of a group on the real broker
+// (each adapter gives a [Member]): a batch whose tail waits behind a slow
+// head keeps its tail's claims, and a tail whose claims lapsed anyway does
+// not run. idemnats and idemamqp run them.
 // Test-only.
 package consumetest
 
@@ -118,11 +124,56 @@ func Cases() []Case {
 				return nil
 			})
 		}},
+		{"HeldForAnOperator", consume.DeadLetter, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
+			// A first copy's consumer dies holding the key under the
+			// takeover policy Hold: while its handler runs, the record is
+			// replaced by a held claim of "a crashed consumer" whose lease
+			// has already passed (the first copy's own Complete is then
+			// refused). The next copy meets a key held for an operator.
+			d(t, f, key, []byte(`{"n":1}`), func(ctx context.Context) error {
+				c, ok := idem.FromContext(ctx)
+				if !ok {
+					return errors.New("consumetest: the handler runs without a claim")
+				}
+				rec, err := f.Store.Get(ctx, c.Key)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				at := now.Add(time.Minute).UnixMilli() // past the first copy's lease
+				res, err := f.Store.Claim(ctx, store.ClaimParams{Key: c.Key, Owner: "a crashed consumer", Fingerprint: rec.Fingerprint,
+					Now: at, LeaseUntil: now.Add(-time.Second).UnixMilli(), ExpiresAt: at + 3_600_000, Hold: true})
+				if err != nil || !res.Acquired {
+					t.Errorf("planting the held claim: %+v %v", res, err)
+				}
+				return nil
+			})
+			v := d(t, f, key, []byte(`{"n":1}`), func(context.Context) error {
+				t.Error("the handler ran for a key held for an operator")
+				return nil
+			})
+			if !errors.Is(v.Err, idem.ErrHeld) {
+				t.Errorf("settled with %v, want idem.ErrHeld", v.Err)
+			}
+			return v
+		}},
 		{"OutcomeWriteFailed", consume.Done, func(t *testing.T, f *Fixture, d Deliver, key string) consume.Verdict {
-			// The store is unreachable for all of WriteTimeout after the
-			// handler ran.
-			f.Store.FailAlways("complete", fmt.Errorf("connection refused: %w", store.ErrUnavailable))
-			v := d(t, f, key, []byte(`{"n":1}`), ok)
+			// The store fails the message's Complete for all of
+			// WriteTimeout after the handler ran (the other messages of a
+			// batch are recorded).
+			v := d(t, f, key, []byte(`{"n":1}`), func(ctx context.Context) error {
+				c, ok := idem.FromContext(ctx)
+				if !ok {
+					return errors.New("consumetest: the handler runs without a claim")
+				}
+				f.Store.FailKeys("complete", func(k string) error {
+					if k != c.Key {
+						return nil
+					}
+					return fmt.Errorf("connection refused: %w", store.ErrUnavailable)
+				})
+				return nil
+			})
 			if !errors.Is(v.Err, consume.ErrOutcomeNotRecorded) {
 				t.Errorf("settled with %v, want consume.ErrOutcomeNotRecorded: the outcome write did not fail", v.Err)
 			}

@@ -59,10 +59,10 @@ func Run(t testing.TB, bin string, args ...string) (code int, stdout, stderr str
 // FindArgs are the arguments of `idemctl find` for m.
 func FindArgs(m clientkey.Material) []string {
 	kind := map[clientkey.Kind]string{clientkey.KindHTTP: "-http", clientkey.KindGateway: "-gateway", clientkey.KindRPC: "-grpc",
-		clientkey.KindKey: "-message", clientkey.KindJSON: "-json"}[m.Kind]
+		clientkey.KindKey: "-message", clientkey.KindJSON: "-json", clientkey.KindPayload: "-payload"}[m.Kind]
 	args := []string{"find", kind}
 	for _, f := range []struct{ name, v string }{{"-operation", m.Operation}, {"-method", m.Method}, {"-route", m.Route},
-		{"-principal", m.Principal}, {"-tenant", m.Tenant}, {"-key", m.Key}} {
+		{"-principal", m.Principal}, {"-tenant", m.Tenant}, {"-topic", m.Topic}, {"-key", m.Key}} {
 		if f.v != "" {
 			args = append(args, f.name, f.v)
 		}

@@ -1,10 +1,11 @@
 // Package faultstore wraps an store.Store to count its calls and inject
-// failures, for tests: fail the Nth call of a method, or every call while a
-// switch is on.
+// failures, for tests: fail the Nth call of a method, every call while a
+// switch is on, or the calls on some keys.
 package faultstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -21,14 +22,17 @@ type Store struct {
 	fail map[string]func(n int64) error
 	// lost, keyed by method name, returns the error to answer call n with
 	// after it was applied (a lost reply), or nil.
-	lost  map[string]func(n int64) error
+	lost map[string]func(n int64) error
+	// keys, keyed by method name, returns the error to inject for a call
+	// of that method on key, or nil to pass the call through.
+	keys  map[string]func(key string) error
 	calls map[string]*atomic.Int64
 }
 
 // New wraps inner.
 func New(inner store.Store) *Store {
-	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, calls: map[string]*atomic.Int64{}}
-	for _, m := range []string{"claim", "claim_batch", "complete", "complete_batch", "fail", "release", "extend", "extend_batch", "get"} {
+	s := &Store{Inner: inner, fail: map[string]func(int64) error{}, lost: map[string]func(int64) error{}, keys: map[string]func(string) error{}, calls: map[string]*atomic.Int64{}}
+	for _, m := range []string{"claim", "claim_batch", "complete", "complete_batch", "fail", "release", "extend", "extend_batch", "get", "record_step"} {
 		s.calls[m] = new(atomic.Int64)
 	}
 	return s
@@ -44,6 +48,23 @@ func (s *Store) FailWith(method string, f func(n int64) error) {
 		return
 	}
 	s.fail[method] = f
+}
+
+// FailKeys makes the calls of method on a key fail with the error f
+// returns for that key (nil passes): a fault of some keys, the others
+// served. It applies to the methods that name one key ("claim",
+// "complete", "fail", "release", "extend", "get"), and so to each
+// Complete of a CompleteBatch and each Extend of an ExtendBatch, which
+// are made through them; the call is counted either way. A nil f removes
+// the fault.
+func (s *Store) FailKeys(method string, f func(key string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f == nil {
+		delete(s.keys, method)
+		return
+	}
+	s.keys[method] = f
 }
 
 // LoseReplies makes method apply call n and then answer with the error f
@@ -87,6 +108,21 @@ func (s *Store) inject(method string) error {
 	return f(n)
 }
 
+// injectKey is inject for a call of method on key, with the key's fault
+// after the call's.
+func (s *Store) injectKey(method, key string) error {
+	if err := s.inject(method); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	f := s.keys[method]
+	s.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(key)
+}
+
 // reply returns err, or the lost-reply fault for the last call of method
 // when err is nil.
 func (s *Store) reply(method string, err error) error {
@@ -101,7 +137,7 @@ func (s *Store) reply(method string, err error) error {
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if err := s.inject("claim"); err != nil {
+	if err := s.injectKey("claim", p.Key); err != nil {
 		return store.ClaimResult{}, err
 	}
 	return s.Inner.Claim(ctx, p)
@@ -127,9 +163,23 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	return res, errs
 }
 
+// RecordStep implements store.Stepper, counted as "record_step", with its
+// faults and lost replies. Over an inner store without steps it fails
+// with an error wrapping store.ErrMisconfigured.
+func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
+	if err := s.inject("record_step"); err != nil {
+		return err
+	}
+	st, ok := s.Inner.(store.Stepper)
+	if !ok {
+		return fmt.Errorf("faultstore: the inner store %T does not record steps: %w", s.Inner, store.ErrMisconfigured)
+	}
+	return s.reply("record_step", st.RecordStep(ctx, p))
+}
+
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
-	if err := s.inject("complete"); err != nil {
+	if err := s.injectKey("complete", p.Key); err != nil {
 		return err
 	}
 	return s.reply("complete", s.Inner.Complete(ctx, p))
@@ -174,7 +224,7 @@ func (s *Store) ExtendBatch(ctx context.Context, ps []store.ExtendParams) []erro
 
 // Fail implements store.Store.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
-	if err := s.inject("fail"); err != nil {
+	if err := s.injectKey("fail", p.Key); err != nil {
 		return err
 	}
 	return s.reply("fail", s.Inner.Fail(ctx, p))
@@ -182,7 +232,7 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	if err := s.inject("release"); err != nil {
+	if err := s.injectKey("release", p.Key); err != nil {
 		return err
 	}
 	return s.reply("release", s.Inner.Release(ctx, p))
@@ -190,7 +240,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	if err := s.inject("extend"); err != nil {
+	if err := s.injectKey("extend", p.Key); err != nil {
 		return err
 	}
 	return s.reply("extend", s.Inner.Extend(ctx, p))
@@ -198,7 +248,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, key string) (*store.Record, error) {
-	if err := s.inject("get"); err != nil {
+	if err := s.injectKey("get", key); err != nil {
 		return nil, err
 	}
 	return s.Inner.Get(ctx, key)

@@ -139,8 +139,8 @@ type Config struct {
 	Bucket string
 	// LockTimeout is how long Open waits for the file lock. Default 1s.
 	LockTimeout time.Duration
-	// MaxResultBytes bounds a record's payload (result or error). Default
-	// 16 MiB.
+	// MaxResultBytes bounds a record's payload (result or error, or its
+	// steps taken together). Default 16 MiB.
 	MaxResultBytes int
 	// SweepInterval is how often expired records are deleted. Default 1m;
 	// negative disables the sweeper.
@@ -228,6 +228,7 @@ var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Lister  = (*Store)(nil)
 	_ store.Deleter = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store file at path and starts its
@@ -590,9 +591,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 }
 
 // fenced runs a fenced write: change modifies the held record, or returns
-// true to delete it. The write is durable when fenced returns, the held
-// claim it settles included.
-func (s *Store) fenced(ctx context.Context, c store.ClaimRef, change func(r *store.Record) (del bool)) error {
+// true to delete it; an error from change refuses the write, and nothing
+// is written. The write is durable when fenced returns, the held claim it
+// settles included.
+func (s *Store) fenced(ctx context.Context, c store.ClaimRef, change func(r *store.Record) (del bool, err error)) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
@@ -608,7 +610,10 @@ func (s *Store) fenced(ctx context.Context, c store.ClaimRef, change func(r *sto
 	if err := store.CheckFence(r, c); err != nil {
 		return err
 	}
-	del := change(r)
+	del, err := change(r)
+	if err != nil {
+		return err
+	}
 	h := sl.held.Load()
 	if h == nil {
 		if del {
@@ -659,9 +664,9 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if len(p.Result) > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: len(p.Result), Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) bool {
+	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) (bool, error) {
 		store.ApplyComplete(r, p)
-		return false
+		return false, nil
 	})
 }
 
@@ -670,15 +675,15 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}
-	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) bool {
+	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) (bool, error) {
 		store.ApplyFail(r, p)
-		return false
+		return false, nil
 	})
 }
 
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
-	return s.fenced(ctx, p.ClaimRef, func(*store.Record) bool { return true })
+	return s.fenced(ctx, p.ClaimRef, func(*store.Record) (bool, error) { return true, nil })
 }
 
 // Extend implements [store.Store]. Extending a held Local claim writes it to
@@ -687,10 +692,35 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := p.Check(); err != nil {
 		return err
 	}
-	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) bool {
+	return s.fenced(ctx, p.ClaimRef, func(r *store.Record) (bool, error) {
 		store.ApplyExtend(r, p)
-		return false
+		return false, nil
 	})
+}
+
+// errStepped is RecordStep's answer to a step recorded already: nothing
+// to write.
+var errStepped = errors.New("boltstore: step recorded already")
+
+// RecordStep implements [store.Stepper]: the record with the step
+// appended, written as every fenced write is (a held Local claim with it,
+// durable when RecordStep returns). MaxResultBytes bounds the record's
+// steps taken together.
+func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	err := s.fenced(ctx, p.ClaimRef, func(r *store.Record) (bool, error) {
+		changed, err := store.ApplyStep(r, p, s.cfg.MaxResultBytes)
+		if err == nil && !changed {
+			err = errStepped
+		}
+		return false, err
+	})
+	if err == errStepped {
+		return nil
+	}
+	return err
 }
 
 // Get implements [store.Store].

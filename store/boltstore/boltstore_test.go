@@ -161,6 +161,41 @@ func TestLocalClaimsNeverReachTheFile(t *testing.T) {
 	}
 }
 
+// TestStepsReachTheFile: a step recorded under a held Local claim is in
+// the file when RecordStep returns, the claim with it (a crash after it
+// must not run the step again), and a retried step makes no commit.
+func TestStepsReachTheFile(t *testing.T) {
+	t.Parallel()
+	s := open(t, &boltstore.Config{SweepInterval: -1})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	res, err := s.Claim(ctx, store.ClaimParams{Key: "k", Owner: "o", Now: now, LeaseUntil: now + 60_000, ExpiresAt: now + 3_600_000, Local: true})
+	if err != nil || !res.Acquired {
+		t.Fatalf("claim: %v %+v", err, res)
+	}
+	step := store.StepParams{ClaimRef: store.ClaimRef{Key: "k", Fence: res.Record.Fence, Owner: "o", Now: now},
+		Step: store.Step{Name: "charge", Result: []byte("ch_1"), At: now}}
+	if err := s.RecordStep(ctx, step); err != nil {
+		t.Fatal(err)
+	}
+	commits, _ := s.CommitStats()
+	if err := s.RecordStep(ctx, step); err != nil {
+		t.Fatalf("retried step: %v", err)
+	}
+	if after, _ := s.CommitStats(); after != commits {
+		t.Fatalf("a retried step made %d commits, want none", after-commits)
+	}
+	c, err := boltstore.Open(copyFile(t, s.Path()), &boltstore.Config{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Get(ctx, "k")
+	if err != nil || r.Status != store.StatusInProgress || len(r.Steps) != 1 || r.Steps[0].Name != "charge" || string(r.Steps[0].Result) != "ch_1" {
+		t.Fatalf("the claim and its step in the file: %v %+v", err, r)
+	}
+}
+
 // TestLocalClaimsAreWrittenWithSyncEveryClaim: with SyncEveryClaim a Do's
 // claim is in the file when Claim returns, as every other claim.
 func TestLocalClaimsAreWrittenWithSyncEveryClaim(t *testing.T) {

@@ -256,7 +256,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	names := map[string]bool{}
 	for _, n := range []string{c.KeyAttr, c.SortKeyAttr, c.ExpiryAttr, c.LeaseAttr, c.StatusAttr, c.DataAttr, c.ValidationAttr, openAttr,
-		attrFence, attrOwner, attrExpMs, attrCreated, attrCompleted, attrErrCode, attrErrMsg, attrErrBody, attrRef, attrDataRef, attrVersion} {
+		attrFence, attrOwner, attrExpMs, attrCreated, attrCompleted, attrErrCode, attrErrMsg, attrErrBody, attrRef, attrDataRef, attrVersion, attrHold} {
 		if n == "" {
 			continue
 		}
@@ -284,6 +284,9 @@ const (
 	attrRef       = "ref"
 	attrDataRef   = "data_ref"
 	attrVersion   = "v"
+	// attrHold is true on a claim made with ClaimParams.Hold (Record.Hold),
+	// absent otherwise: such an item is not taken over past its lease.
+	attrHold = "hold"
 )
 
 // Store is an [store.Store] on one DynamoDB table. It also implements
@@ -327,7 +330,7 @@ func (c Config) placeholders() map[string]string {
 		"#data": c.DataAttr, "#val": c.ValidationAttr, "#fence": attrFence, "#owner": attrOwner,
 		"#expms": attrExpMs, "#created": attrCreated, "#completed": attrCompleted,
 		"#ecode": attrErrCode, "#emsg": attrErrMsg, "#ebody": attrErrBody, "#ref": attrRef,
-		"#dref": attrDataRef, "#v": attrVersion, "#open": c.OpenAttr, "#sk": c.SortKeyAttr,
+		"#dref": attrDataRef, "#v": attrVersion, "#hold": attrHold, "#open": c.OpenAttr, "#sk": c.SortKeyAttr,
 	}
 }
 
@@ -374,16 +377,18 @@ func (s *Store) pick(ph ...string) map[string]string {
 }
 
 // takeoverCond is the condition of a claim over an item seen claimable:
-// the key is absent, or its item is claimable at :now, whatever its fence.
-const takeoverCond = "attribute_not_exists(#pk) OR #expms <= :now OR (#st = :ip AND #lease <= :now)"
+// the key is absent, or its item is claimable at :now, whatever its fence
+// (an IN_PROGRESS item past its lease only when it is not held).
+const takeoverCond = "attribute_not_exists(#pk) OR #expms <= :now OR (#st = :ip AND #lease <= :now AND attribute_not_exists(#hold))"
 
-// holdCond is takeoverCond for a claim with ClaimParams.NoTakeover: no
+// noTakeoverCond is takeoverCond for a claim with ClaimParams.NoTakeover: no
 // IN_PROGRESS item is claimable, only an absent or expired settled one.
-const holdCond = "attribute_not_exists(#pk) OR (#expms <= :now AND #st <> :ip)"
+const noTakeoverCond = "attribute_not_exists(#pk) OR (#expms <= :now AND #st <> :ip)"
 
 // takeoverSet and takeoverRest write a new claim over the item they find
 // (its open-index entry between them), adding 1 to that item's fence (an
-// absent fence counts as 0), and remove what the old item held.
+// absent fence counts as 0), and remove what the old item held. The
+// claim's hold is set, or removed, by takeoverHold.
 const (
 	takeoverSet  = "SET #st = :ip, #owner = :owner, #lease = :lease, #exp = :exp, #expms = :expms, #val = :fp, #created = :now, #v = :v"
 	takeoverRest = " REMOVE #data, #dref, #completed, #ecode, #emsg, #ebody, #ref ADD #fence :one"
@@ -428,17 +433,23 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		":v": num(int64(store.RecordVersion)), ":one": num(1),
 	}
 	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
+	set, rest := takeoverSet+open, takeoverRest
+	if p.Hold {
+		set, vals[":hold"] = set+", #hold = :hold", &types.AttributeValueMemberBOOL{Value: true}
+	} else {
+		rest = " REMOVE #hold," + rest[len(" REMOVE"):]
+	}
 	cond := takeoverCond
 	if p.NoTakeover {
-		cond = holdCond
+		cond = noTakeoverCond
 	}
 	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.cfg.Table),
 		Key:                 s.itemKey(p.Key),
 		ConditionExpression: aws.String(cond),
-		UpdateExpression:    aws.String(takeoverSet + open + takeoverRest),
+		UpdateExpression:    aws.String(set + rest),
 		ExpressionAttributeNames: s.pick(append(openPh, "#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
-			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence")...),
+			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence", "#hold")...),
 		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -496,6 +507,9 @@ func (s *Store) claimItem(r *store.Record) map[string]types.AttributeValue {
 	it[s.cfg.ValidationAttr] = str(r.Fingerprint)
 	it[attrCreated] = num(r.CreatedAt)
 	it[attrVersion] = num(int64(r.Version))
+	if r.Hold {
+		it[attrHold] = &types.AttributeValueMemberBOOL{Value: true}
+	}
 	if s.cfg.OpenIndex != "" {
 		it[s.cfg.OpenAttr] = str(s.openValue(r.Status, r.Key))
 	}

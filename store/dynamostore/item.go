@@ -135,6 +135,9 @@ func (s *Store) decodeMeta(key string, item map[string]types.AttributeValue) (r 
 	r.Owner, _ = strAttr(item[attrOwner])
 	r.Fingerprint, _ = strAttr(item[s.cfg.ValidationAttr])
 	r.Ref, _ = strAttr(item[attrRef])
+	if h, ok := item[attrHold].(*types.AttributeValueMemberBOOL); ok {
+		r.Hold = h.Value
+	}
 	r.CompletedAt, _ = numAttr(item[attrCompleted])
 	switch r.Status {
 	case store.StatusCompleted:

@@ -26,8 +26,8 @@ var ErrFull = fmt.Errorf("memstore: full: %w", store.ErrUnavailable)
 type Config struct {
 	// MaxRecords bounds the number of records. Default 1,000,000.
 	MaxRecords int
-	// MaxResultBytes bounds a record's payload (result or error). Default
-	// 16 MiB.
+	// MaxResultBytes bounds a record's payload (result or error, or its
+	// steps taken together). Default 16 MiB.
 	MaxResultBytes int
 	// SweepInterval is how often expired records are deleted. Default 1m;
 	// negative disables the sweeper.
@@ -36,8 +36,8 @@ type Config struct {
 	Clock store.Clock
 }
 
-// Store is an in-memory [store.Store]. It also implements [store.Lister] and
-// [store.Deleter].
+// Store is an in-memory [store.Store]. It also implements [store.Lister],
+// [store.Deleter] and [store.Stepper].
 type Store struct {
 	cfg Config
 
@@ -58,6 +58,7 @@ var (
 	_ store.Lister       = (*Store)(nil)
 	_ store.Deleter      = (*Store)(nil)
 	_ store.BatchClaimer = (*Store)(nil)
+	_ store.Stepper      = (*Store)(nil)
 )
 
 // New returns an empty store and starts its sweeper.
@@ -259,6 +260,26 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	}
 	store.ApplyExtend(r, p)
 	return nil
+}
+
+// RecordStep implements [store.Stepper]: the step is appended to the
+// record under the store's lock, fenced as Complete is. MaxResultBytes
+// bounds the record's steps taken together.
+func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.held(p.ClaimRef)
+	if err != nil {
+		return err
+	}
+	_, err = store.ApplyStep(r, p, s.cfg.MaxResultBytes)
+	return err
 }
 
 // Get implements [store.Store].

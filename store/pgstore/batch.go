@@ -23,22 +23,24 @@ func newBatchStatements(t string) batchStatements {
 	// concurrent batches lock common rows in one order.
 	// $8 is ClaimParams.NoTakeover, one for the whole batch: no
 	// IN_PROGRESS row is then replaced, whatever its lease and expiry.
-	claimable := "(NOT ($8::boolean AND cur.status = 1) AND (cur.expires_at <= EXCLUDED.created_at OR (cur.status = 1 AND cur.lease_until <= EXCLUDED.created_at)))"
+	// A held row (column hold) is not claimable past its lease.
+	claimable := "(NOT ($8::boolean AND cur.status = 1) AND (cur.expires_at <= EXCLUDED.created_at OR (cur.status = 1 AND NOT cur.hold AND cur.lease_until <= EXCLUDED.created_at)))"
 	set := ""
 	for _, c := range []struct{ col, claimed string }{
 		{"status", "1"}, {"fence", "cur.fence + 1"}, {"owner", "EXCLUDED.owner"}, {"lease_until", "EXCLUDED.lease_until"},
 		{"expires_at", "EXCLUDED.expires_at"}, {"fingerprint", "EXCLUDED.fingerprint"}, {"result", "NULL"}, {"err_code", "NULL"},
 		{"err_message", "NULL"}, {"err_body", "NULL"}, {"ref", "NULL"}, {"created_at", "EXCLUDED.created_at"},
 		{"completed_at", "NULL"}, {"version", "EXCLUDED.version"}, {"takeover", "cur.expires_at > EXCLUDED.created_at"},
+		{"hold", "EXCLUDED.hold"},
 	} {
 		if set != "" {
 			set += ", "
 		}
 		set += c.col + " = CASE WHEN " + claimable + " THEN " + c.claimed + " ELSE cur." + c.col + " END"
 	}
-	claim := "INSERT INTO " + t + " AS cur (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
-		"SELECT v.key, 1, 1, v.owner, v.lease_until, v.expires_at, v.fingerprint, v.now, $7, false " +
-		"FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[]) AS v(key, owner, lease_until, expires_at, fingerprint, now) " +
+	claim := "INSERT INTO " + t + " AS cur (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover, hold) " +
+		"SELECT v.key, 1, 1, v.owner, v.lease_until, v.expires_at, v.fingerprint, v.now, $7, false, v.hold " +
+		"FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[], $9::boolean[]) AS v(key, owner, lease_until, expires_at, fingerprint, now, hold) " +
 		"ORDER BY v.key ON CONFLICT (key) DO UPDATE SET " + set + " RETURNING " + columns
 	// The complete is the fenced UPDATE of every row at once; each row of
 	// the batch answers whether it was written and, when it was not, the
@@ -87,6 +89,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 	var (
 		keys, owners, fps  []string
 		leases, exps, nows []int64
+		holds              []bool
 		later              []int // claims of a key named before
 	)
 	for i, p := range ps {
@@ -97,8 +100,9 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 		first[p.Key] = i
 		keys, owners, fps = append(keys, p.Key), append(owners, p.Owner), append(fps, p.Fingerprint)
 		leases, exps, nows = append(leases, p.LeaseUntil), append(exps, p.ExpiresAt), append(nows, p.Now)
+		holds = append(holds, p.Hold)
 	}
-	rows, err := s.db.Query(ctx, s.bsql.claim, keys, owners, leases, exps, fps, nows, store.RecordVersion, ps[0].NoTakeover)
+	rows, err := s.db.Query(ctx, s.bsql.claim, keys, owners, leases, exps, fps, nows, store.RecordVersion, ps[0].NoTakeover, holds)
 	if err == nil {
 		for rows.Next() {
 			rec, takeover, serr := scanRecord(rows, nil)

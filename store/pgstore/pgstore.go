@@ -244,7 +244,7 @@ func (s *Store) translate(op, key string, err error) error {
 	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }
 
-const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover"
+const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover, hold"
 
 type statements struct {
 	claim, upsert, complete, fail, release, extend, explain, get, del, reap string
@@ -264,8 +264,8 @@ func newStatements(t string) statements {
 		// A conflict takes no row lock, so a duplicate writes nothing and
 		// costs no commit flush. The existing row is read from the
 		// statement's snapshot.
-		claim: "WITH ins AS (INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
-			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO NOTHING RETURNING " + columns + ") " +
+		claim: "WITH ins AS (INSERT INTO " + t + " (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover, hold) " +
+			"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false, $8) ON CONFLICT (key) DO NOTHING RETURNING " + columns + ") " +
 			"SELECT true, " + columns + " FROM ins UNION ALL " +
 			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
 		upsert:   claimUpsert(t),
@@ -286,8 +286,9 @@ func newStatements(t string) statements {
 // is PostgreSQL's guarantee for this clause in READ COMMITTED, and what
 // the first statement (DO NOTHING, reading its snapshot) lacks. Every
 // column is set from a CASE on one condition, the record's claimability
-// at $6 (the rule of [store.ApplyClaim]; with $8, ClaimParams.NoTakeover,
-// an IN_PROGRESS row is never claimable), evaluated on the locked version:
+// at $6 (the rule of [store.ApplyClaim]: a held row, column hold, is not
+// claimable past its lease; with $9, ClaimParams.NoTakeover, an
+// IN_PROGRESS row is never claimable; $8 is ClaimParams.Hold), evaluated on the locked version:
 // when claimable, a new claim with fence + 1; otherwise the row's own
 // value, so no field changes (the row gets a new version with the same
 // values) and RETURNING still gives the row.
@@ -297,21 +298,21 @@ func newStatements(t string) statements {
 // just written, or a row that was not claimable and that ApplyClaim
 // would answer as acquired (the same owner's retried claim).
 func claimUpsert(t string) string {
-	claimable := "((cur.status <> 1 OR NOT $8::boolean) AND (cur.expires_at <= $6 OR (cur.status = 1 AND cur.lease_until <= $6)))"
+	claimable := "((cur.status <> 1 OR NOT $9::boolean) AND (cur.expires_at <= $6 OR (cur.status = 1 AND NOT cur.hold AND cur.lease_until <= $6)))"
 	set := ""
 	for _, c := range []struct{ col, claimed string }{
 		{"status", "1"}, {"fence", "cur.fence + 1"}, {"owner", "$2"}, {"lease_until", "$3"}, {"expires_at", "$4"},
 		{"fingerprint", "$5"}, {"result", "NULL"}, {"err_code", "NULL"}, {"err_message", "NULL"}, {"err_body", "NULL"},
 		{"ref", "NULL"}, {"created_at", "$6"}, {"completed_at", "NULL"}, {"version", "$7"},
-		{"takeover", "cur.expires_at > $6"},
+		{"takeover", "cur.expires_at > $6"}, {"hold", "$8"},
 	} {
 		if set != "" {
 			set += ", "
 		}
 		set += c.col + " = CASE WHEN " + claimable + " THEN " + c.claimed + " ELSE cur." + c.col + " END"
 	}
-	return "INSERT INTO " + t + " AS cur (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover) " +
-		"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false) ON CONFLICT (key) DO UPDATE SET " + set +
+	return "INSERT INTO " + t + " AS cur (key, status, fence, owner, lease_until, expires_at, fingerprint, created_at, version, takeover, hold) " +
+		"VALUES ($1, 1, 1, $2, $3, $4, $5, $6, $7, false, $8) ON CONFLICT (key) DO UPDATE SET " + set +
 		" RETURNING (cur.status = 1 AND cur.owner = $2 AND cur.fingerprint = $5), " + columns
 }
 
@@ -343,7 +344,7 @@ func claimUpsert(t string) string {
 // row's newest version under its lock. A retried claim answered by the
 // upsert reports as Takeover how it was first acquired.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, store.RecordVersion}
+	args := []any{p.Key, p.Owner, p.LeaseUntil, p.ExpiresAt, p.Fingerprint, p.Now, store.RecordVersion, p.Hold}
 	for range 2 {
 		rec, inserted, err := s.claimInsert(ctx, args)
 		if err != nil {
@@ -386,7 +387,7 @@ func (s *Store) claimInsert(ctx context.Context, args []any) (rec *store.Record,
 	if rows.Next() {
 		// The first column says which branch answered; an inserted row
 		// is not decoded (nil skips a column).
-		skip := make([]any, 17)
+		skip := make([]any, 18)
 		skip[0] = &inserted
 		if err = rows.Scan(skip...); err == nil && !inserted {
 			rec, _, err = scanRecord(rows, &inserted)
@@ -447,7 +448,7 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 		dest = append(dest, first)
 	}
 	dest = append(dest, &r.Key, &status, &fence, &r.Owner, &r.LeaseUntil, &r.ExpiresAt, &r.Fingerprint, &result,
-		&errCode, &errMsg, &errBody, &ref, &r.CreatedAt, &completed, &version, &takeover)
+		&errCode, &errMsg, &errBody, &ref, &r.CreatedAt, &completed, &version, &takeover, &r.Hold)
 	if err := row.Scan(dest...); err != nil {
 		return nil, false, err
 	}

@@ -1,6 +1,6 @@
 #!lua
 -- idem claim, the path a SET NX GET could not settle: a record present
--- that may have to be taken over (expired, or lease passed). KEYS[1] = the
+-- that may have to be taken over (expired, or lease passed and not held). KEYS[1] = the
 -- record.
 -- ARGV: now, the new record after its fence digits (see layout.go),
 -- expires_at (ms), and '1' when no IN_PROGRESS record may be replaced
@@ -24,9 +24,11 @@ elseif v then
   local s = r and string.find(v, ';', r + 1, true)
   if not (s and string.byte(v, 1) == 82) then return {-1, 'record layout not recognised'} end
   local f, st = tonumber(string.sub(v, 2, a - 1)), string.byte(v, p) - 48
-  local e, l = tonumber(string.sub(v, p + 1, q - 1)), tonumber(string.sub(v, r + 1, s - 1))
+  -- a lease written 'h' lease is held (Record.Hold): never taken over
+  local h = string.byte(v, r + 1) == 104
+  local e, l = tonumber(string.sub(v, p + 1, q - 1)), tonumber(string.sub(v, h and r + 2 or r + 1, s - 1))
   if not (f and e and l) then return {-1, 'record fence, expiry or lease not a number'} end
-  if (st == 1 and ARGV[4] == '1') or (now < e and not (st == 1 and now >= l)) then
+  if (st == 1 and ARGV[4] == '1') or (now < e and not (st == 1 and not h and now >= l)) then
     return {0, v}
   end
   fence = f + 1

@@ -44,11 +44,15 @@ end
 -- error Redis answered, or an error reply 'idem: ...' when the kept fields
 -- are damaged.
 local function lengthen(k, v, q, r, n, lease, ref)
-  -- keep = lease_until ';' created ';' version ';' len(fp) ':' fp ref
+  -- keep = ['h'] lease_until ';' created ';' version ';' len(fp) ':' fp ref
   local keep = string.sub(v, r + 1, r + n)
   local a = string.find(keep, ';', 1, true)
   if not a then return redis.error_reply('idem: record layout not recognised') end
-  if lease == '0' then lease = string.sub(keep, 1, a - 1) end
+  if lease == '0' then
+    lease = string.sub(keep, 1, a - 1)
+  elseif string.byte(keep, 1) == 104 then
+    lease = 'h' .. lease -- a held claim stays held
+  end
   local rest = string.sub(keep, a)
   if ref ~= '' then
     local b = string.find(keep, ';', a + 1, true)

@@ -15,7 +15,8 @@ import (
 //	status                                 one digit: 1, 2 or 3
 //	expires_at ';'
 //	len(keep) ':' keep                     kept by Complete and Fail:
-//	    lease_until ';' created_at ';' version ';' len(fp) ':' fp ref
+//	    ['h'] lease_until ';' created_at ';' version ';' len(fp) ':' fp ref
+//	    ('h': the claim is held, Record.Hold: not taken over past its lease)
 //	completed_at ';'
 //	payload                                COMPLETED: the result;
 //	                                       FAILED: len(code) ':' code len(msg) ':' msg body
@@ -44,7 +45,11 @@ func appendClaimRest(b []byte, p store.ClaimParams) []byte {
 	b = strconv.AppendInt(b, p.ExpiresAt, 10)
 	b = append(b, ';')
 	var keep [160]byte
-	k := strconv.AppendInt(keep[:0], p.LeaseUntil, 10)
+	k := keep[:0]
+	if p.Hold {
+		k = append(k, 'h')
+	}
+	k = strconv.AppendInt(k, p.LeaseUntil, 10)
 	k = append(k, ';')
 	k = strconv.AppendInt(k, p.Now, 10)
 	k = append(k, ';')
@@ -159,6 +164,9 @@ func decodeValue(key, v string) (*store.Record, error) {
 	}
 	r.ExpiresAt = d.int(';', "expires_at")
 	keep := decoder{v: d.sized("keep")}
+	if strings.HasPrefix(keep.v, "h") {
+		r.Hold, keep.v = true, keep.v[1:]
+	}
 	r.LeaseUntil = keep.int(';', "lease_until")
 	r.CreatedAt = keep.int(';', "created_at")
 	r.Version = int(keep.int(';', "version"))

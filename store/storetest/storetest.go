@@ -46,10 +46,11 @@ import (
 // Features tells the suite what the store can do and how hard to push it.
 // Zero fields take the defaults given.
 type Features struct {
-	// MaxResultBytes is the largest result the store accepts. The suite
-	// stores exactly that many bytes, then one more, which must fail with
-	// idem.ErrTooLarge. Zero means the store has no limit of its own: the
-	// suite stores 1 MiB and skips the one-over case.
+	// MaxResultBytes is the largest result the store accepts, and the
+	// largest size of a record's steps taken together ([store.Stepper]).
+	// The suite stores exactly that many bytes, then one more, which must
+	// fail with idem.ErrTooLarge. Zero means the store has no limit of its
+	// own: the suite stores 1 MiB and skips the one-over case.
 	MaxResultBytes int
 	// StormGoroutines is how many goroutines race for one key. Default 64.
 	StormGoroutines int
@@ -108,6 +109,7 @@ var Cases = []struct {
 	{"NotFound", TestNotFound},
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
 	{"NoTakeover", TestNoTakeover},
+	{"Hold", TestHold},
 	{"ClaimBatch", TestClaimBatch},
 	{"ClaimBatchMatchesClaim", TestClaimBatchMatchesClaim},
 	{"CompleteBatch", TestCompleteBatch},
@@ -122,6 +124,12 @@ var Cases = []struct {
 	{"Resettle", TestResettle},
 	{"ExpiryBoundary", TestExpiryBoundary},
 	{"ResultSizeLimit", TestResultSizeLimit},
+	{"GoldenRecords", TestGoldenRecords},
+	{"Steps", TestSteps},
+	{"StepFencing", TestStepFencing},
+	{"StepsGoWithRecord", TestStepsGoWithRecord},
+	{"StepSizeLimit", TestStepSizeLimit},
+	{"StepsListing", TestStepsListing},
 	{"EngineMismatchEveryPath", TestEngineMismatchEveryPath},
 	{"EngineReplay", TestEngineReplay},
 	{"Storm", TestStorm},
@@ -201,6 +209,10 @@ func sameRecord(t *testing.T, what string, got, want *store.Record) {
 		}
 	}
 	g.Err, w.Err = nil, nil
+	if err := sameSteps(g.Steps, w.Steps); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+	g.Steps, w.Steps = nil, nil
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, g, w)
 	}
@@ -433,6 +445,113 @@ func TestNoTakeover(t *testing.T, _ Features, newStore NewStore) {
 	}
 	if res, err := s.Claim(ctx, hold("owner-c", at+1000)); err != nil || !res.Acquired || res.Takeover || res.Record.Fence != took.Record.Fence+1 {
 		t.Fatalf("NoTakeover claim of an expired COMPLETED record: %+v, %v; want acquired with fence %d", res, err, took.Record.Fence+1)
+	}
+}
+
+// TestHold: a claim made with ClaimParams.Hold (the takeover policy Hold)
+// is stored with Record.Hold, which Extend and Complete keep. Past its
+// lease no claim takes it over (through ClaimBatch neither): it stays
+// IN_PROGRESS with its claim, and a Lister lists it as stuck with Hold
+// set, so an operator sees why it waits. Its holder's fenced writes still
+// land after the lease. Past its expiry it is claimed as any expired
+// record, and a claim without Hold writes a record without it.
+func TestHold(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	now := base()
+	heldClaim := func(key, owner string, at int64) store.ClaimResult {
+		t.Helper()
+		res, err := s.Claim(ctx, store.ClaimParams{Key: key, Fingerprint: fp("a"), Owner: owner, Now: at, LeaseUntil: at + lease, ExpiresAt: at + expiry, Hold: true})
+		if err != nil {
+			t.Fatalf("held claim by %s: %v", owner, err)
+		}
+		return res
+	}
+	key := newKey(t)
+	first := heldClaim(key, "owner-a", now)
+	if !first.Acquired || !first.Record.Hold {
+		t.Fatalf("held claim of an absent key: acquired %v, record %+v; want acquired with Hold", first.Acquired, first.Record)
+	}
+	if got := mustGet(t, s, key); !got.Hold {
+		t.Fatalf("record after a held claim: %+v; want Hold stored", got)
+	}
+	ref := store.ClaimRef{Key: key, Fence: first.Record.Fence, Owner: "owner-a", Now: now + 1}
+	if err := s.Extend(ctx, store.ExtendParams{ClaimRef: ref, LeaseUntil: now + 2*lease, Ref: "exec-1"}); err != nil {
+		t.Fatalf("Extend of a held claim: %v", err)
+	}
+	held := mustGet(t, s, key)
+	if !held.Hold || held.LeaseUntil != now+2*lease || held.Ref != "exec-1" {
+		t.Fatalf("held record after Extend: %+v; want Hold kept, lease %d, ref exec-1", held, now+2*lease)
+	}
+	past := held.LeaseUntil
+	for _, c := range []struct {
+		name string
+		p    store.ClaimParams
+	}{
+		{"another owner, past the lease", store.ClaimParams{Key: key, Fingerprint: fp("a"), Owner: "owner-b", Now: past, LeaseUntil: past + lease, ExpiresAt: past + expiry}},
+		{"another owner with Hold, past the lease", store.ClaimParams{Key: key, Fingerprint: fp("a"), Owner: "owner-b", Now: past + 1, LeaseUntil: past + lease, ExpiresAt: past + expiry, Hold: true}},
+		{"just before the expiry", store.ClaimParams{Key: key, Fingerprint: fp("a"), Owner: "owner-b", Now: held.ExpiresAt - 1, LeaseUntil: held.ExpiresAt + lease, ExpiresAt: held.ExpiresAt + expiry}},
+	} {
+		res, err := s.Claim(ctx, c.p)
+		if err != nil {
+			t.Fatalf("claim of a held record, %s: %v", c.name, err)
+		}
+		if res.Acquired || res.Takeover || res.Record == nil || res.Record.Owner != "owner-a" || !res.Record.Hold {
+			t.Fatalf("claim of a held record, %s: acquired %v takeover %v record %+v; want a conflict with owner-a's held claim", c.name, res.Acquired, res.Takeover, res.Record)
+		}
+		sameRecord(t, "held record after a claim "+c.name, mustGet(t, s, key), held)
+		if bc, ok := s.(store.BatchClaimer); ok {
+			rs, errs := bc.ClaimBatch(ctx, []store.ClaimParams{c.p})
+			if len(rs) != 1 || len(errs) != 1 || errs[0] != nil || rs[0].Acquired || rs[0].Record == nil || rs[0].Record.Owner != "owner-a" {
+				t.Fatalf("ClaimBatch of a held record, %s: %+v %v; want a conflict with owner-a's claim", c.name, rs, errs)
+			}
+			sameRecord(t, "held record after a ClaimBatch "+c.name, mustGet(t, s, key), held)
+		}
+	}
+	if lister, ok := s.(store.Lister); ok {
+		found := false
+		p := store.ListParams{Status: store.StatusInProgress, Stuck: true, Now: past, Limit: 100}
+		for range 10_000 {
+			page, err := lister.List(ctx, p)
+			if err != nil {
+				t.Fatalf("List stuck: %v", err)
+			}
+			for _, r := range page.Records {
+				if r.Key == key {
+					found = true
+					if !r.Hold {
+						t.Errorf("listed held record %+v without Hold", r)
+					}
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			p.Cursor = page.Next
+		}
+		if !found {
+			t.Errorf("the held record past its lease is not listed as stuck")
+		}
+	}
+
+	// The holder's write lands after its lease; Hold stays with the record.
+	ref.Now = past + 5
+	if err := s.Complete(ctx, store.CompleteParams{ClaimRef: ref, ExpiresAt: past + expiry, Result: []byte("r")}); err != nil {
+		t.Fatalf("holder's Complete past its held lease: %v", err)
+	}
+	if got := mustGet(t, s, key); got.Status != store.StatusCompleted || !got.Hold {
+		t.Fatalf("held record after Complete: %+v; want COMPLETED with Hold kept", got)
+	}
+
+	// Past its expiry a held record is claimed as any expired record.
+	key2 := newKey(t)
+	h2 := heldClaim(key2, "owner-a", now).Record
+	res, err := s.Claim(ctx, store.ClaimParams{Key: key2, Fingerprint: fp("a"), Owner: "owner-c", Now: h2.ExpiresAt, LeaseUntil: h2.ExpiresAt + lease, ExpiresAt: h2.ExpiresAt + expiry})
+	if err != nil || !res.Acquired || res.Takeover || res.Record.Fence != h2.Fence+1 || res.Record.Hold {
+		t.Fatalf("claim of a held record at its expiry: %+v, %v; want acquired (not a takeover) with fence %d and no Hold", res, err, h2.Fence+1)
+	}
+	if got := mustGet(t, s, key2); got.Hold || got.Owner != "owner-c" {
+		t.Fatalf("record after the claim at expiry: %+v; want owner-c's claim without Hold", got)
 	}
 }
 

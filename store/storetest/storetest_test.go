@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/seed-a1b882c0/idem/store"
@@ -41,6 +43,16 @@ var broken = map[string]struct {
 	"batch-shares-first-params":  {func(m *memstore.Store) store.Store { return &batchFirstParams{Store: m} }, "BatchOwnParams"},
 	"racy-batch-claim":           {func(m *memstore.Store) store.Store { return &racyBatch{Store: m} }, "BatchStorm"},
 	"takes-over-anyway":          {func(m *memstore.Store) store.Store { return &takesOverAnyway{Store: m} }, "NoTakeover"},
+	"forgets-hold":               {func(m *memstore.Store) store.Store { return &forgetsHold{Store: m} }, "Hold"},
+	"takes-over-held":            {func(m *memstore.Store) store.Store { return &takesOverHeld{Store: m} }, "Hold"},
+	"hex-only-fingerprint":       {func(m *memstore.Store) store.Store { return &hexOnlyFingerprint{Store: m} }, "GoldenRecords"},
+	"step-unfenced":              {func(m *memstore.Store) store.Store { return &stepUnfenced{Store: m} }, "StepFencing"},
+	"takeover-drops-steps":       {func(m *memstore.Store) store.Store { return &takeoverDropsSteps{Store: m} }, "Steps"},
+	"step-retry-appends":         {func(m *memstore.Store) store.Store { return &stepRetryAppends{Store: m} }, "Steps"},
+	"complete-keeps-steps":       {func(m *memstore.Store) store.Store { return &completeKeepsSteps{Store: m} }, "Steps"},
+	"fresh-claim-keeps-steps":    {func(m *memstore.Store) store.Store { return &freshClaimKeepsSteps{Store: m} }, "StepsGoWithRecord"},
+	"step-truncated-to-fit":      {func(m *memstore.Store) store.Store { return &stepTruncates{Store: m} }, "StepSizeLimit"},
+	"lists-hide-steps":           {func(m *memstore.Store) store.Store { return &listsHideSteps{Store: m} }, "StepsListing"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -114,6 +126,18 @@ func (s *dropFingerprint) Claim(ctx context.Context, p store.ClaimParams) (store
 	return res, err
 }
 
+// hexOnlyFingerprint keeps only the digest of a fingerprint, as a store
+// that took fingerprints for 64 hex digits would: the version of the rules
+// that made it is lost.
+type hexOnlyFingerprint struct{ *memstore.Store }
+
+func (s *hexOnlyFingerprint) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if i := strings.LastIndexByte(p.Fingerprint, ':'); i >= 0 {
+		p.Fingerprint = p.Fingerprint[i+1:]
+	}
+	return s.Store.Claim(ctx, p)
+}
+
 type noExpiry struct{ *memstore.Store }
 
 func (s *noExpiry) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
@@ -129,6 +153,26 @@ type takesOverAnyway struct{ *memstore.Store }
 
 func (s *takesOverAnyway) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	p.NoTakeover = false
+	return s.Store.Claim(ctx, p)
+}
+
+// forgetsHold does not store ClaimParams.Hold: a crashed holder's key is
+// run again under the Hold policy.
+type forgetsHold struct{ *memstore.Store }
+
+func (s *forgetsHold) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	p.Hold = false
+	return s.Store.Claim(ctx, p)
+}
+
+// takesOverHeld stores Hold but takes a held record over past its lease,
+// as if it had expired.
+type takesOverHeld struct{ *memstore.Store }
+
+func (s *takesOverHeld) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Held(p.Now) && !r.Expired(p.Now) {
+		p.Now = r.ExpiresAt
+	}
 	return s.Store.Claim(ctx, p)
 }
 
@@ -319,6 +363,128 @@ func (s *oneShard) List(ctx context.Context, p store.ListParams) (store.ListResu
 	kept := res.Records[:0]
 	for _, r := range res.Records {
 		if crc32.ChecksumIEEE([]byte(r.Key))%3 == 0 {
+			kept = append(kept, r)
+		}
+	}
+	res.Records = kept
+	return res, err
+}
+
+// stepUnfenced records a step under whatever claim holds the record, as a
+// step script that dropped the fence condition would: a zombie's step
+// lands in the next holder's claim.
+type stepUnfenced struct{ *memstore.Store }
+
+func (s *stepUnfenced) RecordStep(ctx context.Context, p store.StepParams) error {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil && r.Status == store.StatusInProgress {
+		p.Fence, p.Owner = r.Fence, r.Owner
+	}
+	return s.Store.RecordStep(ctx, p)
+}
+
+// takeoverDropsSteps answers a takeover without the finished steps, as a
+// claim script that returns the new record's fields but not its steps
+// would: the new holder runs every step again.
+type takeoverDropsSteps struct{ *memstore.Store }
+
+func (s *takeoverDropsSteps) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if err == nil && res.Takeover {
+		res.Record.Steps = nil
+	}
+	return res, err
+}
+
+// stepRetryAppends appends every step at the end, whatever its index, as
+// an append without the index condition would: a step retried after a
+// lost reply is recorded twice, and the next holder's steps go out of
+// order.
+type stepRetryAppends struct{ *memstore.Store }
+
+func (s *stepRetryAppends) RecordStep(ctx context.Context, p store.StepParams) error {
+	if r, err := s.Store.Get(ctx, p.Key); err == nil {
+		p.Index = len(r.Steps)
+	}
+	return s.Store.RecordStep(ctx, p)
+}
+
+// completeKeepsSteps leaves a record's steps in place when it is
+// completed, as a Complete that sets the outcome's fields and no others
+// would (kept beside the record here, and shown with it).
+type completeKeepsSteps struct {
+	*memstore.Store
+	kept sync.Map // key → []store.Step
+}
+
+func (s *completeKeepsSteps) Complete(ctx context.Context, p store.CompleteParams) error {
+	r, gerr := s.Store.Get(ctx, p.Key)
+	err := s.Store.Complete(ctx, p)
+	if err == nil && gerr == nil && len(r.Steps) > 0 {
+		s.kept.Store(p.Key, r.Steps)
+	}
+	return err
+}
+
+func (s *completeKeepsSteps) show(r *store.Record) {
+	if steps, ok := s.kept.Load(r.Key); ok && r.Status == store.StatusCompleted {
+		r.Steps = steps.([]store.Step)
+	}
+}
+
+func (s *completeKeepsSteps) Get(ctx context.Context, key string) (*store.Record, error) {
+	r, err := s.Store.Get(ctx, key)
+	if err == nil {
+		s.show(r)
+	}
+	return r, err
+}
+
+func (s *completeKeepsSteps) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if err == nil && res.Record != nil {
+		s.show(res.Record)
+	}
+	return res, err
+}
+
+// freshClaimKeepsSteps carries an expired record's steps into the claim
+// that replaces it, as a claim that keeps the steps on any overwrite
+// would: a new request replays another's steps.
+type freshClaimKeepsSteps struct{ *memstore.Store }
+
+func (s *freshClaimKeepsSteps) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	old, _ := s.Store.Get(ctx, p.Key)
+	res, err := s.Store.Claim(ctx, p)
+	if err == nil && res.Acquired && !res.Takeover && old != nil && old.Expired(p.Now) {
+		res.Record.Steps = old.Steps
+	}
+	return res, err
+}
+
+// stepTruncates cuts a step's result to what fits the record's limit,
+// instead of refusing it.
+type stepTruncates struct{ *memstore.Store }
+
+func (s *stepTruncates) RecordStep(ctx context.Context, p store.StepParams) error {
+	err := s.Store.RecordStep(ctx, p)
+	var tl *store.TooLargeError
+	if errors.As(err, &tl) {
+		over := tl.Size - tl.Limit
+		p.Step.Result = p.Step.Result[:max(len(p.Step.Result)-over, 0)]
+		err = s.Store.RecordStep(ctx, p)
+	}
+	return err
+}
+
+// listsHideSteps leaves records with steps out of listings, as a store
+// that keeps them under another key type and scans one would.
+type listsHideSteps struct{ *memstore.Store }
+
+func (s *listsHideSteps) List(ctx context.Context, p store.ListParams) (store.ListResult, error) {
+	res, err := s.Store.List(ctx, p)
+	kept := res.Records[:0]
+	for _, r := range res.Records {
+		if len(r.Steps) == 0 {
 			kept = append(kept, r)
 		}
 	}

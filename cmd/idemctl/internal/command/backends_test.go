@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -117,8 +118,9 @@ func stuckScenario(t *testing.T, url string) {
 		}
 	}
 
-	// An application claims the key, hands the work to an execution, and
-	// dies: its claim stays IN_PROGRESS.
+	// An application claims the key under the takeover policy Hold, hands
+	// the work to an execution, and dies: its claim stays IN_PROGRESS,
+	// held for an operator.
 	app := func() (*idem.Engine, func()) {
 		s, err := storeurl.Open(ctx, url, &storeurl.Options{Clock: clock})
 		if err != nil {
@@ -131,7 +133,7 @@ func stuckScenario(t *testing.T, url string) {
 		return e, func() { s.Close() }
 	}
 	e, kill := app()
-	b, err := e.Begin(ctx, idem.Request{Operation: "charge", Key: "order-1"}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
+	b, err := e.Begin(ctx, idem.Request{Operation: "charge", Key: "order-1", HoldCrashed: true}, &idem.BeginOptions{ExpectedCompletion: time.Minute})
 	if err != nil || !b.Acquired {
 		t.Fatalf("%+v %v", b, err)
 	}
@@ -145,8 +147,24 @@ func stuckScenario(t *testing.T, url string) {
 	if got := listedKeys(t, f.must("list", "--stuck", "-o", "json")); len(got) != 1 || got[0] != key {
 		t.Fatalf("list --stuck: %v, want %s", got, key)
 	}
-	if out := f.must("list", "--stuck"); !strings.Contains(out, "exec-1") || !strings.Contains(out, "worker-7/") {
+	if out := f.must("list", "--stuck"); !strings.Contains(out, "exec-1") || !strings.Contains(out, "worker-7/") || !strings.Contains(out, "(stuck, held)") {
 		t.Fatalf("list --stuck:\n%s", out)
+	}
+	var held view
+	if err := json.Unmarshal([]byte(f.must("show", "-o", "json", key)), &held); err != nil || !held.Stuck || !held.Held {
+		t.Fatalf("show of the held key: %+v %v; want stuck and held", held, err)
+	}
+	// A retry, with the default policy, is refused: the key waits for a person.
+	{
+		e, stop := app()
+		_, err := idem.Do(ctx, e, idem.Request{Operation: "charge", Key: "order-1"}, func(context.Context) (int, error) {
+			t.Error("a held key ran again")
+			return 0, nil
+		})
+		stop()
+		if !errors.Is(err, idem.ErrHeld) {
+			t.Fatalf("retry of the held key: %v, want idem.ErrHeld", err)
+		}
 	}
 
 	s, err := storeurl.Open(ctx, url, &storeurl.Options{Passive: true, Clock: clock})
@@ -160,7 +178,7 @@ func stuckScenario(t *testing.T, url string) {
 	}
 	snap, err := m.Sweep(ctx)
 	s.Close()
-	if err != nil || snap.Stuck != 1 || len(events) != 1 || events[0].Key != key || events[0].Ref != "exec-1" {
+	if err != nil || snap.Stuck != 1 || snap.Held != 1 || len(events) != 1 || events[0].Key != key || events[0].Ref != "exec-1" || !events[0].Held {
 		t.Fatalf("monitor: %+v %v %+v", snap, err, events)
 	}
 

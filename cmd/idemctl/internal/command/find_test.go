@@ -61,6 +61,10 @@ func TestFind(t *testing.T) {
 	}
 	msg := run(idem.Request{Operation: "deliveries", Key: "msg-7", Payload: []byte("body"), RawPayload: true})
 	sqs := run(idem.Request{Operation: "sqs-orders", Payload: []byte(`"059f36b4-87a3-44ab-83d2-661975830a7d"`)})
+	// idemkafka's and idemwatermill's default: the payload, as sent, under its topic.
+	payload := "{\"order\": 42}\n"
+	kafka := run(idem.Request{Operation: "shipments", Tenant: "orders.v1", Payload: []byte(payload), RawPayload: true})
+	recordKey := run(idem.Request{Operation: "shipments", Tenant: "orders.v1", Key: "customer-7", Payload: []byte("x"), RawPayload: true})
 	rpcKey, err := clientkey.RPC("shop.v1.Orders.Create", "acme", "k-1")
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +83,8 @@ func TestFind(t *testing.T) {
 		"grpc, from the method name": {[]string{"-grpc", "-method", "/shop.v1.Orders/Create", "-principal", "acme", "-key", "k-1"}, rpcKey.String()},
 		"message id":                 {[]string{"-message", "-operation", "deliveries", "-key", "msg-7"}, msg.String()},
 		"json, sqs message id":       {[]string{"-json", "-operation", "sqs-orders", "-key", `"059f36b4-87a3-44ab-83d2-661975830a7d"`}, sqs.String()},
+		"payload under its topic":    {[]string{"-payload", "-operation", "shipments", "-topic", "orders.v1", "-key", payload}, kafka.String()},
+		"record key under its topic": {[]string{"-message", "-operation", "shipments", "-topic", "orders.v1", "-key", "customer-7"}, recordKey.String()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := f.must(append([]string{"find"}, c.args...)...)
@@ -91,6 +97,12 @@ func TestFind(t *testing.T) {
 	if err := json.Unmarshal([]byte(f.must("find", "-o", "json", "-message", "-operation", "deliveries", "-key", "msg-7")), &v); err != nil || v.Key != msg.String() {
 		t.Fatalf("find -o json: %+v %v", v, err)
 	}
+	// A payload that is binary, or long, comes from stdin.
+	f.stdin = payload
+	if out := f.must("find", "-payload", "-operation", "shipments", "-topic", "orders.v1", "-key", "-"); !strings.Contains(out, kafka.String()) {
+		t.Fatalf("find -payload -key -:\n%s", out)
+	}
+	f.stdin = ""
 
 	// The issue's operator: the header value through show finds nothing;
 	// through find, a wrong route says which store key it looked for.
@@ -115,6 +127,8 @@ func TestFindUsageErrors(t *testing.T) {
 		"find -grpc -method Create -key k":                         "not a full method name",
 		"find -message -key k":                                     "operation: missing",
 		"find -json -operation o -key order-42":                    "invalid JSON",
+		"find -payload -operation o -tenant t -key x":              "give the topic instead",
+		"find -payload -operation o -topic t -key -":               "key: missing",
 		"find -gateway -method POST -route /o -key \"unterminated": "missing closing quote",
 	} {
 		code, _, errOut := f.run(strings.Fields(args)...)

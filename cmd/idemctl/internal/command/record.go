@@ -1,16 +1,22 @@
 package command
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/store"
 )
 
@@ -63,6 +69,7 @@ type view struct {
 	Key         string     `json:"key"`
 	Status      string     `json:"status"`
 	Stuck       bool       `json:"stuck"`
+	Held        bool       `json:"held,omitempty"` // stuck under the takeover policy Hold: waits for a person
 	Fence       uint64     `json:"fence"`
 	Owner       string     `json:"owner"`
 	Ref         string     `json:"execution_ref,omitempty"`
@@ -75,6 +82,17 @@ type view struct {
 	Error       *viewError `json:"error,omitempty"`
 	// Result is the stored result: JSON as is, other bytes as a string.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Response is Result read as the HTTP response idemhttp or
+	// idem-gateway stored (idemhttp.ParseStored), its body shown as
+	// Result is: a JSON body as JSON, not base64.
+	Response *viewResponse `json:"response,omitempty"`
+}
+
+// viewResponse is a stored HTTP response as idemctl prints it.
+type viewResponse struct {
+	Status int             `json:"status"`
+	Header http.Header     `json:"header,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
 }
 
 type viewError struct {
@@ -89,6 +107,7 @@ func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 		Created: store.FromMillis(r.CreatedAt).UTC(), LeaseUntil: store.FromMillis(r.LeaseUntil).UTC(),
 		Expires: store.FromMillis(r.ExpiresAt).UTC(),
 	}
+	v.Held = v.Stuck && r.Hold
 	v.AgeSeconds = int64(now.Sub(v.Created) / time.Second)
 	if r.CompletedAt != 0 {
 		t := store.FromMillis(r.CompletedAt).UTC()
@@ -99,6 +118,9 @@ func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 	}
 	if withResult && r.Status == store.StatusCompleted {
 		v.Result = resultJSON(r.Result)
+		if resp, ok := idemhttp.ParseStored(r.Result); ok {
+			v.Response = &viewResponse{Status: resp.Status, Header: resp.Header, Body: resultJSON(resp.Body)}
+		}
 	}
 	return v
 }
@@ -107,7 +129,7 @@ func viewOfState(s *idem.State, now time.Time) view {
 	r := &store.Record{
 		Key: s.Key, Status: s.Status, Fence: s.Fence, Owner: s.Owner, Ref: s.Ref, Fingerprint: s.Fingerprint,
 		CreatedAt: store.Millis(s.CreatedAt), LeaseUntil: store.Millis(s.LeaseUntil), ExpiresAt: store.Millis(s.ExpiresAt),
-		Result: s.Result,
+		Result: s.Result, Hold: s.Hold,
 	}
 	if !s.CompletedAt.IsZero() {
 		r.CompletedAt = store.Millis(s.CompletedAt)
@@ -135,6 +157,39 @@ func resultJSON(b []byte) json.RawMessage {
 	return out
 }
 
+// oneLine is b, JSON as resultJSON makes it, on one line for a table:
+// compacted, with every control character (a terminal's escapes among
+// them) written as a JSON escape, so the line stays valid JSON and prints
+// nothing but itself.
+func oneLine(b json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		buf.Reset()
+		buf.Write(b)
+	}
+	var out strings.Builder
+	for _, r := range buf.String() {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
+}
+
+// headerLine is h on one line: "Name: value; Name: value", names sorted.
+func headerLine(h http.Header) string {
+	names := slices.Sorted(maps.Keys(h))
+	var parts []string
+	for _, name := range names {
+		for _, v := range h[name] {
+			parts = append(parts, name+": "+v)
+		}
+	}
+	return oneLine(json.RawMessage(strings.Join(parts, "; ")))
+}
+
 // ts formats a time for tables.
 func ts(t time.Time) string {
 	if t.IsZero() {
@@ -156,7 +211,10 @@ func writeTable(w io.Writer, vs []view) error {
 	fmt.Fprintln(tw, "KEY\tSTATUS\tOWNER\tCREATED\tEXPECTED COMPLETION\tAGE\tEXECUTION REF")
 	for _, v := range vs {
 		status := v.Status
-		if v.Stuck {
+		switch {
+		case v.Held:
+			status += " (stuck, held)"
+		case v.Stuck:
 			status += " (stuck)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Key, status, orDash(v.Owner), ts(v.Created), ts(v.LeaseUntil),

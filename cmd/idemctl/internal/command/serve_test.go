@@ -265,7 +265,8 @@ func TestServeWaitsForItsStore(t *testing.T) {
 
 // serve's sign-in flags reach the console: -secure-cookies marks the
 // session cookie Secure (a TLS proxy serves the console), and
-// -sign-in-failures closes sign-in after that many failures.
+// -sign-in-failures closes sign-in to the client after that many
+// failures; -sign-in-user-delay is one of them.
 func TestServeSignInFlags(t *testing.T) {
 	f := setup(t)
 	f.getenv[EnvConsoleAuth] = "ops:" + consoleSecret
@@ -282,11 +283,16 @@ func TestServeSignInFlags(t *testing.T) {
 	if code, h := post(consoleSecret); code != http.StatusTooManyRequests || h.Get("Retry-After") != "30" {
 		t.Fatalf("after 3 failures: %d %q, want 429 and Retry-After 30 (1m / 2)", code, h.Get("Retry-After"))
 	}
-	f.clock.Advance(30 * time.Second)
+	// A window on, the client's count has ended, and so has the user's
+	// (whose failures would otherwise hold the sign-in a second).
+	f.clock.Advance(time.Minute)
 	if code, h := post(consoleSecret); code != http.StatusSeeOther || !strings.Contains(h.Get("Set-Cookie"), "; Secure") {
 		t.Fatalf("sign-in: %d %q, want a Secure session cookie", code, h.Get("Set-Cookie"))
 	}
 	if code, _, errOut := f.run("serve", "-trusted-proxies", "nope"); code != ExitUsage || !strings.Contains(errOut, "-trusted-proxies") {
 		t.Fatalf("bad -trusted-proxies: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := f.run("serve", "-sign-in-user-delay", "0s"); code != ExitUsage || !strings.Contains(errOut, "-sign-in-user-delay") {
+		t.Fatalf("-sign-in-user-delay 0s: exit %d %q", code, errOut)
 	}
 }

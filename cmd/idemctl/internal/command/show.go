@@ -40,6 +40,9 @@ var showCommand = command{
 			if v.Stuck {
 				status += " (stuck: past its expected completion)"
 			}
+			if v.Held {
+				status += " (held for an operator: its holder was lost and its takeover policy is Hold; no retry runs it again: resolve or release it)"
+			}
 			rows := [][2]string{
 				{"key", v.Key}, {"status", status}, {"owner", orDash(v.Owner)}, {"fence", fmt.Sprint(v.Fence)},
 				{"execution ref", orDash(v.Ref)}, {"created", ts(v.Created)}, {"age", (time.Duration(v.AgeSeconds) * time.Second).String()},
@@ -52,8 +55,19 @@ var showCommand = command{
 			if v.Error != nil {
 				rows = append(rows, [2]string{"error code", orDash(v.Error.Code)}, [2]string{"error message", v.Error.Message})
 			}
-			if v.Result != nil {
-				rows = append(rows, [2]string{"result", string(v.Result)})
+			switch {
+			case v.Response != nil:
+				// A response idemhttp or idem-gateway stored: its body as
+				// it was sent (JSON as JSON), not the record's base64.
+				rows = append(rows, [2]string{"result", fmt.Sprintf("HTTP %d response (stored by idemhttp or idem-gateway)", v.Response.Status)})
+				if len(v.Response.Header) > 0 {
+					rows = append(rows, [2]string{"response header", headerLine(v.Response.Header)})
+				}
+				if v.Response.Body != nil {
+					rows = append(rows, [2]string{"response body", oneLine(v.Response.Body)})
+				}
+			case v.Result != nil:
+				rows = append(rows, [2]string{"result", oneLine(v.Result)})
 			}
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

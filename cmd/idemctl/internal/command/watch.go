@@ -37,11 +37,11 @@ var watchCommand = command{
 
 // gauges are watch's metrics.
 type gauges struct {
-	reg                                     *prometheus.Registry
-	stuck, inProgress, failed, oldest, last prometheus.Gauge
-	truncated                               prometheus.Gauge
-	sweepErrors, events                     *prometheus.CounterVec
-	misconfigured                           *prometheus.GaugeVec
+	reg                                           *prometheus.Registry
+	stuck, held, inProgress, failed, oldest, last prometheus.Gauge
+	truncated                                     prometheus.Gauge
+	sweepErrors, events                           *prometheus.CounterVec
+	misconfigured                                 *prometheus.GaugeVec
 }
 
 func newGauges() *gauges {
@@ -52,6 +52,7 @@ func newGauges() *gauges {
 		return m
 	}
 	g.stuck = gauge("idem_stuck", "IN_PROGRESS records past their expected completion, at the last sweep.")
+	g.held = gauge("idem_stuck_held", "Of idem_stuck, the records held for an operator (takeover policy Hold: no retry takes them over; resolve or release them), at the last sweep.")
 	g.inProgress = gauge("idem_in_progress", "IN_PROGRESS records, at the last sweep.")
 	g.failed = gauge("idem_failed", "FAILED records, at the last sweep.")
 	g.oldest = gauge("idem_oldest_in_progress_age_seconds", "Age of the oldest IN_PROGRESS record since its claim, at the last sweep (0: none).")
@@ -79,6 +80,7 @@ func (g *gauges) sweep(s monitor.Snapshot) {
 		return
 	}
 	g.stuck.Set(float64(s.Stuck))
+	g.held.Set(float64(s.Held))
 	g.inProgress.Set(float64(s.InProgress))
 	g.failed.Set(float64(s.Failed))
 	g.oldest.Set(s.OldestInProgress.Seconds())
