@@ -147,8 +147,11 @@ func TestClockSyncCorrectsToTheStoresClock(t *testing.T) {
 		if r.CreatedAt != now || r.CompletedAt != now || r.ExpiresAt != now+time.Hour.Milliseconds() {
 			t.Fatalf("record created %d completed %d expires %d; want the store's now %d (and +1h)", r.CreatedAt, r.CompletedAt, r.ExpiresAt, now)
 		}
-		if got := e.Config().Clock.Now(); !got.Equal(s.now()) {
-			t.Fatalf("Config().Clock.Now() = %v, want the store's %v", got, s.now())
+		if got := e.Now(); !got.Equal(s.now()) {
+			t.Fatalf("Now() = %v, want the store's %v", got, s.now())
+		}
+		if got, want := e.Config().Clock.Now(), s.now().Add(45*time.Second); !got.Equal(want) {
+			t.Fatalf("Config().Clock.Now() = %v, want the configured clock's %v, uncorrected", got, want)
 		}
 		if got := obs.last(); got.Err != nil || got.Offset != -45*time.Second || !got.Trusted {
 			t.Fatalf("measurement %+v; want offset -45s, trusted", got)
@@ -324,7 +327,7 @@ func TestClockSyncStepOfTheWallClock(t *testing.T) {
 	tryRun(t, e, "k1")
 	near := func(what string) {
 		t.Helper()
-		if d := time.Until(e.Config().Clock.Now()); d > 500*time.Millisecond || d < -500*time.Millisecond {
+		if d := time.Until(e.Now()); d > 500*time.Millisecond || d < -500*time.Millisecond {
 			t.Fatalf("%s: corrected time off the store's by %v", what, d)
 		}
 	}
@@ -384,8 +387,12 @@ func TestClockSyncDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := time.Until(again.Config().Clock.Now()); got > time.Second || got < -time.Second {
-		t.Fatalf("an engine built from another's Config: corrected clock off by %v", got)
+	if _, ok := again.Config().Clock.(store.SystemClock); !ok {
+		t.Fatalf("an engine built from another's Config: Config().Clock is %T, want the configured store.SystemClock", again.Config().Clock)
+	}
+	tryRun(t, again, "k3")
+	if got := time.Until(again.Now()); got > time.Second || got < -time.Second || s.calls.Load() != 2 {
+		t.Fatalf("an engine built from another's Config: corrected clock off by %v after %d measurements in all, want its own (2)", got, s.calls.Load())
 	}
 	for _, bad := range []idem.Config{{ClockSync: time.Millisecond}, {MaxClockOffset: -time.Second}} {
 		if _, err := idem.New(s, &bad); !errors.Is(err, idem.ErrInvalidConfig) {
@@ -402,8 +409,7 @@ func TestClockSyncNowAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	tryRun(t, e, "k")
-	clock := e.Config().Clock
-	if n := testing.AllocsPerRun(100, func() { _ = clock.Now() }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = e.Now() }); n != 0 {
 		t.Fatalf("corrected Now allocates %v times, want 0", n)
 	}
 }

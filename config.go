@@ -97,8 +97,9 @@ type Config struct {
 
 	// Clock is the source of time. Default [store.SystemClock]. When the
 	// engine measures its store's clock (ClockSync), every timestamp it
-	// writes and compares is this clock corrected to the store's, and
-	// [Engine.Config] returns that corrected clock.
+	// writes and compares is this clock corrected to the store's:
+	// [Engine.Now] reads it, and [Engine.Config] returns this clock as
+	// given.
 	Clock store.Clock
 
 	// ClockSync is how often the engine measures its offset to the clock
@@ -185,9 +186,6 @@ func (c *Config) WithDefaults() Config {
 	}
 	if out.Codec == nil {
 		out.Codec = JSONCodec{}
-	}
-	if sc, ok := out.Clock.(*storeClock); ok {
-		out.Clock = sc.base // another engine's corrected clock: this engine corrects its own
 	}
 	if out.ClockSync == 0 {
 		switch out.Clock.(type) {

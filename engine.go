@@ -34,7 +34,8 @@ type Engine struct {
 	raw      bool           // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
 	sysClock bool           // the clock is store.SystemClock
 	// clock is the engine's clock corrected to the store's (and cfg.Clock
-	// is it), when the engine measures the store's clock; nil otherwise.
+	// is it, inside the engine; Config returns the configured one), when
+	// the engine measures the store's clock; nil otherwise.
 	clock *storeClock
 
 	// completer batches the Completes of calls that finish together, when
@@ -91,11 +92,23 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 // Store returns the engine's store.
 func (e *Engine) Store() store.Store { return e.store }
 
-// Config returns the engine's configuration, with defaults filled in. When
-// the engine measures its store's clock (Config.ClockSync), its Clock is
-// the configured clock corrected to the store's, so that adapters reading
-// it (a Retry-After, a redelivery delay) compare times as the engine does.
-func (e *Engine) Config() Config { return e.cfg }
+// Config returns the engine's configuration as given to [New], with
+// defaults filled in. Its Clock is the configured clock, not corrected to
+// the store's: read the engine's time with [Engine.Now].
+func (e *Engine) Config() Config {
+	c := e.cfg
+	if e.clock != nil {
+		c.Clock = e.clock.base
+	}
+	return c
+}
+
+// Now returns the engine's time: its clock corrected to the store's when it
+// measures the store's clock (Config.ClockSync), the configured clock
+// otherwise. Every lease and expiry the engine writes and compares is on
+// this time, so an adapter computing a Retry-After, a redelivery delay or
+// a consumer's verdict reads it here. It allocates nothing.
+func (e *Engine) Now() time.Time { return e.cfg.Clock.Now() }
 
 // Result is the outcome of a successful call.
 type Result[T any] struct {

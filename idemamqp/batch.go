@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
+	"github.com/seed-a1b882c0/idem/store"
 )
 
 // HandleBatch is [Consumer.Handle] for deliveries received together: the
@@ -86,7 +87,7 @@ type BatchArgs struct {
 	Size int
 	// Window bounds how long, after a batch's first delivery, RunBatch
 	// waits for more than the channel holds at once before it handles
-	// the batch it has (on the engine's Clock); a batch the channel fills
+	// the batch it has (on the system clock, as every idem consumer forms its batches); a batch the channel fills
 	// at once waits for nothing. Default 2ms (consume.DefaultBatchWait).
 	Window time.Duration
 	// Batches is how many batches are collected and handled at once, each
@@ -117,14 +118,13 @@ func (c *Consumer) RunBatch(ctx context.Context, ch *amqp.Channel, a BatchArgs) 
 		return err
 	}
 	defer stop()
-	clock := c.eng.Config().Clock
 	bctx, stopWorkers := idem.WithBatchWorkers(ctx)
 	defer stopWorkers()
 	var wg sync.WaitGroup
 	for range a.Batches {
 		wg.Go(func() {
 			for {
-				batch := consume.Collect(deliveries, a.Size, a.Window, clock)
+				batch := consume.Collect(deliveries, a.Size, a.Window, store.SystemClock{})
 				if len(batch) == 0 {
 					return
 				}

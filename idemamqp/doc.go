@@ -37,7 +37,8 @@
 //
 // [Consumer.RunBatch] collects deliveries into batches of up to
 // [BatchArgs].Size (what the delivery channel holds, and, when that is
-// fewer, what arrives within Window of the first, on the engine's Clock),
+// fewer, what arrives within Window of the first, on the system clock as
+// every idem consumer forms its batches),
 // on the same batch workers ([idem.WithBatchWorkers]), Batches batches at once, with the channel's prefetch
 // count set to Size × Batches, and hands each to [Consumer.HandleBatch]:
 // the keys are claimed by idem.DoBatch in one store round trip where the

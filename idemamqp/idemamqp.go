@@ -247,7 +247,7 @@ func (c *Consumer) identity(ctx context.Context, d amqp.Delivery) (id idem.Ident
 // mapping of consume's actions to AMQP's, for a delivery alone or in a
 // batch.
 func (c *Consumer) decided(ctx context.Context, d amqp.Delivery, res idem.Result[struct{}], err error) Settlement {
-	v := consume.Decide(res, err, c.eng.Config().Clock.Now())
+	v := consume.Decide(res, err, c.eng.Now())
 	replayed := res.Replayed
 	var te *idem.TerminalError
 	if errors.As(err, &te) {

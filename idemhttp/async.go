@@ -259,7 +259,7 @@ func (m *Middleware) duplicateAccepted(w http.ResponseWriter, r *http.Request, k
 
 // retryAfter is the time from now to until, at least a second.
 func (m *Middleware) retryAfter(until time.Time) time.Duration {
-	return max(until.Sub(m.clock.Now()), time.Second)
+	return max(until.Sub(m.eng.Now()), time.Second)
 }
 
 // RetryAfter renders d as a Retry-After header value: whole seconds,
@@ -327,7 +327,7 @@ func (m *Middleware) statusResource(st *idem.State) (*StatusResource, error) {
 		}
 		doc.Result = res
 	case idem.StatusFailed:
-		p := ProblemFor(st.Err, m.clock.Now(), m.cfg.StoreRetryAfter)
+		p := ProblemFor(st.Err, m.eng.Now(), m.cfg.StoreRetryAfter)
 		doc.Problem = &p
 	}
 	return doc, nil

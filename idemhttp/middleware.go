@@ -17,7 +17,6 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/clientkey"
-	"github.com/seed-a1b882c0/idem/store"
 )
 
 // Config configures a [Middleware]. A nil *Config means all defaults; every
@@ -156,7 +155,6 @@ type Middleware struct {
 	methods       map[string]bool
 	replayHeaders *replayPolicy
 	fpHeaders     []string
-	clock         store.Clock
 }
 
 // New returns a middleware over eng. It fails with [idem.ErrInvalidConfig]
@@ -214,7 +212,7 @@ func New(eng *idem.Engine, cfg *Config) (*Middleware, error) {
 	if err := c.validateAsync(eng.Config().Expiry); err != nil {
 		return nil, err
 	}
-	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}, clock: eng.Config().Clock}
+	m := &Middleware{eng: eng, cfg: c, methods: map[string]bool{}}
 	for _, meth := range c.Methods {
 		if meth == "" || strings.ToUpper(meth) != meth {
 			return nil, fmt.Errorf("%w: idemhttp: method %q must be upper case", idem.ErrInvalidConfig, meth)
@@ -400,7 +398,7 @@ func (m *Middleware) spoolBody(w http.ResponseWriter, r *http.Request, h hash.Ha
 		if rc.SetReadDeadline(time.Now().Add(d)) != nil {
 			rc = nil // not supported: only the check after every read is left
 		}
-		src = &deadlineReader{r: r.Body, now: m.clock.Now, deadline: m.clock.Now().Add(d)}
+		src = &deadlineReader{r: r.Body, now: m.eng.Now, deadline: m.eng.Now().Add(d)}
 	}
 	body, err := readBody(src, h, r.ContentLength, m.cfg.MaxBodyBytes, m.cfg.MemoryBodyBytes, m.cfg.TempDir)
 	var be *BodyError
@@ -468,7 +466,7 @@ func field(b []byte, s string) []byte {
 }
 
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	p := ProblemFor(err, m.clock.Now(), m.cfg.StoreRetryAfter)
+	p := ProblemFor(err, m.eng.Now(), m.cfg.StoreRetryAfter)
 	var te *idem.TerminalError
 	if errors.As(err, &te) && te.Replayed && te.Code == CodeProblem {
 		// The stored answer of handed-off work (Fail), replayed.

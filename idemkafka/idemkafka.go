@@ -536,7 +536,7 @@ func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop fun
 		id, err := w.identity(r)
 		if err != nil {
 			// No usable key: consume.Decide's verdict, as for every consumer.
-			vs[i] = consume.Decide(idem.Result[T]{}, consume.NoKey(err), w.c.e.Config().Clock.Now())
+			vs[i] = consume.Decide(idem.Result[T]{}, consume.NoKey(err), w.c.e.Now())
 			continue
 		}
 		ids = append(ids, id)
@@ -570,7 +570,7 @@ func (w *handler[T]) partition(ctx context.Context, recs []*kgo.Record, stop fun
 			}
 			return v, err
 		})
-		now := w.c.e.Config().Clock.Now()
+		now := w.c.e.Now()
 		for j, i := range segAt {
 			vs[i] = consume.Decide(res[j], errs[j], now)
 		}

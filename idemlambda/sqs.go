@@ -121,7 +121,7 @@ func SQS(eng *idem.Engine, name string, fn func(context.Context, events.SQSMessa
 		results, berrs := idem.DoBatch(idem.EndsAtDeadline(ctx), eng, ids, &idem.BatchOptions[struct{}]{Concurrency: c.Concurrency}, func(ctx context.Context, j int) (struct{}, error) {
 			return struct{}{}, fn(ctx, ev.Records[at[j]])
 		})
-		now := eng.Config().Clock.Now()
+		now := eng.Now()
 		for j := range berrs {
 			vs[at[j]] = consume.Decide(results[j], berrs[j], now)
 		}
@@ -162,7 +162,7 @@ func unprotectedVerdict(err error) consume.Verdict {
 // noKey is the verdict of a record whose identity could not be derived
 // (err, from recordIdentity): consume.Decide's for "no usable key".
 func noKey(eng *idem.Engine, err error) consume.Verdict {
-	return consume.Decide(idem.Result[struct{}]{}, consume.NoKey(err), eng.Config().Clock.Now())
+	return consume.Decide(idem.Result[struct{}]{}, consume.NoKey(err), eng.Now())
 }
 
 // recordIdentity derives the identity of one record (of any source); ok is
@@ -193,7 +193,7 @@ func record[M any](ctx context.Context, eng *idem.Engine, k *keyer, m M, run fun
 	res, err := idem.DoIdentity(idem.EndsAtDeadline(ctx), eng, id, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, run(ctx)
 	})
-	return consume.Decide(res, err, eng.Config().Clock.Now())
+	return consume.Decide(res, err, eng.Now())
 }
 
 // EventBridge makes an EventBridge (CloudWatch Events) handler idempotent.

@@ -277,11 +277,10 @@ func (s *stream[R]) segment(ctx context.Context, records []R, ids []idem.Identit
 		for f := first.Load(); int64(k) < f && !first.CompareAndSwap(f, int64(k)); f = first.Load() {
 		}
 	}
-	clock := s.eng.Config().Clock
 	res, errs := idem.DoBatch(idem.EndsAtDeadline(ctx), s.eng, ids, &idem.BatchOptions[struct{}]{
 		Concurrency: streamWindow,
 		Answered: func(k int, res idem.Result[struct{}], err error) {
-			if s.stops(consume.Decide(res, err, clock.Now())) {
+			if s.stops(consume.Decide(res, err, s.eng.Now())) {
 				stop(k)
 			}
 			if !ran[k] {
@@ -311,7 +310,7 @@ func (s *stream[R]) segment(ctx context.Context, records []R, ids []idem.Identit
 		return struct{}{}, err
 	})
 	vs := make([]consume.Verdict, n)
-	now := clock.Now()
+	now := s.eng.Now()
 	for k := range vs {
 		vs[k] = consume.Decide(res[k], errs[k], now)
 	}

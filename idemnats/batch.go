@@ -58,11 +58,10 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 	ds, errs := make([]Disposition, len(msgs)), make([]error, len(msgs))
 	ids := make([]idem.Identity, 0, len(msgs))
 	at := make([]int, 0, len(msgs)) // at[j]: the message of ids[j]
-	clock := w.e.Config().Clock
 	for i, m := range msgs {
 		id, err := w.identity(m)
 		if err != nil {
-			ds[i], errs[i] = w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, clock.Now()))
+			ds[i], errs[i] = w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, w.e.Now()))
 			continue
 		}
 		ids = append(ids, id)
@@ -80,7 +79,7 @@ func (w *wrapper[T]) processBatch(ctx context.Context, msgs []jetstream.Msg) ([]
 		Answered: func(j int, res idem.Result[T], err error) {
 			i := at[j]
 			hb.settled(j)
-			ds[i], errs[i] = w.settleVerdict(msgs[i], consume.Decide(res, err, clock.Now()))
+			ds[i], errs[i] = w.settleVerdict(msgs[i], consume.Decide(res, err, w.e.Now()))
 		},
 	}, func(ctx context.Context, j int) (T, error) {
 		hb.running(j, ctx)

@@ -184,14 +184,14 @@ type wrapper[T any] struct {
 func (w *wrapper[T]) process(ctx context.Context, m jetstream.Msg) (Disposition, error) {
 	id, err := w.identity(m)
 	if err != nil {
-		return w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, w.e.Config().Clock.Now()))
+		return w.settleVerdict(m, consume.Decide(idem.Result[T]{}, err, w.e.Now()))
 	}
 	res, err := idem.DoIdentity(ctx, w.e, id, func(ctx context.Context) (T, error) {
 		stop := w.heartbeat(ctx, m)
 		defer stop()
 		return w.fn(ctx, m)
 	})
-	return w.settleVerdict(m, consume.Decide(res, err, w.e.Config().Clock.Now()))
+	return w.settleVerdict(m, consume.Decide(res, err, w.e.Now()))
 }
 
 // identity is m's key (clientkey.KeyIdentity of the operation and the

@@ -260,7 +260,7 @@ func (s *Starter) Start(ctx context.Context, req idem.Request, input any) (Start
 // orphan reports whether a claim made at created with no execution
 // attached is an orphan now.
 func (s *Starter) orphan(created time.Time) bool {
-	return s.e.Config().Clock.Now().Sub(created) >= s.cfg.OrphanGrace
+	return s.e.Now().Sub(created) >= s.cfg.OrphanGrace
 }
 
 // answer is Start's answer for an existing record.

@@ -17,7 +17,7 @@ import (
 // means all defaults.
 type ReconcilerConfig struct {
 	// Interval is the pause between two runs of [Reconciler.Run], on the
-	// engine's clock. Default 1m.
+	// engine's configured clock (idem.Config.Clock). Default 1m.
 	Interval time.Duration
 	// PageSize is how many records one List call asks for. Default 100.
 	PageSize int
@@ -133,7 +133,6 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	clock := r.s.e.Config().Clock
 	for {
 		rep, err := r.RunOnce(ctx)
 		if ctx.Err() != nil {
@@ -144,7 +143,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-		case <-clock.After(r.cfg.Interval):
+		case <-r.s.e.Config().Clock.After(r.cfg.Interval): // a wait: the configured clock
 			continue
 		}
 		break
@@ -178,7 +177,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	var errs []error
 	p := store.ListParams{Status: store.StatusInProgress, Limit: r.cfg.PageSize}
 	for {
-		p.Now = store.Millis(r.s.e.Config().Clock.Now())
+		p.Now = store.Millis(r.s.e.Now())
 		page, err := r.lister.List(ctx, p)
 		if err != nil {
 			return rep, errors.Join(append(errs, fmt.Errorf("idemsfn: list IN_PROGRESS records: %w", err))...)
@@ -207,7 +206,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 // one reconciles one IN_PROGRESS record.
 func (r *Reconciler) one(ctx context.Context, key idem.StoreKey, rec *store.Record, rep *Report) error {
 	s := r.s
-	now := s.e.Config().Clock.Now()
+	now := s.e.Now()
 	// The record's token, signed as the engine signs every token it hands
 	// out (Config.TokenKey): a token made here by hand would be refused.
 	t := s.e.StateOf(rec).Token()

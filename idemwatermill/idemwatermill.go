@@ -209,7 +209,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message) (consume.V
 	id, err := m.identity(msg)
 	if err != nil {
 		// No usable key: consume.Decide's verdict, as for every consumer.
-		return consume.Decide(idem.Result[[]produced]{}, consume.NoKey(err), m.e.Config().Clock.Now()), nil
+		return consume.Decide(idem.Result[[]produced]{}, consume.NoKey(err), m.e.Now()), nil
 	}
 	// The lease is renewed while the handler runs, whatever deadline the
 	// message's context has.
@@ -228,7 +228,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message) (consume.V
 		}
 		return ps, nil
 	})
-	v := consume.Decide(res, err, m.e.Config().Clock.Now())
+	v := consume.Decide(res, err, m.e.Now())
 	if v.Action != consume.Done {
 		return v, nil
 	}

@@ -119,7 +119,6 @@ import (
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/redisstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -585,9 +584,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	// go-redis logs a failed dial on its own, to stderr in its own
-	// format: through the gateway's logger, every line stays JSON.
-	redisstore.SetLogger(log)
 	tr, stopTracing, err := newTracing(ctx, os.Getenv, os.Stdout)
 	if err != nil {
 		return err

@@ -11,7 +11,6 @@ import (
 	"github.com/seed-a1b882c0/idem"
 
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/boltstore"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -22,7 +21,7 @@ type StoreURLError = storeurl.Error
 // gateway.db next to the library's default file ($IDEM_STATE_DIR, else the
 // user's state directory).
 func defaultStorePath() string {
-	return filepath.Join(filepath.Dir(boltstore.DefaultPath()), "gateway.db")
+	return filepath.Join(filepath.Dir(storeurl.DefaultBoltPath()), "gateway.db")
 }
 
 // openStore opens the store a -store URL names (the forms of package
@@ -39,7 +38,9 @@ func openStore(ctx context.Context, raw string) (store.Store, func() error, erro
 
 // openStoreWait opens the store a -store URL names in the background, as
 // openStore does, retrying while it fails for a reason that may heal (the
-// server down or starting) for at most wait; each retry is logged.
+// server down or starting) for at most wait; each retry is logged. log also
+// receives a Redis client's own lines (storeurl.Options.Logger), so every
+// line of the gateway's log stays JSON.
 func openStoreWait(ctx context.Context, raw string, wait time.Duration, log *slog.Logger) *storeurl.Opening {
 	return storeurl.StartOpen(ctx, raw, &storeurl.Options{DefaultBoltPath: defaultStorePath(), Logger: log}, storeurl.WaitOptions{
 		Wait: wait,

@@ -84,7 +84,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	default:
 		k, _ := idem.ParseStoreKey(st.State.Key)
 		w.Header().Set("Location", statusPath+k.Digest)
-		w.Header().Set("Retry-After", idemhttp.RetryAfter(st.State.LeaseUntil.Sub(a.Engine.Config().Clock.Now())))
+		w.Header().Set("Retry-After", idemhttp.RetryAfter(st.State.LeaseUntil.Sub(a.Engine.Now())))
 		writeJSON(w, http.StatusAccepted, statusOf(st.State))
 	}
 }

@@ -203,7 +203,7 @@ func storedStatus(te *idem.TerminalError) *spb.Status {
 // the refusals an operator should see (a store outage, an unreadable
 // record, a misconfiguration).
 func (g *Guard) Status(ctx context.Context, method string, err error) *spb.Status {
-	st := StatusFor(err, g.eng.Config().Clock.Now(), g.cfg.StoreRetryAfter)
+	st := StatusFor(err, g.eng.Now(), g.cfg.StoreRetryAfter)
 	switch code.Code(st.GetCode()) {
 	case code.Code_UNAVAILABLE, code.Code_INTERNAL, code.Code_UNIMPLEMENTED:
 		g.cfg.Logger.WarnContext(ctx, "idemrpc: call refused", "method", method, "code", code.Code(st.GetCode()).String(), "err", err)

@@ -258,7 +258,7 @@ func parseSpill(out *URL, q url.Values) error {
 // Options configure [Open]. A nil *Options means all defaults.
 type Options struct {
 	// DefaultBoltPath is the file of bolt:// with no path. Default
-	// boltstore.DefaultPath().
+	// [DefaultBoltPath]().
 	DefaultBoltPath string
 	// Passive opens the store without changing anything by itself, for
 	// tools that inspect a store other programs own: no schema migration
@@ -276,9 +276,21 @@ type Options struct {
 	// store.SystemClock.
 	Clock store.Clock
 	// Logger receives the stores' warnings at open (alloweviction=true on
-	// a Redis that may evict keys). Default slog.Default().
+	// a Redis that may evict keys). Default slog.Default(). When set, a
+	// Redis store also sends it go-redis's own log lines (a dial that
+	// failed, a pool that ran dry), which go-redis writes to stderr in its
+	// own format otherwise, at level WARN with the message "go-redis":
+	// go-redis's logger is global, so this sets it for every Redis client
+	// of the process.
 	Logger *slog.Logger
 }
+
+// DefaultBoltPath returns the embedded store's default file, which bolt://
+// with no path opens unless Options.DefaultBoltPath says otherwise:
+// $IDEM_STATE_DIR/idem.db, else the user's state directory
+// ($XDG_STATE_HOME, ~/.local/state)/idem/idem.db, else the temporary
+// directory. A command keeping a file of its own puts it beside this one.
+func DefaultBoltPath() string { return boltstore.DefaultPath() }
 
 // Opened is an open store.
 type Opened struct {
@@ -345,6 +357,9 @@ func open(ctx context.Context, raw string, o *Options) (*Opened, error) {
 		}
 		return &Opened{Store: s, URL: u, closer: s.Close}, nil
 	case Redis:
+		if opt.Logger != nil {
+			redisstore.SetLogger(opt.Logger)
+		}
 		s, err := redisstore.Open(u.Conn, &redisstore.Config{Prefix: u.Prefix, WaitReplicas: u.WaitReplicas, WaitTimeout: u.WaitTimeout,
 			AllowEviction: u.AllowEviction, Logger: opt.Logger})
 		if err != nil {
