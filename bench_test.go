@@ -107,7 +107,7 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 func BenchmarkCacheHit(b *testing.B) {
-	e, fs := benchEngine(b, &idem.Config{Cache: &idem.CacheConfig{}})
+	e, fs := benchEngine(b, &idem.Config{CacheEntries: 10_000})
 	ctx := context.Background()
 	req := idem.Request{Operation: "charge", Key: "order-1"}
 	if _, err := idem.Do(ctx, e, req, chargeFn); err != nil {
@@ -173,9 +173,9 @@ func BenchmarkNewCallSteady(b *testing.B) {
 	b.ReportMetric(float64(fs.Calls("claim"))/float64(b.N), "claims/op")
 }
 
-// Replay of a raw JSON result with RawCodec: no reflection on either side.
+// Replay of a raw JSON result (JSONCodec stores it as it is): no reflection on either side.
 func BenchmarkReplayRaw(b *testing.B) {
-	e, _ := benchEngine(b, &idem.Config{Codec: idem.RawCodec{}})
+	e, _ := benchEngine(b, &idem.Config{})
 	ctx := context.Background()
 	req := idem.Request{Operation: "charge", Key: "order-1"}
 	raw := func(context.Context) (json.RawMessage, error) {

@@ -47,27 +47,6 @@ func aliasFree(t reflect.Type) bool {
 	return false
 }
 
-// CacheConfig bounds the engine's local cache of COMPLETED records. A hit
-// replays with no store call. IN_PROGRESS and FAILED records are never
-// cached, and an entry is dropped once its record's ExpiresAt passes.
-type CacheConfig struct {
-	// MaxEntries bounds the number of records. Default 10,000.
-	MaxEntries int
-	// MaxBytes bounds the summed result sizes. Default 64 MiB. A result
-	// larger than a quarter of MaxBytes is not cached.
-	MaxBytes int
-}
-
-func (c CacheConfig) withDefaults() CacheConfig {
-	if c.MaxEntries <= 0 {
-		c.MaxEntries = 10_000
-	}
-	if c.MaxBytes <= 0 {
-		c.MaxBytes = 64 << 20
-	}
-	return c
-}
-
 // lru is a mutex-guarded LRU of COMPLETED records, bounded by count and
 // bytes.
 type lru struct {
@@ -116,8 +95,13 @@ type lruEntry struct {
 	expiresAt   int64
 }
 
-func newLRU(c CacheConfig) *lru {
-	return &lru{max: c.MaxEntries, maxBytes: c.MaxBytes, ll: list.New(), items: make(map[cacheKey]*list.Element)}
+// newLRU returns a cache of at most entries records and bytes of results
+// (0: 64 MiB).
+func newLRU(entries, bytes int) *lru {
+	if bytes <= 0 {
+		bytes = 64 << 20
+	}
+	return &lru{max: entries, maxBytes: bytes, ll: list.New(), items: make(map[cacheKey]*list.Element)}
 }
 
 // get returns the entry under the store key if present and not expired

@@ -229,7 +229,7 @@ func TestJoinedFlightNeverReportsALeaseInThePast(t *testing.T) {
 func TestLocalCache(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	en := setup(t, idem.Config{Expiry: time.Hour, Cache: &idem.CacheConfig{MaxEntries: 2}})
+	en := setup(t, idem.Config{Expiry: time.Hour, CacheEntries: 2})
 	fn := func(context.Context) (string, error) { return "v", nil }
 	if _, err := idem.Do(ctx, en.eng, req("a"), fn); err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func TestLocalCache(t *testing.T) {
 
 func TestCacheNeverSharesMutableValues(t *testing.T) {
 	t.Parallel()
-	en := setup(t, idem.Config{Cache: &idem.CacheConfig{}})
+	en := setup(t, idem.Config{CacheEntries: 10_000})
 	ctx := context.Background()
 	fn := func(context.Context) (map[string]int, error) { return map[string]int{"n": 1}, nil }
 	if _, err := idem.Do(ctx, en.eng, req("k"), fn); err != nil {

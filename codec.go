@@ -1,12 +1,11 @@
 // Codecs: how a result is encoded for the store and decoded on a replay
-// (JSONCodec, RawCodec).
+// (JSONCodec).
 
 package idem
 
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 )
 
 // Codec encodes operation results for storage and decodes them on replay.
@@ -22,7 +21,7 @@ type Codec interface {
 // decoded back into a *[]byte or *json.RawMessage as a copy of the stored
 // bytes. Bytes inside another type (a struct field) are JSON as usual.
 //
-// With JSONCodec or [RawCodec] the engine keeps a copy of such a result,
+// With JSONCodec the engine keeps a copy of such a result,
 // not the operation's slice: an operation may reuse its buffer (a pooled
 // one) once its call has returned.
 type JSONCodec struct{}
@@ -72,31 +71,6 @@ func setRaw(data []byte, v any) bool {
 		return true
 	}
 	return false
-}
-
-// RawCodec stores results as they are, for operations whose result is
-// already bytes: []byte, or json.RawMessage for raw JSON. It stores them as
-// the default [JSONCodec] does (the engine encodes and decodes such
-// results without reflection with either; a replay copies the stored
-// bytes once), but any other type fails to encode with an error naming
-// it, which the engine records as for any result that cannot be encoded.
-type RawCodec struct{}
-
-// Marshal returns the bytes of a []byte, json.RawMessage or a pointer to
-// either.
-func (RawCodec) Marshal(v any) ([]byte, error) {
-	if b, ok := rawOf(v); ok {
-		return b, nil
-	}
-	return nil, fmt.Errorf("idem: RawCodec encodes []byte and json.RawMessage results, not %T", v)
-}
-
-// Unmarshal sets a *[]byte or *json.RawMessage to a copy of data.
-func (RawCodec) Unmarshal(data []byte, v any) error {
-	if setRaw(data, v) {
-		return nil
-	}
-	return fmt.Errorf("idem: RawCodec decodes into *[]byte or *json.RawMessage, not %T", v)
 }
 
 // rawBytes returns the bytes of *p when T is []byte or json.RawMessage.

@@ -46,7 +46,7 @@ func TestBytesResultsAreStoredRaw(t *testing.T) {
 	for _, cache := range []bool{false, true} {
 		cfg := idem.Config{}
 		if cache {
-			cfg.Cache = &idem.CacheConfig{MaxEntries: 10}
+			cfg.CacheEntries = 10
 		}
 		en := setup(t, cfg)
 		r1 := idem.Request{Operation: "blob", Key: "b"}
@@ -83,7 +83,7 @@ func TestBytesResultsAreStoredRaw(t *testing.T) {
 	}
 }
 
-// TestBytesResultIsCopied: with JSONCodec and RawCodec the engine keeps a
+// TestBytesResultIsCopied: with JSONCodec the engine keeps a
 // copy of a []byte result, not the operation's slice, so an operation may
 // reuse its buffer once the call has returned (idemrpc encodes responses
 // into pooled buffers): a replay, from the store or the local cache, gets
@@ -91,7 +91,7 @@ func TestBytesResultsAreStoredRaw(t *testing.T) {
 func TestBytesResultIsCopied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, cfg := range []idem.Config{{}, {Codec: idem.RawCodec{}}, {Cache: &idem.CacheConfig{MaxEntries: 10}}} {
+	for _, cfg := range []idem.Config{{}, {Codec: idem.JSONCodec{}}, {CacheEntries: 10}} {
 		en := setup(t, cfg)
 		buf := []byte("response-1")
 		r := idem.Request{Operation: "reuse", Key: "k"}
@@ -101,7 +101,7 @@ func TestBytesResultIsCopied(t *testing.T) {
 		copy(buf, "XXXXXXXXXX") // the buffer reused by the next call
 		res, err := idem.Do(ctx, en.eng, r, func(context.Context) ([]byte, error) { t.Fatal("ran again"); return nil, nil })
 		if err != nil || !res.Replayed || string(res.Value) != "response-1" {
-			t.Fatalf("codec %T, cache %v: replay %q, %v", cfg.Codec, cfg.Cache != nil, res.Value, err)
+			t.Fatalf("codec %T, cache %v: replay %q, %v", cfg.Codec, cfg.CacheEntries > 0, res.Value, err)
 		}
 		if got := storedResult(t, en, r); string(got) != "response-1" {
 			t.Fatalf("codec %T: stored %q", cfg.Codec, got)

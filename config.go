@@ -15,11 +15,11 @@ import (
 	"github.com/seed-a1b882c0/idem/store"
 )
 
-// EnvDisabled names the environment variable that turns idempotency off:
+// envDisabled names the environment variable that turns idempotency off:
 // when it is "1" or "true" at [New], every call runs the operation directly,
 // with no store calls. It exists for tests of code that uses idem; never set
 // it in production. The engine logs a warning when it is on.
-const EnvDisabled = "IDEM_DISABLED"
+const envDisabled = "IDEM_DISABLED"
 
 // Config configures an [Engine]. A nil *Config means all defaults; every
 // field documents its default.
@@ -88,8 +88,14 @@ type Config struct {
 	// the caller's context is cancelled. Default 10s.
 	WriteTimeout time.Duration
 
-	// Cache, when non-nil, enables the local cache of COMPLETED records.
-	Cache *CacheConfig
+	// CacheEntries, above zero, turns on the local cache of COMPLETED
+	// records and bounds it to that many: a hit replays with no store
+	// call. IN_PROGRESS and FAILED records are never cached, and an entry
+	// is dropped once its record's ExpiresAt passes. Default 0: off.
+	CacheEntries int
+	// CacheBytes bounds the summed result sizes the cache holds. Default
+	// 64 MiB. A result larger than a quarter of it is not cached.
+	CacheBytes int
 
 	// Codec encodes results. Default [JSONCodec], which stores a []byte or
 	// json.RawMessage result as it is (not base64 or re-encoded JSON).
@@ -210,7 +216,7 @@ func (c *Config) WithDefaults() Config {
 	if out.Owner == "" {
 		out.Owner = defaultOwner()
 	}
-	if v, err := strconv.ParseBool(os.Getenv(EnvDisabled)); err == nil && v {
+	if v, err := strconv.ParseBool(os.Getenv(envDisabled)); err == nil && v {
 		out.Disabled = true
 	}
 	return out
@@ -227,6 +233,8 @@ func (c *Config) validate() error {
 		return bad("Expiry is %v; it must be at least 1s (records must outlive their claims)", c.Expiry)
 	case c.Lease < 10*time.Millisecond:
 		return bad("Lease is %v; it must be at least 10ms", c.Lease)
+	case c.CacheEntries < 0 || c.CacheBytes < 0:
+		return bad("CacheEntries %d and CacheBytes %d must not be negative; 0 turns the cache off (CacheEntries) or means 64 MiB (CacheBytes)", c.CacheEntries, c.CacheBytes)
 	case c.Lease > c.Expiry:
 		return bad("Lease %v is longer than Expiry %v; raise Expiry or shorten Lease", c.Lease, c.Expiry)
 	case c.RenewInterval >= c.Lease:

@@ -274,8 +274,7 @@ func (t *typedCall[T]) runOp(ctx context.Context) (opResult, error) {
 	return out, nil
 }
 
-// encode encodes t.value with the engine's codec; a [RawCodec] or
-// [JSONCodec] engine takes a []byte or json.RawMessage value as it is,
+// encode encodes t.value with the engine's codec; a [JSONCodec] engine takes a []byte or json.RawMessage value as it is,
 // without reflection.
 func (t *typedCall[T]) encode() ([]byte, error) {
 	if t.e.raw {

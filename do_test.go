@@ -99,7 +99,7 @@ func TestStoredResultOfWrongTypeIsAnErrorNotGarbage(t *testing.T) {
 // (DoCompleting, as idempg.DoTx does): the engine encodes the value once,
 // makes no Complete of its own, and replays the record.
 func TestOperationCompletedItsOwnRecord(t *testing.T) {
-	en := setup(t, idem.Config{RenewInterval: -1, Cache: &idem.CacheConfig{}})
+	en := setup(t, idem.Config{RenewInterval: -1, CacheEntries: 10_000})
 	ctx := context.Background()
 	codec := &countingCodec{}
 	en.eng = en.another(t, idem.Config{RenewInterval: -1, Codec: codec, Observer: en.obs})

@@ -27,7 +27,7 @@
 //
 //  1. The store key ("<operation>[/<tenant>]#<sha256>") and the payload fingerprint are
 //     derived once, before the operation runs. JSON payloads are
-//     canonicalised first ([Canonicalize]), so key order and white space
+//     canonicalised first ([canonical.JSON]), so key order and white space
 //     do not matter, while different values never collapse.
 //  2. The local cache, if enabled, answers a COMPLETED key with no store
 //     call.
@@ -104,8 +104,8 @@
 // [WithBatchWorkers]); BatchOptions.Answered hands each key's answer to a callback
 // as soon as its outcome is recorded. A call costs the engine
 // about ten allocations over the store's own; a local-cache hit
-// (Config.Cache) none and no store call. The default [JSONCodec], and
-// [RawCodec], store []byte and json.RawMessage results as they are, without
+// (Config.CacheEntries) none and no store call. The default [JSONCodec]
+// stores []byte and json.RawMessage results as they are, without
 // reflection (a []byte is not made a base64 string a third larger).
 // docs/benchmarks.md has the figures.
 //
@@ -140,10 +140,11 @@
 // # Errors
 //
 // Sentinel errors are grouped by operation; the typed errors that carry data
-// ([*InProgressError], [*MismatchError], [*TerminalError], [*StoreError],
-// [*StepOrderError], [*KeyError], [*PayloadError], [*TokenError], [*StaleTokenError], and the
+// ([*InProgressError], [*HeldError], [*MismatchError], [*TerminalError],
+// [*StoreError], [*KeyError], [*PayloadError], [*StaleTokenError], and the
 // store's FencedError, TooLargeError and CorruptError) match their
-// sentinel with errors.Is.
+// sentinel with errors.Is; the others (an uncertain outcome, a step out of
+// order, a malformed token) match theirs and say what is wrong.
 //
 // # Testing code that uses idem
 //

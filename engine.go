@@ -31,7 +31,7 @@ type Engine struct {
 	timing   bool           // the observer wants store-call latencies
 	tracer   observe.Tracer // the observer traces: nil when it does not
 	dbSystem string         // the store's store.SystemNamer name, for its spans
-	raw      bool           // the codec is RawCodec or JSONCodec: []byte and json.RawMessage results skip it
+	raw      bool           // the codec is JSONCodec: []byte and json.RawMessage results skip it
 	sysClock bool           // the clock is store.SystemClock
 	// clock is the engine's clock corrected to the store's (and cfg.Clock
 	// is it, inside the engine; Config returns the configured one), when
@@ -62,7 +62,7 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	e := &Engine{store: s, cfg: c, ownerPrefix: c.Owner + "/" + randomID(), flights: make(map[string]*flight)}
 	_, nop := c.Observer.(nopObserver)
 	switch c.Codec.(type) {
-	case RawCodec, JSONCodec: // []byte and json.RawMessage results are stored as they are
+	case JSONCodec: // []byte and json.RawMessage results are stored as they are
 		e.raw = true
 	}
 	_, e.sysClock = c.Clock.(store.SystemClock)
@@ -79,12 +79,12 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	if bc, ok := s.(store.BatchCompleter); ok {
 		e.completer = &completer{s: s, b: bc, attempt: max(c.WriteTimeout/3, time.Millisecond)}
 	}
-	if c.Cache != nil {
-		e.cache = newLRU(c.Cache.withDefaults())
+	if c.CacheEntries > 0 {
+		e.cache = newLRU(c.CacheEntries, c.CacheBytes)
 	}
 	if c.Disabled {
 		c.Logger.Warn("idem: idempotency is DISABLED; every operation runs unprotected",
-			"env", EnvDisabled)
+			"env", envDisabled)
 	}
 	return e, nil
 }

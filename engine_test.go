@@ -115,7 +115,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 }
 
 func TestDisabledByEnvironment(t *testing.T) {
-	t.Setenv(idem.EnvDisabled, "true")
+	t.Setenv("IDEM_DISABLED", "true")
 	en := setup(t, idem.Config{})
 	runs := 0
 	for range 3 {

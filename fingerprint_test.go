@@ -68,7 +68,7 @@ func TestFingerprintStoredWithItsRules(t *testing.T) {
 func TestFingerprintByOtherRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	en := setup(t, idem.Config{Cache: &idem.CacheConfig{}})
+	en := setup(t, idem.Config{CacheEntries: 10_000})
 	now := store.Millis(en.clock.Now())
 	write := func(key, fingerprint string, complete bool) {
 		t.Helper()

@@ -219,7 +219,7 @@ type Request struct {
 	Key string
 	// Payload is the request payload. It is fingerprinted, and a later call
 	// with the same key and another payload fails with [ErrMismatch]. By
-	// default it must be JSON and is canonicalised first (see [Canonicalize]),
+	// default it must be JSON and is canonicalised first (see [canonical.JSON]),
 	// so that key order and white space do not matter.
 	Payload []byte
 	// RawPayload fingerprints Payload as raw bytes instead of canonical JSON.

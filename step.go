@@ -30,7 +30,7 @@ import (
 //     is decoded and returned (or its recorded terminal error), and fn
 //     does not run;
 //   - a step recorded at this number under another name: a
-//     [*stepOrderError] ([ErrStepOrder]), and fn does not run. The
+//     an error matching [ErrStepOrder], and fn does not run. The
 //     operation's steps must be called in one order, run after run; a
 //     takeover never runs a finished step again silently;
 //   - no step recorded at this number: fn runs, with ctx. Its value is
@@ -39,7 +39,7 @@ import (
 //     resumed run gets it again. Any other error is returned and not
 //     recorded: the step runs again on a retry, and the next step this
 //     run calls must be the same one (a retry inside the operation), or
-//     the call fails with a [*stepOrderError].
+//     the call fails with [ErrStepOrder].
 //
 // When fn has run but its outcome cannot be recorded, Step returns fn's
 // value with an error: the step runs again after a crash. The error
@@ -148,7 +148,7 @@ func stepTooLarge(name string, size, limit int) *TerminalError {
 }
 
 // encodeValue encodes *v as the engine encodes an operation's value: a
-// [RawCodec] or [JSONCodec] engine takes a []byte or json.RawMessage as it
+// [JSONCodec] engine takes a []byte or json.RawMessage as it
 // is.
 func encodeValue[T any](e *Engine, v *T) ([]byte, error) {
 	if e.raw {

@@ -164,10 +164,10 @@ func (e *Engine) verify(t Token) error {
 		return nil
 	}
 	if !t.signed {
-		return &TokenError{Token: t.String(), Reason: "not signed, and this engine takes only tokens signed with its TokenKey"}
+		return &tokenError{Token: t.String(), Reason: "not signed, and this engine takes only tokens signed with its TokenKey"}
 	}
 	if want := tokenMAC(e.cfg.TokenKey, t); !hmac.Equal(want[:], t.mac[:]) {
-		return &TokenError{Token: t.String(), Reason: "its signature does not match its contents under this engine's TokenKey: forged or altered"}
+		return &tokenError{Token: t.String(), Reason: "its signature does not match its contents under this engine's TokenKey: forged or altered"}
 	}
 	return nil
 }
@@ -182,9 +182,9 @@ func (t Token) IsZero() bool { return t.Fence == 0 && t.Owner == "" }
 // engine with the TokenKey (see [Token]). A token is a capability: whoever holds it may settle its claim,
 // whatever tenant the key names, so hand it only to the work it is for;
 // a caller that knows the tenant may compare Key.Tenant itself. Errors
-// are a [*TokenError].
+// match [ErrInvalidToken].
 func ParseToken(s, operation string) (Token, error) {
-	bad := func(reason string) (Token, error) { return Token{}, &TokenError{Token: s, Reason: reason} }
+	bad := func(reason string) (Token, error) { return Token{}, &tokenError{Token: s, Reason: reason} }
 	if s == "" {
 		return bad("empty")
 	}
@@ -251,7 +251,7 @@ func ParseToken(s, operation string) (Token, error) {
 var (
 	// ErrInvalidToken: a token is malformed, names another operation, or
 	// (with Config.TokenKey) is not signed by the key. The error is a
-	// [*TokenError]; nothing was written.
+	// an error matching [ErrInvalidToken]; nothing was written.
 	ErrInvalidToken = errors.New("idem: invalid token")
 	// ErrStaleToken: a write through a token was refused because the
 	// token's claim is no longer the record's (the key was taken over,
@@ -262,13 +262,14 @@ var (
 	ErrNotFound = store.ErrNotFound
 )
 
-// TokenError describes a token that cannot be used.
-type TokenError struct {
+// tokenError describes a token that cannot be used; it matches
+// [ErrInvalidToken].
+type tokenError struct {
 	Token  string
 	Reason string
 }
 
-func (e *TokenError) Error() string {
+func (e *tokenError) Error() string {
 	t := e.Token
 	if len(t) > 24 {
 		t = t[:24] + "..."
@@ -277,7 +278,7 @@ func (e *TokenError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrInvalidToken) true.
-func (e *TokenError) Is(target error) bool { return target == ErrInvalidToken }
+func (e *tokenError) Is(target error) bool { return target == ErrInvalidToken }
 
 // StaleTokenError is a write through a token that the store refused: the
 // record is absent or expired (Status zero), or holds another claim, or is

@@ -159,7 +159,8 @@ func Key(operation, tenant, key string) (idem.StoreKey, error) {
 // KeyJMESPath selected from an event (an SQS record's messageId is the
 // JSON string "\"…\""), or an [idem.Request]'s Payload when it has no Key
 // (idemsfn's input then). The value is canonicalised first
-// ([canonical.JSON]), so key order and white space do not matter.
+// (canonical JSON, as Request.Identity makes it), so key order and white
+// space do not matter.
 //
 // It is the store key [idem.Request.Identity] derives from a Payload
 // without a Key (a test holds the two together), without the fingerprint.

@@ -74,7 +74,7 @@ func setup(t *testing.T, cfg console.Config) *fixture {
 	if f.app, err = idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: idem.RawCodec{}})
+	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -358,7 +358,7 @@ func writeStatus(w http.ResponseWriter, status int, doc *StatusResource) {
 
 // token parses a worker's token: it must name a key of the middleware's
 // operation. A malformed token, or one of another operation, fails with
-// an [*idem.TokenError] before any write.
+// an error matching [idem.ErrInvalidToken] before any write.
 func (m *Middleware) token(s string) (idem.Token, error) { return idem.ParseToken(s, m.cfg.Operation) }
 
 // Complete stores resp as the final response of the handed-off request
@@ -368,7 +368,7 @@ func (m *Middleware) token(s string) (idem.Token, error) { return idem.ParseToke
 //
 // It is for the worker, in any process whose middleware has the same
 // Operation and whose engine is on the same store. The token is refused
-// with an [*idem.TokenError] when it is malformed or names another
+// with an error matching [idem.ErrInvalidToken] when it is malformed or names another
 // operation; a status outside 200-599 or a body over Config.MaxResponseBytes
 // with an [*OutcomeError]; in both cases nothing is written. The write is
 // fenced: a token whose claim is no longer the record's (the expected

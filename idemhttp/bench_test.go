@@ -51,7 +51,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			cfg := &idem.Config{Logger: slog.New(slog.DiscardHandler), Codec: codec.codec}
 			name := "store"
 			if cache {
-				cfg.Cache, name = &idem.CacheConfig{}, "cache"
+				cfg.CacheEntries, name = 10_000, "cache"
 			}
 			eng, err := idem.New(mem, cfg)
 			if err != nil {

@@ -241,7 +241,7 @@ func TestTraceOfANewCallAndItsReplay(t *testing.T) {
 func TestTraceOfACacheHit(t *testing.T) {
 	t.Parallel()
 	tr := newTraced(t, nil)
-	eng := tr.engine(t, newMem(t), idem.Config{Cache: &idem.CacheConfig{MaxEntries: 10}})
+	eng := tr.engine(t, newMem(t), idem.Config{CacheEntries: 10})
 	req := idem.Request{Operation: "charge", Key: "order-2"} // no payload: the cache's fast path
 	for range 2 {
 		if _, err := idem.Do(context.Background(), eng, req, func(context.Context) (int, error) { return 1, nil }); err != nil {

@@ -20,7 +20,7 @@
 //   - A COMPLETED record is not released (that would discard its result
 //     and run the operation again); Delete says so explicitly.
 //   - Operator writes go to the store directly, never through an engine:
-//     an engine disabled by IDEM_DISABLED ([idem.EnvDisabled]) does not
+//     an engine disabled by IDEM_DISABLED (Config.Disabled) does not
 //     turn them into no-ops.
 //   - A listing ([Query], [List]) reads at most Query.MaxScan
 //     records per request, whatever the filters.
@@ -285,7 +285,7 @@ func (o *Operator) engine(expiry time.Duration) (*idem.Engine, error) {
 		owner = "idem-operator"
 	}
 	return idem.New(o.Store, &idem.Config{
-		Clock: o.clock(), Codec: idem.RawCodec{}, Owner: owner, Logger: slog.New(slog.DiscardHandler),
+		Clock: o.clock(), Owner: owner, Logger: slog.New(slog.DiscardHandler),
 		Expiry: expiry, Lease: min(30*time.Second, expiry), RenewInterval: -1,
 	})
 }

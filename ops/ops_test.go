@@ -249,7 +249,7 @@ func TestGuardCoversWhatWasShown(t *testing.T) {
 // Operator writes never pass through a disabled engine: with
 // IDEM_DISABLED set, release, complete and fail change the record.
 func TestOperatorWritesIgnoreIdemDisabled(t *testing.T) {
-	t.Setenv(idem.EnvDisabled, "true")
+	t.Setenv("IDEM_DISABLED", "true")
 	clock := clocktest.New(time.Now().Truncate(time.Second))
 	s := memstore.New(&memstore.Config{SweepInterval: -1, Clock: clock})
 	defer s.Close()

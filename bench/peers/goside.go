@@ -222,7 +222,7 @@ func (e *env) runGo(ctx context.Context, sc scenario, raw bool, calls, keys int,
 	} else {
 		cfg := &idem.Config{Logger: quiet}
 		if sc.Kind == "cache" {
-			cfg.Cache = &idem.CacheConfig{}
+			cfg.CacheEntries = 10_000
 		}
 		var st store.Store = e.ddbStore
 		if sc.Store == "redis" {

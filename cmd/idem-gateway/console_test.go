@@ -113,7 +113,7 @@ func TestConsoleOnBoltInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := idem.New(s.Store, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: idem.RawCodec{}})
+	raw, err := idem.New(s.Store, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

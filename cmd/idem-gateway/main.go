@@ -415,7 +415,7 @@ func engineConfig(o *options, log *slog.Logger, obs observe.Observer) *idem.Conf
 		Codec: idemhttp.ResponseCodec{},
 	}
 	if o.cacheEntries > 0 {
-		cfg.Cache = &idem.CacheConfig{MaxEntries: o.cacheEntries, MaxBytes: int(o.cacheBytes)}
+		cfg.CacheEntries, cfg.CacheBytes = o.cacheEntries, int(o.cacheBytes)
 	}
 	cfg.TokenKey = o.tokenKey
 	return cfg

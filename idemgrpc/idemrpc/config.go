@@ -156,7 +156,7 @@ type Guard struct {
 	cfg     Config
 	methods map[string]*method
 	// pooled: the engine's codec keeps a copy of a []byte result
-	// (idem.JSONCodec, idem.RawCodec), so responses are encoded into
+	// (idem.JSONCodec), so responses are encoded into
 	// pooled buffers.
 	pooled bool
 	// byLevel caches the methods ByIdempotencyLevel found covered.
@@ -215,7 +215,7 @@ func New(eng *idem.Engine, cfg *Config) (*Guard, error) {
 	}
 	g := &Guard{eng: eng, cfg: c, methods: make(map[string]*method, len(c.Methods))}
 	switch eng.Config().Codec.(type) {
-	case idem.JSONCodec, idem.RawCodec:
+	case idem.JSONCodec:
 		g.pooled = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {

@@ -36,7 +36,7 @@
 //   - A response is stored as a google.protobuf.Any of its deterministic
 //     encoding, and decoded on replay into its own message type, found by
 //     its type URL in Config.Types. The engine's codec must store []byte
-//     results as they are, as idem.JSONCodec and idem.RawCodec do.
+//     results as they are, as idem.JSONCodec does.
 //
 // # Answers, each decided once
 //

@@ -97,7 +97,7 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 	res, err := idem.DoIdentity(ctx, g.eng, id, r.Run)
 	if r.buf != nil {
 		// The engine keeps a copy of the encoded response (JSONCodec,
-		// RawCodec): the buffer is free again.
+		// the engine's default): the buffer is free again.
 		buffers.Put(r.buf)
 	}
 	if r.ran {

@@ -31,7 +31,7 @@ type Keys struct {
 // completion, with a Step Functions ARN attached), a fresh IN_PROGRESS
 // one, a COMPLETED one whose result holds a script, and a COMPLETED one
 // with a binary result, both written through raw (an engine with
-// idem.RawCodec on the same store; nil writes it through e, as JSON).
+// the default JSONCodec, which stores []byte as it is, on the same store; nil writes it through e, as JSON).
 // advance moves the clock on by more than a minute between the stuck
 // claim and the fresh one.
 func Seed(t testing.TB, e, raw *idem.Engine, advance func(time.Duration)) Keys {

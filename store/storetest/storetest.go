@@ -1460,7 +1460,7 @@ func engineFor(t *testing.T, s store.Store, cfg idem.Config) (*idem.Engine, *clo
 func TestEngineMismatchEveryPath(t *testing.T, _ Features, newStore NewStore) {
 	s := newStore(t)
 	ctx := context.Background()
-	e, _ := engineFor(t, s, idem.Config{Cache: &idem.CacheConfig{}})
+	e, _ := engineFor(t, s, idem.Config{CacheEntries: 10_000})
 	plain, _ := engineFor(t, s, idem.Config{})
 	scope := fmt.Sprintf("mismatch%x", rand.Uint32())
 	reqA := func(key string) idem.Request {

@@ -73,7 +73,7 @@ func (f *fixture) seed() consoletest.Keys {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour, Codec: idem.RawCodec{}})
+	raw, err := idem.New(s, &idem.Config{Clock: f.clock, Owner: "worker-7", Expiry: 24 * time.Hour})
 	if err != nil {
 		f.t.Fatal(err)
 	}

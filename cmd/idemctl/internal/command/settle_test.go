@@ -170,7 +170,7 @@ func TestWritesIgnoreIdemDisabled(t *testing.T) {
 	_, completed := f.begin("charge", "c", time.Minute, "")
 	_, failed := f.begin("charge", "f", time.Minute, "")
 	f.clock.Advance(2 * time.Minute)
-	t.Setenv(idem.EnvDisabled, "true")
+	t.Setenv("IDEM_DISABLED", "true")
 	f.must("release", "--yes", released.String())
 	f.must("resolve", "--yes", completed.String(), "--result", `"ok"`)
 	f.must("resolve", "--yes", failed.String(), "--fail", "c:m")
