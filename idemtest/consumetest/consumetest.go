@@ -15,7 +15,10 @@
 // [RecordIsFound] is the find scenario every consumer runs (idemnats,
 // idemamqp, idemkafka, idemwatermill): a record made through the adapter
 // is found in the console and with `idemctl find` from what the producer
-// sent.
+// sent. [KillMidHandler] is the kill scenario: a consumer process
+// (a child re-run of the test binary, [KillChild]) SIGKILLed in a handler
+// or in an ack, and a consumer that gets what it left running again only
+// what was cut off; idemnats and idemamqp run it.
 // Test-only.
 package consumetest
 
