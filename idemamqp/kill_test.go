@@ -1,223 +1,129 @@
 package idemamqp_test
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemamqp"
-	"github.com/seed-a1b882c0/idem/idemtest/testenv"
-	"github.com/seed-a1b882c0/idem/store/redisstore"
-)
-
-// The child consumer: TestSIGKILL re-runs the test binary with these set.
-const (
-	envChildQueue  = "IDEMAMQP_CHILD_QUEUE"
-	envChildPrefix = "IDEMAMQP_CHILD_PREFIX"
-	envChildMode   = "IDEMAMQP_CHILD_MODE" // "in-handler" or "before-ack"
-	envChildPath   = "IDEMAMQP_CHILD_PATH" // "single" or "batch"
-	killLease      = time.Second
+	"github.com/seed-a1b882c0/idem/idemtest/childproc"
+	"github.com/seed-a1b882c0/idem/idemtest/consumetest"
 )
 
 // blockingAck stands for a process that dies after the engine recorded
 // COMPLETED and before its Ack reached the broker.
-type blockingAck struct{ amqp.Acknowledger }
-
-func (blockingAck) Ack(uint64, bool) error {
-	fmt.Println("completed")
-	select {}
+type blockingAck struct {
+	amqp.Acknowledger
+	c  *consumetest.ChildConsumer
+	id string
 }
 
-// killOrders is how many deliveries one run of the path takes: one alone,
-// killBatchSize in a batch.
-func (p path) killOrders() int {
+func (b blockingAck) Ack(uint64, bool) error {
+	b.c.Acking(b.id)
+	return nil
+}
+
+// killConfig is how one run of the path takes its deliveries: one alone,
+// or four in a batch, whose handlers run at once.
+func (p path) killConfig() consumetest.KillConfig {
 	if p.batch {
-		return killBatchSize
+		return consumetest.KillConfig{Orders: 4}
 	}
-	return 1
+	return consumetest.KillConfig{Orders: 1}
 }
 
-const killBatchSize = 4
-
-// TestChildConsumer is the child of TestSIGKILL: it collects killOrders
-// deliveries and handles them on its path (IDEMAMQP_CHILD_PATH).
+// TestChildConsumer is the consumer process consumetest.KillMidHandler
+// runs and kills: it collects the path's (IDEMAMQP_CHILD_PATH) deliveries
+// from IDEMAMQP_CHILD_QUEUE, handles them on the path, and never acks them.
 func TestChildConsumer(t *testing.T) {
-	queue := os.Getenv(envChildQueue)
-	if queue == "" {
+	cc := consumetest.KillChild(t, sharedStore)
+	if cc == nil {
 		t.Skip("the child consumer of TestSIGKILL")
 	}
-	pa := pathNamed(t, os.Getenv(envChildPath))
-	mode := os.Getenv(envChildMode)
-	ctx := context.Background()
-	conn := dial(t)
-	ch := channel(t, conn)
-	s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")}),
-		&redisstore.Config{Prefix: os.Getenv(envChildPrefix)})
+	pa := pathNamed(t, os.Getenv("IDEMAMQP_CHILD_PATH"))
+	ch := channel(t, dial(t))
+	c, err := idemamqp.New(cc.Engine, &idemamqp.Config{Operation: consumetest.KillOperation},
+		func(ctx context.Context, d amqp.Delivery) error { cc.Handle(d.MessageId); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := idemamqp.New(engine(t, s, idem.Config{Lease: killLease, Owner: "child"}), &idemamqp.Config{Operation: "kill"},
-		func(ctx context.Context, d amqp.Delivery) error {
-			fmt.Println("ran " + d.MessageId)
-			if mode == "in-handler" && d.MessageId == "k-0" {
-				select {} // killed here, the others (in a batch) done
-			}
-			return nil
-		})
-	if err != nil {
+	n := pa.killConfig().Orders
+	if err := ch.Qos(n, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Qos(pa.killOrders(), 0, false); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	ds, err := ch.Consume(os.Getenv("IDEMAMQP_CHILD_QUEUE"), "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var batch []amqp.Delivery
 	for d := range ds {
-		d.Acknowledger = blockingAck{d.Acknowledger}
-		if batch = append(batch, d); len(batch) == pa.killOrders() {
+		d.Acknowledger = blockingAck{d.Acknowledger, cc, d.MessageId}
+		if batch = append(batch, d); len(batch) == n {
 			break
 		}
 	}
-	pa.handle(ctx, c, batch)
+	pa.handle(context.Background(), c, batch)
 	select {}
 }
 
-// TestSIGKILL: a consumer killed (SIGKILL) in its handler: the message is
+// TestSIGKILL: consumetest's kill scenario on each path (Handle, or
+// HandleBatch with four deliveries): a consumer killed (SIGKILL) in its
+// handler (in a batch, with the others' outcomes recorded): the message is
 // redelivered and handled once more after the lease. A consumer killed
-// after its handler completed but before the Ack: the message is
-// redelivered and replayed, never handled twice. On the batch path the
-// consumer is killed with one handler of its batch still running and the
-// others' outcomes recorded, or after every outcome was recorded and while
-// each delivery's Ack (made as soon as its own outcome landed) is under
-// way; the redeliveries, handled by RunBatch, run again only the handler
-// that was cut off.
+// after every outcome was recorded and while an Ack is under way: the
+// messages are redelivered and replayed, never handled twice. The
+// redeliveries are handled by Run, or RunBatch on the batch path.
 func TestSIGKILL(t *testing.T) {
 	t.Parallel()
 	for _, pa := range paths {
-		for _, mode := range []string{"in-handler", "before-ack"} {
-			t.Run(pa.name+"/"+mode, func(t *testing.T) {
-				t.Parallel()
-				n := pa.killOrders()
+		t.Run(pa.name, func(t *testing.T) {
+			t.Parallel()
+			consumetest.KillMidHandler(t, sharedStore, pa.killConfig(), func(t *testing.T) consumetest.Killable {
 				conn := dial(t)
 				work, _ := queues(t, conn)
-				addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
-				rc := redis.NewClient(&redis.Options{Addr: addr})
-				prefix := fmt.Sprintf("idemamqp-kill:%s:", work)
-				t.Cleanup(func() {
-					ctx := context.Background()
-					it := rc.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-					for it.Next(ctx) {
-						rc.Del(ctx, it.Val())
-					}
-					rc.Close()
-				})
-				pub := channel(t, conn)
-				for i := range n {
-					publish(t, pub, work, "k-"+strconv.Itoa(i), []byte("payload "+strconv.Itoa(i)))
-				}
-				s, err := redisstore.New(rc, &redisstore.Config{Prefix: prefix})
-				if err != nil {
-					t.Fatal(err)
-				}
-				eng := engine(t, s, idem.Config{Lease: killLease, Owner: "survivor"})
-
-				cmd := exec.Command(os.Args[0], "-test.run", "^TestChildConsumer$", "-test.v")
-				cmd.Env = append(os.Environ(), envChildQueue+"="+work, envChildPrefix+"="+prefix, envChildMode+"="+mode, envChildPath+"="+pa.name)
-				out, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				ran, acking := 0, 0
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					line := sc.Text()
-					if strings.HasPrefix(line, "ran ") {
-						ran++
-					}
-					if line == "completed" {
-						acking++ // each delivery is acked on its own outcome
-					}
-					// A batch's answers are made by the goroutine that writes
-					// its outcomes, one after another: the first ack, which
-					// never returns here, holds up the others.
-					if mode == "in-handler" && ran == n || mode == "before-ack" && ran == n && acking > 0 {
-						break
-					}
-				}
-				{
-					// Kill once the finished handlers' outcomes are recorded
-					// (every one's, when killed before an ack).
-					first := 1
-					if mode == "before-ack" {
-						first = 0
-					}
-					for i := first; i < n; i++ {
-						req := idem.Request{Operation: "kill", Key: "k-" + strconv.Itoa(i)}
-						id, err := req.Identity()
-						if err != nil {
-							t.Fatal(err)
-						}
-						eventually(t, 10*time.Second, "k-"+strconv.Itoa(i)+" recorded by the child", func() bool {
-							st, err := eng.Status(context.Background(), id.StoreKey)
-							return err == nil && st.Status == idem.StatusCompleted
-						})
-					}
-				}
-				if err := cmd.Process.Kill(); err != nil {
-					t.Fatal(err)
-				}
-				_ = cmd.Wait()
-				if ran != n {
-					t.Fatalf("the child ran %d handlers, want %d", ran, n)
-				}
-
-				var mu sync.Mutex
-				runs := map[string]int{}
-				cnt := newCounter()
-				c, err := idemamqp.New(eng, &idemamqp.Config{Operation: "kill", Backoff: 100 * time.Millisecond, Settled: cnt.settled},
-					func(ctx context.Context, d amqp.Delivery) error {
-						mu.Lock()
-						runs[d.MessageId]++
-						mu.Unlock()
-						return nil
-					})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if pa.batch {
-					runBatch(t, conn, c, idemamqp.BatchArgs{ConsumeArgs: idemamqp.ConsumeArgs{Queue: work}, Size: n})
-				} else {
-					run(t, conn, c, work, 1)
-				}
-				eventually(t, 10*time.Second, "every redelivery acknowledged", func() bool { return cnt.action(idemamqp.Acked) == n })
-				want := map[string]int{}
-				if mode == "in-handler" {
-					want["k-0"] = 1
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if fmt.Sprint(runs) != fmt.Sprint(want) {
-					t.Errorf("handlers ran %v after the kill, want %v (settlements %v)", runs, want, cnt.actions)
-				}
-				t.Logf("child ran %d, after the kill %v, settlements %v", ran, runs, cnt.actions)
+				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
 			})
-		}
+		})
 	}
+}
+
+// amqpKillable is a consumetest.Killable: a work queue of its own.
+type amqpKillable struct {
+	conn *amqp.Connection
+	work string
+	pub  *amqp.Channel
+	pa   path
+}
+
+func (k *amqpKillable) Publish(t *testing.T, key string, payload []byte) {
+	publish(t, k.pub, k.work, key, payload)
+}
+
+func (k *amqpKillable) Child(t *testing.T, env ...string) *childproc.Child {
+	return childproc.Start(t, "TestChildConsumer", append(env, "IDEMAMQP_CHILD_QUEUE="+k.work, "IDEMAMQP_CHILD_PATH="+k.pa.name)...)
+}
+
+// Drain consumes the redeliveries of all the path's deliveries (the child
+// acked none) until each is acknowledged.
+func (k *amqpKillable) Drain(t *testing.T, e *idem.Engine, _ consumetest.Stage, handle func(string)) {
+	n := k.pa.killConfig().Orders
+	cnt := newCounter()
+	c, err := idemamqp.New(e, &idemamqp.Config{Operation: consumetest.KillOperation, Backoff: 100 * time.Millisecond, Settled: cnt.settled},
+		func(ctx context.Context, d amqp.Delivery) error { handle(d.MessageId); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.pa.batch {
+		runBatch(t, k.conn, c, idemamqp.BatchArgs{ConsumeArgs: idemamqp.ConsumeArgs{Queue: k.work}, Size: n})
+	} else {
+		run(t, k.conn, c, k.work, 1)
+	}
+	eventually(t, 10*time.Second, "every redelivery acknowledged", func() bool { return cnt.action(idemamqp.Acked) == n })
+	cnt.mu.Lock()
+	t.Logf("settlements after the kill %v", cnt.actions)
+	cnt.mu.Unlock()
 }

@@ -58,3 +58,15 @@ func (c *Child) WaitLine(t testing.TB, want string) {
 	}
 	t.Fatalf("the child ended before %q", want)
 }
+
+// Scan reads the child's output line by line, calling each with every
+// line until it returns true, and fails t if the output ends first.
+func (c *Child) Scan(t testing.TB, each func(line string) bool) {
+	t.Helper()
+	for c.out.Scan() {
+		if each(c.out.Text()) {
+			return
+		}
+	}
+	t.Fatal("the child ended before the line awaited")
+}

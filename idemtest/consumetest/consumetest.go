@@ -11,6 +11,14 @@
 // (each adapter gives a [Member]): a batch whose tail waits behind a slow
 // head keeps its tail's claims, and a tail whose claims lapsed anyway does
 // not run. idemnats and idemamqp run them.
+//
+// [RecordIsFound] is the find scenario every consumer runs (idemnats,
+// idemamqp, idemkafka, idemwatermill): a record made through the adapter
+// is found in the console and with `idemctl find` from what the producer
+// sent. [KillMidHandler] is the kill scenario: a consumer process
+// (a child re-run of the test binary, [KillChild]) SIGKILLed in a handler
+// or in an ack, and a consumer that gets what it left running again only
+// what was cut off; idemnats and idemamqp run it.
 // Test-only.
 package consumetest
 

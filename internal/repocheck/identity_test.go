@@ -140,6 +140,7 @@ func TestEveryAdapterHasAFindTest(t *testing.T) {
 			return
 		}
 		ck, console, ctl := importName(f, repo+"/clientkey"), importName(f, repo+"/idemtest/consoletest"), importName(f, repo+"/idemtest/ctltest")
+		consume := importName(f, repo+"/idemtest/consumetest")
 		var material, finds bool
 		ast.Inspect(f, func(n ast.Node) bool {
 			sel, ok := n.(*ast.SelectorExpr)
@@ -152,7 +153,8 @@ func TestEveryAdapterHasAFindTest(t *testing.T) {
 			case x.Name == ck && sel.Sel.Name == "Material":
 				material = true
 			case x.Name == console && (sel.Sel.Name == "FindIn" || sel.Sel.Name == "NewClient"),
-				x.Name == ctl && sel.Sel.Name == "Find":
+				x.Name == ctl && sel.Sel.Name == "Find",
+				x.Name == consume && sel.Sel.Name == "RecordIsFound":
 				finds = true
 			}
 			return true
@@ -167,7 +169,7 @@ func TestEveryAdapterHasAFindTest(t *testing.T) {
 		case exempt && found[a]:
 			t.Errorf("%s has a find test, but is listed as having none (%s): take it off the list", a, why)
 		case !exempt && !found[a]:
-			t.Errorf("%s has no find test: a test that makes a record through it and finds it with consoletest.FindIn or ctltest.Find from a clientkey.Material (see idemnats/find_test.go)", a)
+			t.Errorf("%s has no find test: a test that makes a record through it and finds it with consoletest.FindIn or ctltest.Find from a clientkey.Material, or consumetest.RecordIsFound for a consumer (see idemnats/find_test.go)", a)
 		}
 	}
 	if len(found) < 8 {
