@@ -10,7 +10,7 @@
 // claim that raced another's insert reads once more first. A claim is at
 // most three statements, whatever the contention. A new claim is not
 // decoded: the store builds the record it just inserted. Complete, Fail,
-// Release and Extend are one plain fenced UPDATE or DELETE each, the same
+// Release, Extend and RecordStep are one plain fenced UPDATE or DELETE each, the same
 // statement a hand-written check would send; only a refused write costs
 // a second statement, a read of the row that explains the refusal (not
 // found / fenced).

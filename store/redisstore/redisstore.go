@@ -21,6 +21,11 @@
 //     master and per 128 writes, all in one pipeline, which decides each
 //     write by the same code as the single script (fence.lua), each with
 //     its own answer.
+//   - a step ([Store.RecordStep]) is one invocation of the fenced script,
+//     which checks the claim and the number of steps the record holds and
+//     appends the step to the record; a takeover by a claim with the
+//     record's fingerprint copies the steps into the new claim in the claim
+//     script, and its answer carries them.
 //
 // The scripts declare themselves with a shebang (#!lua, Redis 7.0 or
 // later), so that a replica refuses them outright (READONLY, unavailable)
