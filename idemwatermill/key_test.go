@@ -155,7 +155,8 @@ func TestFingerprintIsHashedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := hex.EncodeToString(h.Sum(nil)); rec.Fingerprint != want {
+	// The record carries the rules its fingerprint was made by ("v1:").
+	if want := "v1:" + hex.EncodeToString(h.Sum(nil)); rec.Fingerprint != want {
 		t.Errorf("fingerprint %s, want %s", rec.Fingerprint, want)
 	}
 }
