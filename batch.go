@@ -311,6 +311,27 @@ func (b *batchWork) wait() {
 	}
 }
 
+// batchAnswers checks the answers (*errs) of a batch write of n items,
+// what (complete, extend), the first for key: answers of the wrong number
+// become n CorruptErrors. It returns the batch's fault for the observer:
+// the first error that is not a refusal of one item's claim (a refusal is
+// that item's answer, not the store's fault).
+func batchAnswers(errs *[]error, n int, key, what string) error {
+	if len(*errs) != n {
+		bad := &store.CorruptError{Key: key, Reason: "store answered a batch " + what + " with the wrong number of results"}
+		*errs = make([]error, n)
+		for i := range *errs {
+			(*errs)[i] = bad
+		}
+	}
+	for _, err := range *errs {
+		if err != nil && !store.TakenOver(err) {
+			return err
+		}
+	}
+	return nil
+}
+
 // errQueued is execute's answer for a success handed to its batch's
 // writer, which answers the call once the write lands.
 var errQueued = errors.New("idem: queued for the batch's outcome write")
@@ -450,19 +471,7 @@ func (w *batchWriter) write(q []queuedComplete) []outcome {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(q[0].h.opCtx.Context), max(e.cfg.WriteTimeout/3, time.Millisecond))
 		_ = e.timed(observe.StoreComplete, func() error {
 			errs = bc.CompleteBatch(ctx, ps)
-			if len(errs) != len(ps) {
-				bad := &store.CorruptError{Key: ps[0].Key, Reason: "store answered a batch complete with the wrong number of results"}
-				errs = make([]error, len(ps))
-				for i := range errs {
-					errs[i] = bad
-				}
-			}
-			for _, err := range errs {
-				if err != nil && !store.TakenOver(err) {
-					return err
-				}
-			}
-			return nil
+			return batchAnswers(&errs, len(ps), ps[0].Key, "complete")
 		})
 		cancel()
 	} else {

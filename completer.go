@@ -78,13 +78,7 @@ func (c *completer) send(ctx context.Context, batch []*pendingComplete) (err err
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.attempt)
 	defer cancel()
 	errs := c.b.CompleteBatch(bctx, ps)
-	if len(errs) != len(ps) {
-		bad := &store.CorruptError{Key: ps[0].Key, Reason: "store answered a batch complete with the wrong number of results"}
-		errs = make([]error, len(ps))
-		for i := range errs {
-			errs[i] = bad
-		}
-	}
+	_ = batchAnswers(&errs, len(ps), ps[0].Key, "complete")
 	for i, b := range batch[1:] {
 		b.err = errs[i+1]
 		close(b.done)

@@ -152,24 +152,11 @@ func (r *renewals) renewAll(be store.BatchExtender, hs []*holder) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	var errs []error
-	err := e.timed(observe.StoreExtend, func() error {
+	_ = e.timed(observe.StoreExtend, func() error { // counted; each holder's own answer is handled below
 		errs = be.ExtendBatch(ctx, ps)
-		if len(errs) != len(ps) {
-			bad := &store.CorruptError{Key: ps[0].Key, Reason: "store answered a batch extend with the wrong number of results"}
-			errs = make([]error, len(ps))
-			for i := range errs {
-				errs[i] = bad
-			}
-		}
-		for _, err := range errs {
-			if err != nil && !store.TakenOver(err) {
-				return err
-			}
-		}
-		return nil
+		return batchAnswers(&errs, len(ps), ps[0].Key, "extend")
 	})
 	cancel()
-	_ = err // counted by timed; each holder's own answer is handled below
 	for i, h := range hs {
 		h.renewed(ps[i].LeaseUntil, errs[i])
 	}
