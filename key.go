@@ -127,12 +127,6 @@ func NewIdentity(name, tenant string, material []byte, fingerprint [sha256.Size]
 	return Identity{StoreKey: k, Fingerprint: fp}, nil
 }
 
-// digest returns the lowercase hex SHA-256 of b.
-func digest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
 // ParseStoreKey parses a store key as produced by [StoreKey.String].
 func ParseStoreKey(s string) (StoreKey, error) {
 	i := strings.LastIndexByte(s, '#')
