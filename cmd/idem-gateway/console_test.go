@@ -190,7 +190,7 @@ func TestConsoleOnBoltInBrowser(t *testing.T) {
 	// The gateway's own record shows its stored response.
 	step(true, chromedp.Navigate(base+"records?"+url.Values{"scope": {scope}}.Encode()))
 	step(true, chromedp.Click(css("td.key a")))
-	if s := text(); !strings.Contains(s, "COMPLETED") || !strings.Contains(s, `"status": 201`) {
+	if s := text(); !strings.Contains(s, "COMPLETED") || !strings.Contains(s, "HTTP 201 Created") || !strings.Contains(s, `"key": "order-9"`) {
 		t.Fatalf("the gateway's record:\n%s", s)
 	}
 
