@@ -26,8 +26,11 @@ const (
 	fleetWorkers = 8               // keys in flight at once
 	fleetKills   = 8               // SIGKILLs per store, each mid-request
 	fleetLease   = 2 * time.Second // -lease: takeovers happen within the test
-	sendBudget   = 15 * time.Second
-	sendMaxTries = 40
+	// fleetMaxLatency bounds the latency a fault adds to the store's
+	// requests.
+	fleetMaxLatency = 30 * time.Millisecond
+	sendBudget      = 15 * time.Second
+	sendMaxTries    = 40
 	// -store-wait: every other restarted gateway starts with its path to
 	// the store down, back up within a second or so.
 	fleetStoreWait = 30 * time.Second
@@ -352,7 +355,7 @@ func (f *fleet) fault(px *faultproxy.Proxy) {
 		px.DropReplies(1 + rand.IntN(2))
 		f.faults["lost replies"]++
 	default:
-		px.SetLatency(time.Duration(rand.IntN(30)) * time.Millisecond)
+		px.SetLatency(time.Duration(rand.N(int64(fleetMaxLatency))))
 		f.faults["latency changes"]++
 	}
 }
@@ -538,8 +541,12 @@ func (f *fleet) check() {
 				reruns["after "+prev.label()]++
 			}
 			// Store timestamps are whole milliseconds: a lease may end up
-			// to 1ms before start+lease.
-			if earliest := prev.start.Add(fleetLease - time.Millisecond); kl.execs[i].at.Before(earliest) {
+			// to 1ms before start+lease. And leases are decided on the
+			// store's clock, which each gateway measures through the fault
+			// proxy: a measurement is off by up to the one-way latency the
+			// proxy adds (fleetMaxLatency), so two gateways may disagree by
+			// twice that.
+			if earliest := prev.start.Add(fleetLease - time.Millisecond - 2*fleetMaxLatency); kl.execs[i].at.Before(earliest) {
 				broke("lease", fmt.Sprintf("run %d started %v before run %d's claim could have lost its lease",
 					kl.execs[i].run, earliest.Sub(kl.execs[i].at), kl.execs[i-1].run))
 			}
