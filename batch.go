@@ -469,11 +469,21 @@ func (w *batchWriter) write(q []queuedComplete) []outcome {
 			ps[i] = store.CompleteParams{ClaimRef: c.h.ref(now), ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: c.res.result}
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(q[0].h.opCtx.Context), max(e.cfg.WriteTimeout/3, time.Millisecond))
+		var spans []observe.StoreSpan // each call's span of its Complete, when traced
+		if e.tracer != nil {
+			spans = make([]observe.StoreSpan, len(q))
+			for i, c := range q {
+				_, spans[i] = c.h.storeSpan(ctx, observe.StoreComplete)
+			}
+		}
 		_ = e.timed(observe.StoreComplete, func() error {
 			errs = bc.CompleteBatch(ctx, ps)
 			return batchAnswers(&errs, len(ps), ps[0].Key, "complete")
 		})
 		cancel()
+		for i, ss := range spans {
+			endStore(ss, errs[i])
+		}
 	} else {
 		for i := range errs {
 			errs[i] = errQueued // not tried: each goes alone below
