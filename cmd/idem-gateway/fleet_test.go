@@ -580,7 +580,7 @@ func (f *fleet) check() {
 		bad++
 		switch {
 		case bad <= 3:
-			t.Errorf("%s: %s\n%s", key, strings.Join(problems, "; "), f.story(kl))
+			t.Errorf("%s: %s\n%s", key, strings.Join(problems, "; "), f.story(key, kl))
 		case bad <= 30:
 			t.Errorf("%s: %s", key, strings.Join(problems, "; "))
 		}
@@ -635,7 +635,7 @@ func (a *attempt) label() string {
 }
 
 // story tells what happened to one key, for a failure message.
-func (f *fleet) story(kl *keyLog) string {
+func (f *fleet) story(key string, kl *keyLog) string {
 	var b strings.Builder
 	for _, e := range kl.execs {
 		a := f.attempts[e.attempt]
@@ -647,7 +647,27 @@ func (f *fleet) story(kl *keyLog) string {
 	for _, k := range kl.kills {
 		fmt.Fprintf(&b, "  kill of gw%d/%d at %v\n", k.slot, k.gen, f.since(k.at))
 	}
+	// What the gateways logged about the key: the store's answers that
+	// explain a second run.
+	for _, p := range f.procs() {
+		for line := range strings.Lines(p.logs.String()) {
+			if strings.Contains(line, `"key":"`+key+`"`) {
+				fmt.Fprintf(&b, "  log: %s", line)
+			}
+		}
+	}
 	return b.String()
+}
+
+// procs is every gateway process of the run, killed ones included.
+func (f *fleet) procs() []*proc {
+	procs := slices.Clone(f.dead)
+	for _, s := range f.slots {
+		if s.gw != nil {
+			procs = append(procs, s.gw)
+		}
+	}
+	return procs
 }
 
 func (f *fleet) since(at time.Time) time.Duration { return at.Sub(f.start).Round(time.Millisecond) }
@@ -664,13 +684,7 @@ func histogram(h map[int]int) string {
 // killed ones included, by message.
 func (f *fleet) gatewayLogs() map[string]int {
 	out := map[string]int{}
-	procs := slices.Clone(f.dead)
-	for _, s := range f.slots {
-		if s.gw != nil {
-			procs = append(procs, s.gw)
-		}
-	}
-	for _, p := range procs {
+	for _, p := range f.procs() {
 		sc := bufio.NewScanner(strings.NewReader(p.logs.String()))
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
