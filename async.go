@@ -67,6 +67,12 @@ type State struct {
 	// (Config.HoldCrashed): IN_PROGRESS past LeaseUntil, the key waits
 	// for a person (or a reconciler holding State.Token) to settle it.
 	Hold bool
+	// Steps are the finished steps of the operation running under the
+	// claim ([Step], store.Stepper), in the order they ran: each one's
+	// name, when it was recorded, and its encoded result or terminal
+	// error. Only an IN_PROGRESS record holds them (they are dropped when
+	// it is settled), and only over a store that records steps.
+	Steps []store.Step
 
 	codec  Codec
 	engine *Engine // signs Token with its Config.TokenKey
@@ -76,7 +82,7 @@ func (e *Engine) state(r *store.Record) *State {
 	s := &State{
 		Key: r.Key, Status: r.Status, Fence: r.Fence, Owner: r.Owner, Ref: r.Ref, Fingerprint: r.Fingerprint,
 		CreatedAt: store.FromMillis(r.CreatedAt), LeaseUntil: store.FromMillis(r.LeaseUntil),
-		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, Hold: r.Hold, codec: e.cfg.Codec, engine: e,
+		ExpiresAt: store.FromMillis(r.ExpiresAt), Result: r.Result, Hold: r.Hold, Steps: r.Steps, codec: e.cfg.Codec, engine: e,
 	}
 	if r.CompletedAt != 0 {
 		s.CompletedAt = store.FromMillis(r.CompletedAt)

@@ -7,6 +7,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -161,6 +162,59 @@ func TestStepOrderIsChecked(t *testing.T) {
 		}
 		if got := fx.counts(); got != [3]int32{1, 1, 0} {
 			t.Fatalf("effects ran %v times, want the charge and the email once", got)
+		}
+	})
+}
+
+// Engine.Status shows an IN_PROGRESS record's finished steps, in order,
+// as recorded (idemctl show and the console read them there); a settled
+// record shows none.
+func TestStatusShowsTheSteps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
+		ctx := context.Background()
+		down := errors.New("ledger down")
+		run := func(last func(context.Context) (int, error)) error {
+			_, err := idem.Do(ctx, en.eng, req("order-9"), func(ctx context.Context) (string, error) {
+				if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil }); err != nil {
+					return "", err
+				}
+				if _, err := idem.Step(ctx, "email", func(context.Context) (bool, error) {
+					return false, idem.Terminal(errors.New("no such mailbox"), "bounced")
+				}); !errors.Is(err, idem.ErrTerminal) {
+					return "", fmt.Errorf("the email step: %v, want its terminal error", err)
+				}
+				_, err := last(ctx)
+				return "done", err
+			})
+			return err
+		}
+		before := time.Now()
+		if err := run(func(context.Context) (int, error) { return 0, down }); !errors.Is(err, down) {
+			t.Fatalf("first run: %v", err)
+		}
+		order := req("order-9")
+		id, err := order.Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := en.eng.Status(ctx, id.StoreKey)
+		if err != nil || st.Status != idem.StatusInProgress || len(st.Steps) != 2 {
+			t.Fatalf("Status after the first run: %+v %v, want IN_PROGRESS with two steps", st, err)
+		}
+		charge, email := st.Steps[0], st.Steps[1]
+		if charge.Name != "charge" || string(charge.Result) != `"ch_1"` || charge.Err != nil || charge.At != store.Millis(before) {
+			t.Errorf("step 0: %+v, want charge with its result, recorded at %d", charge, store.Millis(before))
+		}
+		if email.Name != "email" || email.Result != nil || email.Err == nil || email.Err.Code != "bounced" || email.Err.Message != "no such mailbox" {
+			t.Errorf("step 1: %+v, want email with its terminal error", email)
+		}
+
+		if err := run(func(context.Context) (int, error) { return 7, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := en.eng.Status(ctx, id.StoreKey); err != nil || st.Status != idem.StatusCompleted || st.Steps != nil {
+			t.Fatalf("Status once completed: %+v %v, want COMPLETED without steps", st, err)
 		}
 	})
 }

@@ -406,8 +406,11 @@ func explain(key string, st *idem.State, err error) error {
 
 // Guard is the digest of everything an operator is shown of st: key,
 // status, claim (fence and owner), execution reference, fingerprint, every
-// time (created, expected completion, settled, expiry), and the stored
-// result or terminal error (code, message, body). Any write to the record
+// time (created, expected completion, settled, expiry), the stored result
+// or terminal error (code, message, body), and the finished steps an
+// IN_PROGRESS record holds (each one's name, time, result or error), so
+// that a step its holder records after the page was shown refuses the
+// write. Any write to the record
 // that an operator could see changes it. It is not a secret: it names a
 // version of a record, and is compared, never trusted.
 func Guard(st *idem.State) string {
@@ -439,6 +442,21 @@ func Guard(st *idem.State) string {
 		field(e.Body)
 	} else {
 		num(0)
+	}
+	// Steps, when there are any: a record without them keeps the digest
+	// it had before steps were covered.
+	for _, s := range st.Steps {
+		field([]byte(s.Name))
+		num(s.At)
+		field(s.Result)
+		if e := s.Err; e != nil {
+			num(1)
+			field([]byte(e.Code))
+			field([]byte(e.Message))
+			field(e.Body)
+		} else {
+			num(0)
+		}
 	}
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }

@@ -246,6 +246,43 @@ func TestGuardCoversWhatWasShown(t *testing.T) {
 	}
 }
 
+// A step the holder records after the page was shown (its claim, status
+// and times unchanged) refuses the write: the guard covers the steps.
+func TestGuardCoversTheSteps(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	tok := f.begin("k", time.Minute)
+	f.clock.Advance(2 * time.Minute) // stuck
+	held := f.read(tok.Key)
+	step := func(i int, name string) {
+		t.Helper()
+		err := f.op.Store.(store.Stepper).RecordStep(ctx, store.StepParams{
+			ClaimRef: store.ClaimRef{Key: tok.Key.String(), Fence: held.Fence, Owner: held.Owner, Now: store.Millis(f.clock.Now())},
+			Index:    i, Step: store.Step{Name: name, Result: []byte(`"ok"`), At: store.Millis(f.clock.Now())},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(0, "charge")
+	shown := f.read(tok.Key)
+	if len(shown.Steps) != 1 || ops.Guard(shown) == ops.Guard(held) {
+		t.Fatalf("a recorded step: steps %+v, guard unchanged %v", shown.Steps, ops.Guard(shown) == ops.Guard(held))
+	}
+	step(1, "email")
+	var changed *ops.ChangedError
+	if err := f.op.Apply(ctx, shown, ops.Write{Action: ops.Release}); !errors.As(err, &changed) {
+		t.Fatalf("release after a step was recorded: %v, want a ChangedError", err)
+	}
+	if st := f.read(tok.Key); len(st.Steps) != 2 {
+		t.Fatalf("the refused release changed the record: %+v", st)
+	}
+	if err := f.op.Apply(ctx, f.read(tok.Key), ops.Write{Action: ops.Release}); err != nil {
+		t.Fatalf("release of the record as it is: %v", err)
+	}
+}
+
 // Operator writes never pass through a disabled engine: with
 // IDEM_DISABLED set, release, complete and fail change the record.
 func TestOperatorWritesIgnoreIdemDisabled(t *testing.T) {
