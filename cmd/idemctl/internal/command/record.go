@@ -86,6 +86,21 @@ type view struct {
 	// idem-gateway stored (idemhttp.ParseStored), its body shown as
 	// Result is: a JSON body as JSON, not base64.
 	Response *viewResponse `json:"response,omitempty"`
+	// Steps are the finished steps of an IN_PROGRESS record (idem.Step),
+	// in the order they ran: what a takeover resumes after.
+	Steps []viewStep `json:"steps,omitempty"`
+}
+
+// viewStep is one finished step as idemctl prints it: its outcome's
+// size or its terminal error, not the recorded value.
+type viewStep struct {
+	Index    int       `json:"index"`
+	Name     string    `json:"name"`
+	Recorded time.Time `json:"recorded"`
+	// Outcome is "result" or "error".
+	Outcome     string     `json:"outcome"`
+	ResultBytes *int       `json:"result_bytes,omitempty"`
+	Error       *viewError `json:"error,omitempty"`
 }
 
 // viewResponse is a stored HTTP response as idemctl prints it.
@@ -100,6 +115,9 @@ type viewError struct {
 	Message string `json:"message"`
 }
 
+// viewOfRecord is r as idemctl prints it; withResult adds what show
+// prints and list does not: the result (as a response when it is one)
+// and the finished steps.
 func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 	v := view{
 		Key: r.Key, Status: r.Status.String(), Stuck: r.Status == store.StatusInProgress && r.LeaseExpired(store.Millis(now)),
@@ -122,6 +140,18 @@ func viewOfRecord(r *store.Record, now time.Time, withResult bool) view {
 			v.Response = &viewResponse{Status: resp.Status, Header: resp.Header, Body: resultJSON(resp.Body)}
 		}
 	}
+	if withResult {
+		for i, st := range r.Steps {
+			vs := viewStep{Index: i, Name: st.Name, Recorded: store.FromMillis(st.At).UTC(), Outcome: "result"}
+			if st.Err != nil {
+				vs.Outcome, vs.Error = "error", &viewError{Code: st.Err.Code, Message: st.Err.Message}
+			} else {
+				n := len(st.Result)
+				vs.ResultBytes = &n
+			}
+			v.Steps = append(v.Steps, vs)
+		}
+	}
 	return v
 }
 
@@ -129,7 +159,7 @@ func viewOfState(s *idem.State, now time.Time) view {
 	r := &store.Record{
 		Key: s.Key, Status: s.Status, Fence: s.Fence, Owner: s.Owner, Ref: s.Ref, Fingerprint: s.Fingerprint,
 		CreatedAt: store.Millis(s.CreatedAt), LeaseUntil: store.Millis(s.LeaseUntil), ExpiresAt: store.Millis(s.ExpiresAt),
-		Result: s.Result, Hold: s.Hold,
+		Result: s.Result, Hold: s.Hold, Steps: s.Steps,
 	}
 	if !s.CompletedAt.IsZero() {
 		r.CompletedAt = store.Millis(s.CompletedAt)
@@ -167,8 +197,15 @@ func oneLine(b json.RawMessage) string {
 		buf.Reset()
 		buf.Write(b)
 	}
+	return escapeControls(buf.String())
+}
+
+// escapeControls is s with every control character (a terminal's escapes
+// among them) written as a JSON escape, so that it prints nothing but
+// itself on one line.
+func escapeControls(s string) string {
 	var out strings.Builder
-	for _, r := range buf.String() {
+	for _, r := range s {
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
 			fmt.Fprintf(&out, `\u%04x`, r)
 			continue

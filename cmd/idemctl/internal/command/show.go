@@ -69,8 +69,22 @@ var showCommand = command{
 			case v.Result != nil:
 				rows = append(rows, [2]string{"result", oneLine(v.Result)})
 			}
+			if len(v.Steps) > 0 {
+				rows = append(rows, [2]string{"steps", fmt.Sprintf("%d finished (a takeover resumes after them)", len(v.Steps))})
+			}
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+			}
+			// One line a step: name, when recorded, outcome; its cells
+			// make columns of their own.
+			for _, st := range v.Steps {
+				var outcome string
+				if st.Error != nil {
+					outcome = "error " + escapeControls(orDash(st.Error.Code)) + ": " + escapeControls(st.Error.Message)
+				} else {
+					outcome = fmt.Sprintf("result, %d bytes", *st.ResultBytes)
+				}
+				fmt.Fprintf(tw, "step %d:\t%s\t%s\t%s\n", st.Index, escapeControls(st.Name), ts(st.Recorded), outcome)
 			}
 			return tw.Flush()
 		}

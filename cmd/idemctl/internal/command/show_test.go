@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +18,8 @@ import (
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/idemhttp"
+	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
 func TestShow(t *testing.T) {
@@ -130,4 +134,116 @@ func TestShowStoredHTTPResponse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// "How far did it get?": an operation that recorded two steps (a result,
+// then a terminal error) and then failed is left IN_PROGRESS with both,
+// its lease ended. show lists them in the order they ran, with when each
+// was recorded and its outcome's size or error code, in the table and in
+// -o json; over memstore, and over a bolt file idemctl opens read-only
+// after the application closed it. A record without steps shows none.
+func TestShowSteps(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, clock *clocktest.Clock, app *idem.Engine) idem.StoreKey {
+		t.Helper()
+		req := idem.Request{Operation: "checkout", Key: "order-7"}
+		down := errors.New("ledger down")
+		_, err := idem.Do(context.Background(), app, req, func(ctx context.Context) (string, error) {
+			if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil }); err != nil {
+				return "", err
+			}
+			clock.Advance(1500 * time.Millisecond)
+			if _, err := idem.Step(ctx, "email", func(context.Context) (bool, error) {
+				return false, idem.Terminal(errors.New("no such mailbox\x1b[2J"), "bounced")
+			}); !errors.Is(err, idem.ErrTerminal) {
+				return "", err
+			}
+			return "", down
+		})
+		if !errors.Is(err, down) {
+			t.Fatalf("the operation: %v, want %v", err, down)
+		}
+		id, err := req.Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id.StoreKey
+	}
+	check := func(t *testing.T, f *fixture, key idem.StoreKey, start time.Time) {
+		t.Helper()
+		out := f.must("show", key.String())
+		first, second := start.UTC().Format(time.RFC3339), start.Add(1500*time.Millisecond).UTC().Format(time.RFC3339)
+		lines := regexp.MustCompile(`(?m)^(steps|step \d+):.*$`).FindAllString(out, -1)
+		want := []string{
+			`^steps: +2 finished \(a takeover resumes after them\)$`,
+			`^step 0: +charge +` + regexp.QuoteMeta(first) + ` +result, 6 bytes$`,
+			`^step 1: +email +` + regexp.QuoteMeta(second) + ` +error bounced: no such mailbox\\u001b\[2J$`,
+		}
+		if len(lines) != len(want) {
+			t.Fatalf("show prints %d step lines, want %d:\n%s", len(lines), len(want), out)
+		}
+		for i, w := range want {
+			if !regexp.MustCompile(w).MatchString(lines[i]) {
+				t.Errorf("line %q does not match %s:\n%s", lines[i], w, out)
+			}
+		}
+		if !strings.Contains(out, "IN_PROGRESS (stuck") {
+			t.Errorf("show's status:\n%s", out)
+		}
+
+		var v view
+		if err := json.Unmarshal([]byte(f.must("show", "-o", "json", key.String())), &v); err != nil {
+			t.Fatal(err)
+		}
+		if len(v.Steps) != 2 {
+			t.Fatalf("show -o json: steps %+v, want 2", v.Steps)
+		}
+		charge, email := v.Steps[0], v.Steps[1]
+		if charge.Index != 0 || charge.Name != "charge" || !charge.Recorded.Equal(start) || charge.Outcome != "result" ||
+			charge.ResultBytes == nil || *charge.ResultBytes != len(`"ch_1"`) || charge.Error != nil {
+			t.Errorf("step 0: %+v", charge)
+		}
+		if email.Index != 1 || email.Name != "email" || !email.Recorded.Equal(start.Add(1500*time.Millisecond)) || email.Outcome != "error" ||
+			email.ResultBytes != nil || email.Error == nil || email.Error.Code != "bounced" || email.Error.Message != "no such mailbox\x1b[2J" {
+			t.Errorf("step 1: %+v %+v", email, email.Error)
+		}
+	}
+
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		start := f.clock.Now()
+		key := run(t, f.clock, f.app)
+		check(t, f, key, start)
+
+		plain := population(f)["stuck"]
+		out := f.must("show", plain.String())
+		if strings.Contains(out, "step") {
+			t.Errorf("a record without steps shows steps:\n%s", out)
+		}
+		if js := f.must("show", "-o", "json", plain.String()); strings.Contains(js, `"steps"`) {
+			t.Errorf("a record without steps has steps in -o json:\n%s", js)
+		}
+	})
+	t.Run("bolt", func(t *testing.T) {
+		t.Parallel()
+		url := "bolt://" + filepath.Join(t.TempDir(), "idem.db")
+		clock := clocktest.New(time.Now().Truncate(time.Millisecond))
+		s, err := storeurl.Open(context.Background(), url, &storeurl.Options{Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bolt store itself: *storeurl.Opened passes on the Store
+		// methods only, not the Stepper power.
+		app, err := idem.New(s.Store, &idem.Config{Clock: clock, Owner: "worker-7", Expiry: 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := clock.Now()
+		key := run(t, clock, app)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: url}}, key, start)
+	})
 }
