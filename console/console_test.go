@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -159,6 +160,69 @@ func TestEveryPageRenders(t *testing.T) {
 	}
 	if code, _, _ := c.Get("nope"); code != http.StatusNotFound {
 		t.Errorf("unknown page: %d", code)
+	}
+}
+
+// An operation that recorded two steps (a result, then a terminal error)
+// and failed is left IN_PROGRESS with both: the record page shows them as
+// a table, in the order they ran, with when each was recorded and its
+// result's size or its error, every value escaped. A record without
+// steps has no such table.
+func TestRecordShowsSteps(t *testing.T) {
+	t.Parallel()
+	f := setup(t, console.Config{})
+	c := consoletest.NewClient(t, f.srv.URL+"/")
+	start := f.clock.Now()
+	req := idem.Request{Operation: "checkout", Key: "order-7"}
+	down := errors.New("ledger down")
+	_, err := idem.Do(context.Background(), f.app, req, func(ctx context.Context) (string, error) {
+		if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil }); err != nil {
+			return "", err
+		}
+		f.clock.Advance(2 * time.Second)
+		if _, err := idem.Step(ctx, "email", func(context.Context) (bool, error) {
+			return false, idem.Terminal(errors.New("no <script>mailbox</script>"), "bounced")
+		}); !errors.Is(err, idem.ErrTerminal) {
+			return "", err
+		}
+		return "", down
+	})
+	if !errors.Is(err, down) {
+		t.Fatalf("the operation: %v, want %v", err, down)
+	}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := c.Get(rec(id.StoreKey))
+	if code != http.StatusOK || !strings.Contains(body, "Finished steps") || !strings.Contains(body, `<table class="steps">`) {
+		t.Fatalf("record page: %d, no step table:\n%s", code, body)
+	}
+	rows := regexp.MustCompile(`(?s)<tr data-step="(\d+)">(.*?)</tr>`).FindAllStringSubmatch(body, -1)
+	at := func(d time.Duration) string { return start.Add(d).UTC().Format("2006-01-02 15:04:05Z") }
+	want := [][]string{
+		{"0", "<td>0</td>", "<code>charge</code>", "<td>" + at(0) + "</td>", "result, 6 bytes"},
+		{"1", "<td>1</td>", "<code>email</code>", "<td>" + at(2*time.Second) + "</td>", "error <code>bounced</code>: no &lt;script&gt;mailbox&lt;/script&gt;"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("the step table has %d rows, want %d:\n%s", len(rows), len(want), body)
+	}
+	for i, w := range want {
+		if rows[i][1] != w[0] {
+			t.Errorf("row %d is step %s, want %s", i, rows[i][1], w[0])
+		}
+		for _, part := range w[1:] {
+			if !strings.Contains(rows[i][2], part) {
+				t.Errorf("step %s lacks %q:\n%s", w[0], part, rows[i][2])
+			}
+		}
+	}
+	if strings.Contains(body, "<script>") {
+		t.Errorf("markup from a step reached the page:\n%s", body)
+	}
+
+	if _, body, _ := c.Get(rec(f.keys.Stuck)); strings.Contains(body, "Finished steps") || strings.Contains(body, "data-step") {
+		t.Errorf("a record without steps shows a step table:\n%s", body)
 	}
 }
 

@@ -382,6 +382,19 @@ type recordView struct {
 	Guard      string
 	CanRelease bool
 	ExpiresIn  time.Duration
+	// StepRows are the State's Steps as the page's table shows them (a
+	// field named Steps would hide the State's).
+	StepRows []stepRow
+}
+
+// stepRow is one finished step of an IN_PROGRESS record: its outcome's
+// size, or its terminal error; not the recorded value.
+type stepRow struct {
+	Index       int
+	Name        string
+	At          time.Time
+	ResultBytes int
+	Err         *store.ErrorRecord
 }
 
 func (c *Console) viewOf(st *idem.State, now time.Time) recordView {
@@ -391,6 +404,9 @@ func (c *Console) viewOf(st *idem.State, now time.Time) recordView {
 		CanRelease: st.Status != idem.StatusCompleted, ExpiresIn: st.ExpiresAt.Sub(now)}
 	if st.Err != nil {
 		v.ErrBody = showBody(st.Err.Body, c.cfg.MaxBody)
+	}
+	for i, s := range st.Steps {
+		v.StepRows = append(v.StepRows, stepRow{Index: i, Name: s.Name, At: store.FromMillis(s.At), ResultBytes: len(s.Result), Err: s.Err})
 	}
 	return v
 }
