@@ -21,7 +21,10 @@
 //     response idemhttp or the gateway stored as its status line, header
 //     and body, the body shown the same way, not as base64), the
 //     fingerprint and the execution reference, linked to the AWS console
-//     for a Step Functions execution ARN or through Config.RefLink.
+//     for a Step Functions execution ARN or through Config.RefLink; an
+//     IN_PROGRESS record's finished steps (idem.Step) as a table: each
+//     one's name, when it was recorded, and its result's size or its
+//     terminal error.
 //   - Actions: release, delete, resolve as COMPLETED with a result, or as
 //     FAILED with a code and message, through package ops (idemctl's code
 //     path), each behind a confirmation page that says what will change.
