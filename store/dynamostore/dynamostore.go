@@ -8,8 +8,11 @@
 // request and no read. An item that is expired, or IN_PROGRESS past its
 // lease, is taken over by an UpdateItem conditional on its being claimable
 // at the caller's Now, which adds 1 to the fence of the item it finds: a
-// takeover costs two requests, of racing claimers exactly one wins, and a
-// claim never needs a third. Complete, Fail, Release and Extend are
+// takeover costs two requests, and of racing claimers exactly one wins.
+// (A takeover that keeps the item's steps is conditioned on the item's
+// still being such a takeover; if the item changed between the two
+// requests into one claimable otherwise, a third request takes it over
+// without them. Steps, below.) Complete, Fail, Release and Extend are
 // single writes conditional on the fence and on the status they expect;
 // Get is a strongly consistent GetItem. A new call therefore costs two
 // requests (claim + complete) and a duplicate one.
@@ -34,7 +37,8 @@
 // idempotency key under a static partition value) are supported. idem adds
 // its own attributes for what Powertools does not have (fence, owner,
 // expiration_ms, created_ms, completed_ms, error_code, error_message,
-// error_body, ref, data_ref, v; open_status with Config.OpenIndex).
+// error_body, ref, data_ref, v, hold, steps, steps_bytes; open_status with
+// Config.OpenIndex).
 // Status values are idem's (IN_PROGRESS, COMPLETED, FAILED); items idem
 // did not write (no "v" attribute) are skipped by listings and never
 // replayed.
@@ -72,6 +76,26 @@
 // key) or a Scan. The legacy Config.StatusIndex (keyed on status, holding
 // every record) keeps working; docs/dynamodb-status-index.md explains the
 // move from one to the other, with [Store.MigrateStatusIndex].
+//
+// # Steps
+//
+// The store is a [store.Stepper]: idem.Step records each finished step of
+// an operation in its item, and a claim that takes the key over after a
+// crash gets them back in its answer and resumes after the last one.
+// A step costs one conditional UpdateItem, fenced as Complete is, which
+// appends a map (name, at, and data or error_code, error_message,
+// error_body) to the list attribute steps and adds the step's size to
+// steps_bytes; its condition also holds the number of steps to the step's
+// index and steps_bytes to Config.MaxResultBytes. A refused step is
+// answered from the item DynamoDB returns with the failure, with no read:
+// a retried step whose first reply was lost is recognised there. DynamoDB
+// bills an UpdateItem by the size of the whole item (a write unit per
+// KB), so each step costs the write units of the item as it grows, and
+// the claim that resumes reads the steps for nothing (they come back with
+// the takeover's ALL_OLD). A takeover under the same fingerprint keeps
+// them; every other claim, Complete and Fail remove them. Steps are never
+// spilled: together they are bounded by Config.MaxResultBytes, and a step
+// that would pass it fails with a [*store.TooLargeError].
 //
 // Results are stored as one binary attribute, never as a map of
 // attributes. DynamoDB items are limited to 400 KB: a result over
@@ -256,7 +280,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	names := map[string]bool{}
 	for _, n := range []string{c.KeyAttr, c.SortKeyAttr, c.ExpiryAttr, c.LeaseAttr, c.StatusAttr, c.DataAttr, c.ValidationAttr, openAttr,
-		attrFence, attrOwner, attrExpMs, attrCreated, attrCompleted, attrErrCode, attrErrMsg, attrErrBody, attrRef, attrDataRef, attrVersion, attrHold} {
+		attrFence, attrOwner, attrExpMs, attrCreated, attrCompleted, attrErrCode, attrErrMsg, attrErrBody, attrRef, attrDataRef, attrVersion, attrHold, attrSteps, attrStepBytes} {
 		if n == "" {
 			continue
 		}
@@ -287,10 +311,16 @@ const (
 	// attrHold is true on a claim made with ClaimParams.Hold (Record.Hold),
 	// absent otherwise: such an item is not taken over past its lease.
 	attrHold = "hold"
+	// attrSteps is the list of an IN_PROGRESS record's finished steps
+	// (Record.Steps), one map each (step.go); absent when there are none.
+	// attrStepBytes is their Step.Size taken together, which RecordStep's
+	// condition holds to MaxResultBytes.
+	attrSteps     = "steps"
+	attrStepBytes = "steps_bytes"
 )
 
 // Store is an [store.Store] on one DynamoDB table. It also implements
-// [store.Lister] and [store.Deleter]. It holds no goroutines: expired items
+// [store.Lister], [store.Deleter] and [store.Stepper]. It holds no goroutines: expired items
 // are removed by the table's TTL.
 type Store struct {
 	api API
@@ -331,6 +361,7 @@ func (c Config) placeholders() map[string]string {
 		"#expms": attrExpMs, "#created": attrCreated, "#completed": attrCompleted,
 		"#ecode": attrErrCode, "#emsg": attrErrMsg, "#ebody": attrErrBody, "#ref": attrRef,
 		"#dref": attrDataRef, "#v": attrVersion, "#hold": attrHold, "#open": c.OpenAttr, "#sk": c.SortKeyAttr,
+		"#steps": attrSteps, "#sbytes": attrStepBytes,
 	}
 }
 
@@ -381,6 +412,11 @@ func (s *Store) pick(ph ...string) map[string]string {
 // (an IN_PROGRESS item past its lease only when it is not held).
 const takeoverCond = "attribute_not_exists(#pk) OR #expms <= :now OR (#st = :ip AND #lease <= :now AND attribute_not_exists(#hold))"
 
+// resumeCond is the condition of a takeover that keeps the item's steps
+// ([store.Stepper]): the item is IN_PROGRESS past its lease, not held, not
+// expired, under the claim's fingerprint (:fp), whatever its fence.
+const resumeCond = "#st = :ip AND #lease <= :now AND attribute_not_exists(#hold) AND #expms > :now AND #val = :fp"
+
 // noTakeoverCond is takeoverCond for a claim with ClaimParams.NoTakeover: no
 // IN_PROGRESS item is claimable, only an absent or expired settled one.
 const noTakeoverCond = "attribute_not_exists(#pk) OR (#expms <= :now AND #st <> :ip)"
@@ -397,7 +433,10 @@ const (
 // Claim implements [store.Store] in one conditional PutItem for a new key
 // or a duplicate (DynamoDB returns the live item with the failed
 // condition), and at most one more request, which always decides: a
-// contended claim never loops, so it cannot run out of attempts.
+// contended claim never loops, so it cannot run out of attempts. (The one
+// exception is bounded: a takeover that keeps the item's steps, refused
+// because the item changed into one whose steps are not the claim's, makes
+// one more request, the plain takeover, which decides.)
 //
 // An item that is expired or past its lease is taken over by an
 // UpdateItem whose condition is claimability at Now, not the fence seen:
@@ -407,7 +446,10 @@ const (
 // condition fails and DynamoDB returns that claimer's item, a conflict.
 // (Conditioning the write on the fence seen instead fails whenever the item
 // changed in between, and under contention it can fail that way every
-// round.)
+// round.) An item seen IN_PROGRESS past its lease under the claim's
+// fingerprint is taken over keeping its steps ([store.Stepper]), under the
+// condition that it still is one (resumeCond); every other takeover
+// removes them.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	res, write := store.ApplyClaim(nil, p)
 	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
@@ -424,32 +466,63 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if !failed {
 		return store.ClaimResult{}, s.translate("claim", p.Key, err)
 	}
-	if res, done, err := s.claimAnswer(ctx, p, item); done || err != nil {
+	res, resume, done, err := s.claimAnswer(ctx, p, item)
+	if done || err != nil {
 		return res, err
 	}
+	if resume {
+		if res, done, err := s.takeover(ctx, p, true); done || err != nil {
+			return res, err
+		}
+		// Between the two requests the item became claimable otherwise
+		// (expired, or another fingerprint's claim past its lease): its
+		// steps are not this claim's, and a third request drops them.
+	}
+	res, done, err = s.takeover(ctx, p, false)
+	if err == nil && !done {
+		err = &store.CorruptError{Key: p.Key, Reason: "takeover condition refused a claimable item"}
+	}
+	return res, err
+}
+
+// takeover writes the claim p over its key's item, seen claimable, in one
+// UpdateItem. With resume (the item seen was IN_PROGRESS past its lease
+// under p's fingerprint) the condition is that the item still is such a
+// takeover, and the item's steps are kept ([store.Stepper]); without, the
+// condition is claimability and the steps are removed. done is false, with
+// no error, when the condition failed on an item that is claimable
+// nonetheless (only with resume: the item is no longer one whose steps the
+// claim keeps).
+func (s *Store) takeover(ctx context.Context, p store.ClaimParams, resume bool) (res store.ClaimResult, done bool, err error) {
 	vals := map[string]types.AttributeValue{
 		":now": num(p.Now), ":ip": str(store.StatusInProgress.String()), ":owner": str(p.Owner), ":lease": num(p.LeaseUntil),
 		":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt), ":fp": str(p.Fingerprint),
 		":v": num(int64(store.RecordVersion)), ":one": num(1),
 	}
 	open, openPh := s.openSet(vals, store.StatusInProgress, p.Key)
+	names := append(openPh, "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
+		"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence", "#hold")
 	set, rest := takeoverSet+open, takeoverRest
 	if p.Hold {
 		set, vals[":hold"] = set+", #hold = :hold", &types.AttributeValueMemberBOOL{Value: true}
 	} else {
 		rest = " REMOVE #hold," + rest[len(" REMOVE"):]
 	}
-	cond := takeoverCond
-	if p.NoTakeover {
-		cond = noTakeoverCond
+	cond := resumeCond
+	if !resume {
+		cond = takeoverCond
+		if p.NoTakeover {
+			cond = noTakeoverCond
+		}
+		rest = " REMOVE #steps, #sbytes," + rest[len(" REMOVE"):]
+		names = append(names, "#pk", "#steps", "#sbytes")
 	}
 	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(s.cfg.Table),
-		Key:                 s.itemKey(p.Key),
-		ConditionExpression: aws.String(cond),
-		UpdateExpression:    aws.String(set + rest),
-		ExpressionAttributeNames: s.pick(append(openPh, "#pk", "#st", "#owner", "#lease", "#exp", "#expms", "#val", "#created", "#v",
-			"#data", "#dref", "#completed", "#ecode", "#emsg", "#ebody", "#ref", "#fence", "#hold")...),
+		TableName:                           aws.String(s.cfg.Table),
+		Key:                                 s.itemKey(p.Key),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(set + rest),
+		ExpressionAttributeNames:            s.pick(names...),
 		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -457,42 +530,46 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if err != nil {
 		item, failed := conditionFailed(err)
 		if !failed {
-			return store.ClaimResult{}, s.translate("claim", p.Key, err)
+			return store.ClaimResult{}, true, s.translate("claim", p.Key, err)
 		}
-		res, done, err := s.claimAnswer(ctx, p, item)
-		if err == nil && !done {
-			err = &store.CorruptError{Key: p.Key, Reason: "takeover condition refused a claimable item"}
-		}
-		return res, err
+		res, _, done, err := s.claimAnswer(ctx, p, item)
+		return res, done, err
 	}
 	// The old item, as the update found it, decides the answer.
 	old, _, err := s.decodeMeta(p.Key, out.Attributes)
 	if err != nil {
-		return store.ClaimResult{}, err
+		return store.ClaimResult{}, true, err
 	}
-	res, write = store.ApplyClaim(old, p)
+	res, write := store.ApplyClaim(old, p)
 	if write == nil {
-		return store.ClaimResult{}, &store.CorruptError{Key: p.Key, Reason: "takeover replaced an item that was not claimable"}
+		return store.ClaimResult{}, true, &store.CorruptError{Key: p.Key, Reason: "takeover replaced an item that was not claimable"}
 	}
-	return res, nil
+	if !resume {
+		// Removed by the update, even if the item had become a takeover
+		// under p's fingerprint since it was seen.
+		res.Record.Steps = nil
+	}
+	return res, true, nil
 }
 
 // claimAnswer answers a claim from the item a failed condition returned,
 // when that item is not claimable (a conflict, or this owner's own claim
-// whose reply was lost); done is false when the item is claimable.
-func (s *Store) claimAnswer(ctx context.Context, p store.ClaimParams, item map[string]types.AttributeValue) (res store.ClaimResult, done bool, err error) {
+// whose reply was lost); done is false when the item is claimable, and
+// resume then says whether the claim takes it over under its fingerprint,
+// keeping its steps.
+func (s *Store) claimAnswer(ctx context.Context, p store.ClaimParams, item map[string]types.AttributeValue) (res store.ClaimResult, resume, done bool, err error) {
 	seen, ref, err := s.decodeMeta(p.Key, item)
 	if err != nil {
-		return store.ClaimResult{}, true, err
+		return store.ClaimResult{}, false, true, err
 	}
 	res, write := store.ApplyClaim(seen, p)
 	if write != nil {
-		return store.ClaimResult{}, false, nil
+		return store.ClaimResult{}, res.Takeover && seen.Fingerprint == p.Fingerprint, false, nil
 	}
 	if err := s.loadSpilled(ctx, res.Record, ref); err != nil {
-		return store.ClaimResult{}, true, err
+		return store.ClaimResult{}, false, true, err
 	}
-	return res, true, nil
+	return res, false, true, nil
 }
 
 // claimItem is the whole item of a new claim.
@@ -532,7 +609,8 @@ func fencedValues(vals map[string]types.AttributeValue, c store.ClaimRef) map[st
 
 // Complete implements [store.Store]. It removes a stored error and the
 // other form of a stored result (inline or spilled), which a settled item
-// corrected by its claim (From) may hold, and the item's open-index entry.
+// corrected by its claim (From) may hold, the item's steps
+// ([store.Stepper]) and its open-index entry.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	set, vals, ph, err := s.completeUpdate(ctx, p)
 	if err != nil {
@@ -546,7 +624,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 // Complete of [Store.Complete] and [Store.CompleteInTx]. A result over
 // MaxResultBytes is spilled first, or refused without a Spiller.
 func (s *Store) completeUpdate(ctx context.Context, p store.CompleteParams) (string, map[string]types.AttributeValue, []string, error) {
-	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now REMOVE #dref, #ecode, #emsg, #ebody"
+	set := "SET #st = :done, #data = :data, #exp = :exp, #expms = :expms, #completed = :now REMOVE #dref, #ecode, #emsg, #ebody, #steps, #sbytes"
 	vals := map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":data": bin(p.Result)}
 	ph := []string{"#data", "#dref"}
 	if len(p.Result) > s.cfg.MaxResultBytes {
@@ -560,18 +638,18 @@ func (s *Store) completeUpdate(ctx context.Context, p store.CompleteParams) (str
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("dynamostore: spill %d bytes of %s: %w: %w", len(p.Result), p.Key, store.ErrUnavailable, err)
 		}
-		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data, #ecode, #emsg, #ebody"
+		set = "SET #st = :done, #dref = :dref, #exp = :exp, #expms = :expms, #completed = :now REMOVE #data, #ecode, #emsg, #ebody, #steps, #sbytes"
 		vals = map[string]types.AttributeValue{":done": str(store.StatusCompleted.String()), ":dref": str(ref)}
 		ph = []string{"#dref", "#data"}
 	}
 	vals[":exp"], vals[":expms"] = num(seconds(p.ExpiresAt)), num(p.ExpiresAt)
 	open, openPh := s.openRemove()
-	return set + open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody"), nil
+	return set + open, vals, append(append(ph, openPh...), "#exp", "#expms", "#completed", "#ecode", "#emsg", "#ebody", "#steps", "#sbytes"), nil
 }
 
 // Fail implements [store.Store]. It removes a stored result (inline or
 // spilled), which a settled item corrected by its claim (From) may hold,
-// and puts the item in the open index under FAILED.
+// and the item's steps, and puts the item in the open index under FAILED.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
@@ -581,8 +659,8 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 		":body": bin(p.Err.Body), ":exp": num(seconds(p.ExpiresAt)), ":expms": num(p.ExpiresAt),
 	}
 	open, openPh := s.openSet(vals, store.StatusFailed, p.Key)
-	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now" + open + " REMOVE #data, #dref"
-	return s.fencedUpdate(ctx, "fail", p.ClaimRef, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref"))
+	set := "SET #st = :failed, #ecode = :code, #emsg = :msg, #ebody = :body, #exp = :exp, #expms = :expms, #completed = :now" + open + " REMOVE #data, #dref, #steps, #sbytes"
+	return s.fencedUpdate(ctx, "fail", p.ClaimRef, set, vals, append(openPh, "#ecode", "#emsg", "#ebody", "#exp", "#expms", "#completed", "#data", "#dref", "#steps", "#sbytes"))
 }
 
 // Extend implements [store.Store]. With neither a lease nor a Ref it sets

@@ -139,6 +139,9 @@ func (s *Store) decodeMeta(key string, item map[string]types.AttributeValue) (r 
 		r.Hold = h.Value
 	}
 	r.CompletedAt, _ = numAttr(item[attrCompleted])
+	if r.Steps, err = decodeSteps(item[attrSteps], bad); err != nil {
+		return nil, "", err
+	}
 	switch r.Status {
 	case store.StatusCompleted:
 		if data, ok := binAttr(item[s.cfg.DataAttr]); ok {
