@@ -92,12 +92,14 @@ type fleet struct {
 	killAt   int
 	healed   bool // faults are off (the final sweep)
 	faults   map[string]int
-	windows  []*time.Timer   // ends of reset windows
-	gaveUp   int             // sends that ran out of budget
-	dead     []*proc         // killed gateways, for their logs
-	timeline []time.Time     // start of each phase: load, sweep, end
-	outages  []time.Duration // restarts with the store down: start to store open
-	midway   func()          // when set, run once half the keys' executions have happened
+	faultLog []faultEvent     // every fault set off, for a broken key's story
+	gws      map[[2]int]*proc // every gateway process by slot and generation
+	windows  []*time.Timer    // ends of reset windows
+	gaveUp   int              // sends that ran out of budget
+	dead     []*proc          // killed gateways, for their logs
+	timeline []time.Time      // start of each phase: load, sweep, end
+	outages  []time.Duration  // restarts with the store down: start to store open
+	midway   func()           // when set, run once half the keys' executions have happened
 	// failovers are the windows from a master's SIGKILL until its replica
 	// serves and the killed node is back: a holder cut off from the store
 	// for longer than its lease loses its key (the lease rule), so a key
@@ -147,6 +149,7 @@ func newFleet(t *testing.T, storeAddr string, via func(string) string) *fleet {
 		victims: make(chan *fleetKill, 1), half: make(chan struct{}),
 		attempts: map[int64]*attempt{},
 		faults:   map[string]int{},
+		gws:      map[[2]int]*proc{},
 	}
 	hook := f.onRun
 	f.up.onRun.Store(&hook)
@@ -161,6 +164,7 @@ func newFleet(t *testing.T, storeAddr string, via func(string) string) *fleet {
 		px.SetLatency(2 * time.Millisecond)
 		s := &fleetSlot{px: px, store: via(px.Addr())}
 		s.gw = startGateway(t, append(f.args, "-store", s.store)...)
+		f.gws[[2]int{len(f.slots), 0}] = s.gw
 		f.slots = append(f.slots, s)
 	}
 	return f
@@ -321,7 +325,7 @@ func (f *fleet) onRun(r *http.Request, key string, run int64) {
 			k.gen, k.key = a.gen, key
 			f.victims <- k
 		} else if !f.healed && rand.IntN(4) == 0 {
-			f.fault(f.slots[a.slot].px)
+			f.fault(a.slot)
 		}
 	}
 	f.mu.Unlock()
@@ -340,23 +344,34 @@ func (f *fleet) onRun(r *http.Request, key string, run int64) {
 }
 
 // fault sets off one store fault on px; f.mu is held.
-func (f *fleet) fault(px *faultproxy.Proxy) {
+func (f *fleet) fault(slot int) {
+	px := f.slots[slot].px
+	kind := ""
+	defer func() { f.faultLog = append(f.faultLog, faultEvent{at: time.Now(), slot: slot, kind: kind}) }()
 	switch n := rand.IntN(10); {
 	case n < 3:
-		px.ResetRequests(1 + rand.IntN(3))
+		k := 1 + rand.IntN(3)
+		px.ResetRequests(k)
 		f.faults["reset bursts"]++
+		kind = fmt.Sprintf("reset burst of %d requests", k)
 	case n < 6:
 		// Every request is reset for a moment: longer than a store
 		// client's own retries last.
 		px.ResetRequests(1 << 30)
-		f.windows = append(f.windows, time.AfterFunc(50*time.Millisecond+rand.N(450*time.Millisecond), func() { px.ResetRequests(0) }))
+		d := 50*time.Millisecond + rand.N(450*time.Millisecond)
+		f.windows = append(f.windows, time.AfterFunc(d, func() { px.ResetRequests(0) }))
 		f.faults["reset windows"]++
+		kind = fmt.Sprintf("reset window of %v", d.Round(time.Millisecond))
 	case n < 8:
-		px.DropReplies(1 + rand.IntN(2))
+		k := 1 + rand.IntN(2)
+		px.DropReplies(k)
 		f.faults["lost replies"]++
+		kind = fmt.Sprintf("%d lost replies", k)
 	default:
-		px.SetLatency(time.Duration(rand.N(int64(fleetMaxLatency))))
+		d := time.Duration(rand.N(int64(fleetMaxLatency)))
+		px.SetLatency(d)
 		f.faults["latency changes"]++
+		kind = fmt.Sprintf("latency %v", d.Round(time.Millisecond))
 	}
 }
 
@@ -420,6 +435,7 @@ func (f *fleet) killAndRestart(k *fleetKill) {
 	ngw := startGateway(f.t, append(f.args, "-store", s.store)...)
 	f.mu.Lock()
 	s.gw, s.gen = ngw, s.gen+1
+	f.gws[[2]int{slices.Index(f.slots, s), s.gen}] = ngw
 	f.mu.Unlock()
 }
 
@@ -434,6 +450,7 @@ func (f *fleet) restartDuringOutage(s *fleetSlot) {
 	ngw := startListening(f.t, append(f.args, "-store", s.store)...)
 	f.mu.Lock()
 	s.gw, s.gen = ngw, s.gen+1
+	f.gws[[2]int{slices.Index(f.slots, s), s.gen}] = ngw
 	f.mu.Unlock()
 	time.Sleep(200*time.Millisecond + rand.N(time.Second)) // real time: the outage the gateway waits out
 	if err := s.px.Up(); err != nil {
@@ -656,7 +673,52 @@ func (f *fleet) story(key string, kl *keyLog) string {
 			}
 		}
 	}
+	// For each run but the last: the faults set off on its gateway's path
+	// to the store, and every warning that gateway logged, from the run
+	// until its attempt was answered (was the whole path cut off, or the
+	// key alone?).
+	for _, e := range kl.execs[:max(len(kl.execs)-1, 0)] {
+		a := f.attempts[e.attempt]
+		from, to := e.at.Add(-fleetLease), a.end.Add(100*time.Millisecond)
+		for _, fe := range f.faultLog {
+			if fe.slot == a.slot && fe.at.After(from) && fe.at.Before(to) {
+				fmt.Fprintf(&b, "  fault on gw%d's path at %v: %s\n", a.slot, f.since(fe.at), fe.kind)
+			}
+		}
+		p := f.gws[[2]int{a.slot, a.gen}]
+		if p == nil {
+			continue
+		}
+		// The gateway logs the store's key (a digest), not the
+		// Idempotency-Key: every write and renewal it retried is listed,
+		// and the claims it could not make are counted.
+		n, refused := 0, 0
+		for line := range strings.Lines(p.logs.String()) {
+			var rec struct {
+				Time       time.Time
+				Level, Msg string
+			}
+			if json.Unmarshal([]byte(line), &rec) != nil || rec.Level == "INFO" || rec.Time.Before(e.at) || rec.Time.After(to) {
+				continue
+			}
+			if rec.Msg == "idemhttp: request refused" {
+				refused++
+				continue
+			}
+			if n++; n <= 60 {
+				fmt.Fprintf(&b, "  gw%d/%d at %v: %.300s\n", a.slot, a.gen, f.since(rec.Time), strings.TrimSpace(line))
+			}
+		}
+		fmt.Fprintf(&b, "  gw%d/%d from run %d until its answer: %d warnings (%d listed), %d requests refused\n", a.slot, a.gen, e.run, n, min(n, 60), refused)
+	}
 	return b.String()
+}
+
+// faultEvent is one fault set off on a slot's path to the store.
+type faultEvent struct {
+	at   time.Time
+	slot int
+	kind string
 }
 
 // procs is every gateway process of the run, killed ones included.

@@ -292,7 +292,11 @@ type Options struct {
 // directory. A command keeping a file of its own puts it beside this one.
 func DefaultBoltPath() string { return boltstore.DefaultPath() }
 
-// Opened is an open store.
+// Opened is an open store. Hand the engine its Store field
+// (idem.New(o.Store, cfg)), not o itself: the engine finds a store's
+// optional powers (batches, steps, listing, its clock) by type assertion on
+// the store it is given, and Opened carries only the methods of
+// store.Store.
 type Opened struct {
 	// Store is the store.
 	store.Store
