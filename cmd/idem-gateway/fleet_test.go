@@ -597,7 +597,7 @@ func (f *fleet) check() {
 		bad++
 		switch {
 		case bad <= 3:
-			t.Errorf("%s: %s\n%s", key, strings.Join(problems, "; "), f.story(key, kl))
+			t.Errorf("%s: %s\n%s", key, strings.Join(problems, "; "), f.story(kl))
 		case bad <= 30:
 			t.Errorf("%s: %s", key, strings.Join(problems, "; "))
 		}
@@ -652,7 +652,7 @@ func (a *attempt) label() string {
 }
 
 // story tells what happened to one key, for a failure message.
-func (f *fleet) story(key string, kl *keyLog) string {
+func (f *fleet) story(kl *keyLog) string {
 	var b strings.Builder
 	for _, e := range kl.execs {
 		a := f.attempts[e.attempt]
@@ -663,15 +663,6 @@ func (f *fleet) story(key string, kl *keyLog) string {
 	}
 	for _, k := range kl.kills {
 		fmt.Fprintf(&b, "  kill of gw%d/%d at %v\n", k.slot, k.gen, f.since(k.at))
-	}
-	// What the gateways logged about the key: the store's answers that
-	// explain a second run.
-	for _, p := range f.procs() {
-		for line := range strings.Lines(p.logs.String()) {
-			if strings.Contains(line, `"key":"`+key+`"`) {
-				fmt.Fprintf(&b, "  log: %s", line)
-			}
-		}
 	}
 	// For each run but the last: the faults set off on its gateway's path
 	// to the store, and every warning that gateway logged, from the run
