@@ -468,7 +468,11 @@ func (w *batchWriter) write(q []queuedComplete) []outcome {
 		for i, c := range q {
 			ps[i] = store.CompleteParams{ClaimRef: c.h.ref(now), ExpiresAt: now + e.cfg.Expiry.Milliseconds(), Result: c.res.result}
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(q[0].h.opCtx.Context), max(e.cfg.WriteTimeout/3, time.Millisecond))
+		attempt := q[0].h.writeAttempt() // the shortest of the holders' attempts
+		for _, c := range q[1:] {
+			attempt = min(attempt, c.h.writeAttempt())
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(q[0].h.opCtx.Context), attempt)
 		var spans []observe.StoreSpan // each call's span of its Complete, when traced
 		if e.tracer != nil {
 			spans = make([]observe.StoreSpan, len(q))

@@ -22,7 +22,8 @@ type completer struct {
 	s store.Store
 	b store.BatchCompleter // s
 	// attempt is the time one attempt of an outcome write may take
-	// (Config.WriteTimeout/3): a batch gets it afresh when it is sent, as
+	// (a third of Config.WriteTimeout, at most half of Config.Lease but a
+	// second at least): a batch gets it afresh when it is sent, as
 	// its members waited for the write in flight before it.
 	attempt time.Duration
 	mu      sync.Mutex

@@ -80,7 +80,9 @@ type Config struct {
 	// returned (complete, fail, release), retries included: a write that
 	// fails on a transient fault (a reset connection, a timeout) is retried
 	// with backoff and jitter, each attempt bounded by a third of
-	// WriteTimeout, while the lease keeps being renewed. Only when
+	// WriteTimeout and by half the lease (at least a second: an attempt
+	// that hangs is tried again on another connection before the lease
+	// can lapse), while the lease keeps being renewed. Only when
 	// WriteTimeout has passed does the engine give up (logged, counted as
 	// observe.OutcomeStoreError). A write refused with store.ErrMisconfigured
 	// (credentials refused, a spill bucket gone) is not retried: it fails

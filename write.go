@@ -79,7 +79,7 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 			w = new(writeCtx)
 		}
 		h.wctxUse = true
-		w.init(ctx, e.realNow(now).Add(min(deadline.Sub(now), max(e.cfg.WriteTimeout/3, time.Millisecond))))
+		w.init(ctx, e.realNow(now).Add(min(deadline.Sub(now), h.writeAttempt())))
 		err := h.try(w, &req, store.Millis(now))
 		w.stop()
 		switch {
@@ -105,6 +105,19 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 		e.cfg.Logger.Warn("idem: store write failed; retrying", "key", h.key, "op", req.kind.op(), "attempt", attempt, "err", err)
 		<-e.cfg.Clock.After(wait)
 	}
+}
+
+// writeAttempt is how long one attempt of an outcome write may take: a
+// third of Config.WriteTimeout, and no more than half the lease (but at
+// least a second), so that an attempt whose reply never comes — a
+// connection that hangs rather than fails — is given up and tried again
+// on another while the lease still holds, instead of outlasting it.
+func (h *holder) writeAttempt() time.Duration {
+	d := max(h.e.cfg.WriteTimeout/3, time.Millisecond)
+	if h.lease > 0 {
+		d = min(d, max(h.lease/2, time.Second))
+	}
+	return d
 }
 
 // try makes one attempt of a write at now (ms).

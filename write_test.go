@@ -7,6 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -174,4 +177,60 @@ func TestOutcomeWrittenEvenIfCallerCancels(t *testing.T) {
 	if err != nil || rec.Status != store.StatusCompleted {
 		t.Fatalf("record after the caller cancelled: %+v %v", rec, err)
 	}
+}
+
+// hangFirstComplete is a store whose first Complete never answers: its
+// request hangs (a connection that stalls rather than fails) until the
+// attempt's context ends.
+type hangFirstComplete struct {
+	store.Store
+	calls atomic.Int32
+}
+
+func (s *hangFirstComplete) Complete(ctx context.Context, p store.CompleteParams) error {
+	if s.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, ctx.Err())
+	}
+	return s.Store.Complete(ctx, p)
+}
+
+// An outcome write whose first attempt hangs, while the renewals fail
+// too, is tried again before the lease can lapse: the attempt is bounded by
+// half the lease (2s lease: 1s), not only by a third of WriteTimeout (10s:
+// 3.3s). Another process arriving once the lease would have passed finds
+// the outcome and replays; it does not take the key over and run it
+// again.
+func TestHungCompleteAttemptIsRetriedWithinTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}})
+		hang := &hangFirstComplete{Store: en.store}
+		x, err := idem.New(hang, &idem.Config{Clock: store.SystemClock{}, Lease: 2 * time.Second, WriteTimeout: 10 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := en.another(t, idem.Config{Lease: 2 * time.Second})
+		en.store.FailAlways("extend", store.ErrUnavailable) // renewals fail: the lease ends 2s after the claim
+		ctx := context.Background()
+		var runs atomic.Int32
+		fn := func(context.Context) (string, error) { runs.Add(1); return "receipt", nil }
+		done := make(chan error, 1)
+		go func() {
+			_, err := idem.Do(ctx, x, req("k"), fn)
+			done <- err
+		}()
+		time.Sleep(2*time.Second + 100*time.Millisecond) // fake time: past the claim's lease
+		r, err := idem.Do(ctx, y, req("k"), fn)
+		xerr := <-done
+		if err != nil || !r.Replayed || runs.Load() != 1 {
+			t.Fatalf("the other process, past the lease: %+v, %v; runs %d, want a replay and 1 run", r, err, runs.Load())
+		}
+		if xerr != nil {
+			t.Fatal(xerr)
+		}
+		if got := hang.calls.Load(); got != 2 {
+			t.Errorf("%d Complete attempts, want 2 (the hung one, then one that landed)", got)
+		}
+	})
 }
