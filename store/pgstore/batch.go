@@ -31,7 +31,7 @@ func newBatchStatements(t string) batchStatements {
 		{"expires_at", "EXCLUDED.expires_at"}, {"fingerprint", "EXCLUDED.fingerprint"}, {"result", "NULL"}, {"err_code", "NULL"},
 		{"err_message", "NULL"}, {"err_body", "NULL"}, {"ref", "NULL"}, {"created_at", "EXCLUDED.created_at"},
 		{"completed_at", "NULL"}, {"version", "EXCLUDED.version"}, {"takeover", "cur.expires_at > EXCLUDED.created_at"},
-		{"hold", "EXCLUDED.hold"},
+		{"hold", "EXCLUDED.hold"}, {"steps", carried("EXCLUDED.created_at", "EXCLUDED.fingerprint")},
 	} {
 		if set != "" {
 			set += ", "
@@ -56,7 +56,7 @@ func newBatchStatements(t string) batchStatements {
 			"LEFT JOIN up ON up.key = v.key LEFT JOIN " + t + " AS cur ON cur.key = v.key AND up.key IS NULL"
 	}
 	complete := fenced("$6::bigint[], $7::bytea[]) AS v(key, fence, owner, now, from_status, expires_at, result",
-		"status = 2, result = v.result, err_code = NULL, err_message = NULL, err_body = NULL, expires_at = v.expires_at, completed_at = v.now")
+		"status = 2, result = v.result, err_code = NULL, err_message = NULL, err_body = NULL, steps = NULL, expires_at = v.expires_at, completed_at = v.now")
 	extend := fenced("$6::bigint[], $7::text[]) AS v(key, fence, owner, now, from_status, lease_until, ref",
 		"lease_until = COALESCE(NULLIF(v.lease_until, 0), cur.lease_until), ref = COALESCE(NULLIF(v.ref, ''), cur.ref)")
 	return batchStatements{claim: claim, complete: complete, extend: extend}

@@ -10,7 +10,7 @@
 // claim that raced another's insert reads once more first. A claim is at
 // most three statements, whatever the contention. A new claim is not
 // decoded: the store builds the record it just inserted. Complete, Fail,
-// Release and Extend are one plain fenced UPDATE or DELETE each, the same
+// Release, Extend and RecordStep are one plain fenced UPDATE or DELETE each, the same
 // statement a hand-written check would send; only a refused write costs
 // a second statement, a read of the row that explains the refusal (not
 // found / fenced).
@@ -244,10 +244,11 @@ func (s *Store) translate(op, key string, err error) error {
 	return fmt.Errorf("pgstore: %s %s: %w: %w", op, key, store.ErrUnavailable, err)
 }
 
-const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover, hold"
+const columns = "key, status, fence, owner, lease_until, expires_at, fingerprint, result, err_code, err_message, err_body, ref, created_at, completed_at, version, takeover, hold, steps"
 
 type statements struct {
 	claim, upsert, complete, fail, release, extend, explain, get, del, reap string
+	step, explainStep                                                       string
 }
 
 func newStatements(t string) statements {
@@ -269,15 +270,30 @@ func newStatements(t string) statements {
 			"SELECT true, " + columns + " FROM ins UNION ALL " +
 			"SELECT false, " + columns + " FROM " + t + " WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)",
 		upsert:   claimUpsert(t),
-		complete: fenced("UPDATE " + t + " SET status = 2, result = $7, err_code = NULL, err_message = NULL, err_body = NULL, expires_at = $6, completed_at = $4"),
-		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $7, err_message = $8, err_body = $9, result = NULL, expires_at = $6, completed_at = $4"),
-		release:  fenced("DELETE FROM " + t),
-		extend:   fenced("UPDATE " + t + " SET lease_until = COALESCE(NULLIF($6::bigint, 0), lease_until), ref = COALESCE(NULLIF($7::text, ''), ref)"),
-		explain:  "SELECT fence, owner, status, expires_at FROM " + t + " WHERE key = $1",
-		get:      "SELECT " + columns + " FROM " + t + " WHERE key = $1",
-		del:      "DELETE FROM " + t + " WHERE key = $1",
-		reap:     "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t + " WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		complete: fenced("UPDATE " + t + " SET status = 2, result = $7, err_code = NULL, err_message = NULL, err_body = NULL, steps = NULL, expires_at = $6, completed_at = $4"),
+		fail:     fenced("UPDATE " + t + " SET status = 3, err_code = $7, err_message = $8, err_body = $9, result = NULL, steps = NULL, expires_at = $6, completed_at = $4"),
+		// A step ($7, of size $8) is appended when the row holds $6
+		// steps and the steps with it stay within $9 bytes.
+		step: fenced("UPDATE "+t+" SET steps = COALESCE(steps, '[]'::jsonb) || jsonb_build_array($7::jsonb)") +
+			" AND COALESCE(jsonb_array_length(steps), 0) = $6 AND " + stepsSize + " + $8 <= $9",
+		explainStep: "SELECT fence, owner, status, expires_at, COALESCE(jsonb_array_length(steps), 0), steps->($2::int)->>'name', " + stepsSize + " FROM " + t + " WHERE key = $1",
+		release:     fenced("DELETE FROM " + t),
+		extend:      fenced("UPDATE " + t + " SET lease_until = COALESCE(NULLIF($6::bigint, 0), lease_until), ref = COALESCE(NULLIF($7::text, ''), ref)"),
+		explain:     "SELECT fence, owner, status, expires_at FROM " + t + " WHERE key = $1",
+		get:         "SELECT " + columns + " FROM " + t + " WHERE key = $1",
+		del:         "DELETE FROM " + t + " WHERE key = $1",
+		reap:        "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t + " WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
 	}
+}
+
+// stepsSize is the size of a row's steps (store.Step.Size, summed).
+const stepsSize = "COALESCE((SELECT sum((e->>'size')::bigint) FROM jsonb_array_elements(steps) e), 0)"
+
+// carried is the steps column of a claimable row claimed at now with
+// fingerprint fp: the row's steps when the claim takes it over (it has
+// not expired) with its own fingerprint, else none.
+func carried(now, fp string) string {
+	return "CASE WHEN cur.expires_at > " + now + " AND cur.fingerprint = " + fp + " THEN cur.steps END"
 }
 
 // claimUpsert builds the claim's last statement. ON CONFLICT DO UPDATE
@@ -304,7 +320,7 @@ func claimUpsert(t string) string {
 		{"status", "1"}, {"fence", "cur.fence + 1"}, {"owner", "$2"}, {"lease_until", "$3"}, {"expires_at", "$4"},
 		{"fingerprint", "$5"}, {"result", "NULL"}, {"err_code", "NULL"}, {"err_message", "NULL"}, {"err_body", "NULL"},
 		{"ref", "NULL"}, {"created_at", "$6"}, {"completed_at", "NULL"}, {"version", "$7"},
-		{"takeover", "cur.expires_at > $6"}, {"hold", "$8"},
+		{"takeover", "cur.expires_at > $6"}, {"hold", "$8"}, {"steps", carried("$6", "$5")},
 	} {
 		if set != "" {
 			set += ", "
@@ -387,7 +403,7 @@ func (s *Store) claimInsert(ctx context.Context, args []any) (rec *store.Record,
 	if rows.Next() {
 		// The first column says which branch answered; an inserted row
 		// is not decoded (nil skips a column).
-		skip := make([]any, 18)
+		skip := make([]any, 19)
 		skip[0] = &inserted
 		if err = rows.Scan(skip...); err == nil && !inserted {
 			rec, _, err = scanRecord(rows, &inserted)
@@ -440,6 +456,7 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 		errCode, errMsg, ref *string
 		completed            *int64
 		result, errBody      []byte
+		steps                []byte
 		version              int32
 		takeover             bool
 		dest                 []any
@@ -448,7 +465,7 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 		dest = append(dest, first)
 	}
 	dest = append(dest, &r.Key, &status, &fence, &r.Owner, &r.LeaseUntil, &r.ExpiresAt, &r.Fingerprint, &result,
-		&errCode, &errMsg, &errBody, &ref, &r.CreatedAt, &completed, &version, &takeover, &r.Hold)
+		&errCode, &errMsg, &errBody, &ref, &r.CreatedAt, &completed, &version, &takeover, &r.Hold, &steps)
 	if err := row.Scan(dest...); err != nil {
 		return nil, false, err
 	}
@@ -461,6 +478,12 @@ func scanRecord(row pgx.Row, first *bool) (*store.Record, bool, error) {
 	}
 	if ref != nil {
 		r.Ref = *ref
+	}
+	if steps != nil {
+		var err error
+		if r.Steps, err = decodeSteps(r.Key, steps); err != nil {
+			return nil, false, err
+		}
 	}
 	switch r.Status {
 	case store.StatusCompleted:

@@ -4,12 +4,15 @@
 -- record.
 -- ARGV: now, the new record after its fence digits (see layout.go),
 -- expires_at (ms), and '1' when no IN_PROGRESS record may be replaced
--- (ClaimParams.NoTakeover).
--- Replies: {1, fence, takeover} when written; {0, record} on conflict;
+-- (ClaimParams.NoTakeover), the claim's fingerprint.
+-- A takeover by a claim with the record's own fingerprint carries the
+-- record's steps (its IN_PROGRESS payload, layout.go) into the new claim.
+-- Replies: {1, fence, takeover, steps ('' for none)} when written; {0,
+-- record} on conflict;
 -- {-1, reason} when the stored record is damaged.
 local k = KEYS[1]
 local now = tonumber(ARGV[1])
-local fence, takeover = 1, 0
+local fence, takeover, steps = 1, 0, ''
 local v = redis.pcall('GET', k)
 if type(v) == 'table' then
   return {-1, 'the key holds another type than a record'}
@@ -32,8 +35,20 @@ elseif v then
     return {0, v}
   end
   fence = f + 1
-  if now < e then takeover = 1 end
+  if now < e then
+    takeover = 1
+    -- keep = ['h'] lease ';' created ';' version ';' len(fp) ':' fp ref,
+    -- then completed_at ';' and the steps
+    local n = tonumber(string.sub(v, q + 1, r - 1))
+    local b = string.find(v, ';', s + 1, true)
+    local c = b and string.find(v, ';', b + 1, true)
+    local d = c and string.find(v, ':', c + 1, true)
+    local fl = d and tonumber(string.sub(v, c + 1, d - 1))
+    local t = n and string.find(v, ';', r + n + 1, true)
+    if not (fl and t) then return {-1, 'record fingerprint or tail not recognised'} end
+    if string.sub(v, d + 1, d + fl) == ARGV[5] then steps = string.sub(v, t + 1) end
+  end
 end
 fence = string.format('%d', fence)
-redis.call('SET', k, 'R' .. fence .. ARGV[2], 'PXAT', ARGV[3])
-return {1, fence, takeover}
+redis.call('SET', k, 'R' .. fence .. ARGV[2] .. steps, 'PXAT', ARGV[3])
+return {1, fence, takeover, steps}

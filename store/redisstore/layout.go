@@ -20,6 +20,22 @@ import (
 //	completed_at ';'
 //	payload                                COMPLETED: the result;
 //	                                       FAILED: len(code) ':' code len(msg) ':' msg body
+//	                                       IN_PROGRESS: the steps, or nothing
+//
+// An IN_PROGRESS record's steps (store.Stepper) are
+//
+//	count ';' size ';' step…                size: the steps' store.Step.Size, summed
+//
+// and each step is
+//
+//	len(name) ':' name at ';' kind          kind: 'n' (no result, no error),
+//	    'r' len(result) ':' result           a result,
+//	    'e' len(code) ':' code len(msg) ':' msg len(body) ':' body   a terminal error
+//
+// A record without steps has no payload: it is laid out as before steps
+// existed. Complete and Fail replace the payload (the steps go), Extend
+// keeps it, and a takeover with the record's own fingerprint copies it
+// into the new claim (claim.lua).
 //
 // Numbers are decimal.
 
@@ -193,8 +209,90 @@ func decodeValue(key, v string) (*store.Record, error) {
 		}
 	default:
 		if d.v != "" {
-			return nil, &store.CorruptError{Key: key, Reason: "IN_PROGRESS record with a payload"}
+			steps, err := decodeSteps(key, d.v)
+			if err != nil {
+				return nil, err
+			}
+			r.Steps = steps
 		}
 	}
 	return r, nil
+}
+
+// appendStep appends st in the layout of one step.
+func appendStep(b []byte, st store.Step) []byte {
+	b = appendSized(b, st.Name)
+	b = strconv.AppendInt(b, st.At, 10)
+	b = append(b, ';')
+	switch {
+	case st.Err != nil:
+		b = append(b, 'e')
+		b = appendSized(b, st.Err.Code)
+		b = appendSized(b, st.Err.Message)
+		return appendSized(b, string(st.Err.Body))
+	case st.Result != nil:
+		b = append(b, 'r')
+		return appendSized(b, string(st.Result))
+	}
+	return append(b, 'n')
+}
+
+// encodeStep returns st in the layout of one step.
+func encodeStep(st store.Step) []byte {
+	n := 48 + len(st.Name) + len(st.Result)
+	if st.Err != nil {
+		n += len(st.Err.Code) + len(st.Err.Message) + len(st.Err.Body)
+	}
+	return appendStep(make([]byte, 0, n), st)
+}
+
+func appendSized(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+// decodeSteps reads an IN_PROGRESS record's payload: its steps. The
+// count and the size must agree with the steps.
+func decodeSteps(key, v string) ([]store.Step, error) {
+	d := decoder{v: v}
+	count := d.int(';', "step count")
+	size := d.int(';', "step size")
+	if d.bad == "" && (count < 1 || count > int64(len(d.v))/5) { // a step takes at least 5 bytes
+		d.fail("step count")
+	}
+	var steps []store.Step
+	total := int64(0)
+	for i := int64(0); d.bad == "" && i < count; i++ {
+		st := store.Step{Name: d.sized("step name"), At: d.int(';', "step time")}
+		if d.bad != "" || len(d.v) == 0 {
+			d.fail("step kind")
+			break
+		}
+		kind := d.v[0]
+		d.v = d.v[1:]
+		switch kind {
+		case 'n':
+		case 'r':
+			st.Result = []byte(d.sized("step result"))
+		case 'e':
+			st.Err = &store.ErrorRecord{Code: d.sized("step error code"), Message: d.sized("step error message")}
+			if body := d.sized("step error body"); body != "" {
+				st.Err.Body = []byte(body)
+			}
+		default:
+			d.fail("step kind")
+		}
+		total += int64(st.Size())
+		steps = append(steps, st)
+	}
+	switch {
+	case d.bad != "":
+		return nil, &store.CorruptError{Key: key, Reason: "record " + d.bad + " missing or malformed"}
+	case d.v != "":
+		return nil, &store.CorruptError{Key: key, Reason: "record steps followed by trailing bytes"}
+	case total != size:
+		return nil, &store.CorruptError{Key: key, Reason: "record step size does not match its steps"}
+	}
+	return steps, nil
 }

@@ -21,6 +21,11 @@
 //     master and per 128 writes, all in one pipeline, which decides each
 //     write by the same code as the single script (fence.lua), each with
 //     its own answer.
+//   - a step ([Store.RecordStep]) is one invocation of the fenced script,
+//     which checks the claim and the number of steps the record holds and
+//     appends the step to the record; a takeover by a claim with the
+//     record's fingerprint copies the steps into the new claim in the claim
+//     script, and its answer carries them.
 //
 // The scripts declare themselves with a shebang (#!lua, Redis 7.0 or
 // later), so that a replica refuses them outright (READONLY, unavailable)
@@ -172,7 +177,7 @@ type Config struct {
 }
 
 // Store is an [store.Store] on Redis. It also implements [store.Lister],
-// [store.Deleter] and [Store.ClaimBatch].
+// [store.Deleter], [store.Stepper] and [Store.ClaimBatch].
 type Store struct {
 	c       redis.UniversalClient
 	cluster *redis.ClusterClient // c, when it is a cluster client; else nil
@@ -191,6 +196,7 @@ var (
 	_ store.Lister       = (*Store)(nil)
 	_ store.Deleter      = (*Store)(nil)
 	_ store.BatchClaimer = (*Store)(nil)
+	_ store.Stepper      = (*Store)(nil)
 )
 
 // New returns a store using the caller's client (a *redis.Client,
@@ -446,19 +452,28 @@ func (s *Store) claimArgs(p store.ClaimParams) []any {
 	if p.NoTakeover {
 		hold = "1"
 	}
-	return []any{p.Now, appendClaimRest(nil, p), p.ExpiresAt, hold}
+	return []any{p.Now, appendClaimRest(nil, p), p.ExpiresAt, hold, p.Fingerprint}
 }
 
 // claimResult decodes the claim script's reply.
 func (s *Store) claimResult(p store.ClaimParams, v []any) (store.ClaimResult, error) {
 	code, _ := v[0].(int64)
 	switch code {
-	case 1: // written: {1, fence, takeover}
+	case 1: // written: {1, fence, takeover, steps}
+		if len(v) < 4 {
+			return store.ClaimResult{}, scriptCorrupt(p.Key, v)
+		}
 		fence, err := strconv.ParseUint(fmt.Sprint(v[1]), 10, 64)
 		if err != nil {
 			return store.ClaimResult{}, scriptCorrupt(p.Key, v)
 		}
 		takeover, _ := v[2].(int64)
+		var steps []store.Step
+		if enc, _ := v[3].(string); enc != "" {
+			if steps, err = decodeSteps(p.Key, enc); err != nil {
+				return store.ClaimResult{}, err
+			}
+		}
 		var old *store.Record
 		if fence > 1 {
 			// The old record only matters for its fence and whether it had
@@ -468,12 +483,15 @@ func (s *Store) claimResult(p store.ClaimParams, v []any) (store.ClaimResult, er
 			if takeover == 1 {
 				old.ExpiresAt = p.Now + 1
 			}
+			if steps != nil { // carried: the fingerprints are equal
+				old.Fingerprint, old.Steps = p.Fingerprint, steps
+			}
 			if p.NoTakeover { // the script replaced a settled record only
 				old.Status = store.StatusCompleted
 			}
 		}
 		res, write := store.ApplyClaim(old, p)
-		if write == nil || res.Record.Fence != fence {
+		if write == nil || res.Record.Fence != fence || len(res.Record.Steps) != len(steps) {
 			return store.ClaimResult{}, &store.CorruptError{Key: p.Key, Reason: "claim script and client disagree"}
 		}
 		return res, nil
@@ -787,6 +805,48 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		return err
 	}
 	return s.fenced(ctx, "extend", "extend", p.ClaimRef, p.LeaseUntil, p.Ref)
+}
+
+// RecordStep implements [store.Stepper] with one script (fenced.lua's
+// step), which checks the claim as Complete's does, checks that the
+// record holds p.Index steps (or step p.Index under p.Step.Name: a
+// retry), checks the steps' size against MaxResultBytes, and appends
+// the step to the record's payload.
+func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	if n := p.Step.Size(); n > s.cfg.MaxResultBytes {
+		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
+	}
+	r, w, err := s.evalsha(ctx, fencedScript, s.rkey(p.Key), append(s.fencedArgs("step", p.ClaimRef),
+		p.Index, p.Step.Name, p.Step.Size(), encodeStep(p.Step), s.cfg.MaxResultBytes)...)
+	if err != nil {
+		return s.translate("record step", p.Key, err)
+	}
+	switch {
+	case r.kind == ':' && r.n == 0:
+		return s.waited("record step", p.Key, w)
+	case r.kind == ':' && r.n == 1:
+		return store.ErrNotFound
+	case r.kind == '$':
+		return s.refusal(p.ClaimRef, r.str)
+	case r.kind == '+':
+		what, n, _ := strings.Cut(r.str, " ")
+		switch what {
+		case "order":
+			at := "another step there"
+			if held, err := strconv.Atoi(n); err == nil && p.Index > held {
+				at = "no step there"
+			}
+			return fmt.Errorf("%w: RecordStep of %q: step %q at index %d, but the record holds %s steps and %s", store.ErrInvalidParams, p.Key, p.Step.Name, p.Index, n, at)
+		case "size":
+			if size, err := strconv.Atoi(n); err == nil {
+				return &store.TooLargeError{Key: p.Key, Size: size, Limit: s.cfg.MaxResultBytes}
+			}
+		}
+	}
+	return s.errorReply("record step", p.Key, r)
 }
 
 // Get implements [store.Store] with one GET.
