@@ -211,7 +211,7 @@ func (e *Engine) Begin(ctx context.Context, req Request, o *BeginOptions) (Begun
 
 // BeginIdentity is [Engine.Begin] for a precomputed [Identity].
 func (e *Engine) BeginIdentity(ctx context.Context, id Identity, o *BeginOptions) (b Begun, err error) {
-	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed}
+	c := &call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.storedForm(), hold: id.HoldCrashed}
 	if e.tracer != nil {
 		ctx = c.startSpan(ctx, observe.CallBegin, observe.TraceContext{})
 		defer func() {

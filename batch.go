@@ -126,7 +126,7 @@ func DoBatch[T any](ctx context.Context, e *Engine, ids []Identity, o *BatchOpti
 	for i, id := range ids {
 		t := &all[i]
 		t.fn, t.keep = runFunc[T](func(ctx context.Context) (T, error) { return fn(ctx, i) }), keep
-		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed, op: t}
+		t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.storedForm(), hold: id.HoldCrashed, op: t}
 		if e.tracer != nil {
 			t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
 			sp := t.span

@@ -177,7 +177,7 @@ func doTyped[T any](ctx context.Context, e *Engine, id Identity, fn runner[T], c
 	// One allocation holds the whole call: its claim, its in-process
 	// flight, its contexts and the typed value.
 	t := &typedCall[T]{fn: fn, completing: completing, keep: e.cache != nil && cacheable[T]()}
-	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: storedFingerprint(id.Fingerprint), hold: id.HoldCrashed, op: t}
+	t.call = call{e: e, key: id.StoreKey.String(), name: id.StoreKey.Operation, fingerprint: id.storedForm(), hold: id.HoldCrashed, op: t}
 	if e.tracer != nil {
 		ctx = t.startSpan(ctx, observe.CallDo, observe.TraceContext{})
 		defer t.endSpan(observe.CallEnd{Panicked: true}) // only when result did not end it: a panic

@@ -75,39 +75,43 @@ func NewStoreKey(name, tenant string, material []byte) (StoreKey, error) {
 
 // makeKey builds the store key in one allocation; Digest is a slice of it.
 func makeKey(name, tenant string, sum [sha256.Size]byte) StoreKey {
-	k, _ := makeIdentity(name, tenant, sum, nil)
+	k, _, _ := makeIdentity(name, tenant, sum, nil)
 	return k
 }
 
 // makeIdentity builds the store key and, when fp is not nil, the hex of
-// *fp after it, in one allocation: Digest and the fingerprint returned are
-// slices of it.
-func makeIdentity(name, tenant string, sum [sha256.Size]byte, fp *[sha256.Size]byte) (StoreKey, string) {
-	var hx [4 * sha256.Size]byte
+// *fp after it, preceded by the fingerprint rules' version, in one
+// allocation: Digest, the fingerprint and its stored form
+// (storedFingerprint) are slices of it.
+func makeIdentity(name, tenant string, sum [sha256.Size]byte, fp *[sha256.Size]byte) (StoreKey, string, string) {
+	var hx [2 * sha256.Size]byte
 	n := 2 * sha256.Size
-	hex.Encode(hx[:n], sum[:])
-	if fp != nil {
-		hex.Encode(hx[n:], fp[:])
-	}
+	hex.Encode(hx[:], sum[:])
 	var b strings.Builder
-	b.Grow(len(name) + 1 + len(tenant) + 1 + len(hx))
+	size := len(name) + 1 + len(tenant) + 1 + n
+	if fp != nil {
+		size += len(fingerprintPrefix) + n
+	}
+	b.Grow(size)
 	b.WriteString(name)
 	if tenant != "" {
 		b.WriteByte('/')
 		b.WriteString(tenant)
 	}
 	b.WriteByte('#')
+	b.Write(hx[:])
 	if fp != nil {
+		b.WriteString(fingerprintPrefix)
+		hex.Encode(hx[:], fp[:])
 		b.Write(hx[:])
-	} else {
-		b.Write(hx[:n])
 	}
 	s := b.String()
-	fingerprint := ""
+	fingerprint, stored := "", ""
 	if fp != nil {
-		s, fingerprint = s[:len(s)-n], s[len(s)-n:]
+		stored = s[len(s)-len(fingerprintPrefix)-n:]
+		s, fingerprint = s[:len(s)-len(stored)], s[len(s)-n:]
 	}
-	return StoreKey{Operation: name, Tenant: tenant, Digest: s[len(s)-n:], s: s}, fingerprint
+	return StoreKey{Operation: name, Tenant: tenant, Digest: s[len(s)-n:], s: s}, fingerprint, stored
 }
 
 // NewIdentity derives the identity of a call whose fingerprint the caller
@@ -123,8 +127,8 @@ func NewIdentity(name, tenant string, material []byte, fingerprint [sha256.Size]
 	if err := validateTenant(tenant); err != nil {
 		return Identity{}, err
 	}
-	k, fp := makeIdentity(name, tenant, sha256.Sum256(material), &fingerprint)
-	return Identity{StoreKey: k, Fingerprint: fp}, nil
+	k, fp, stored := makeIdentity(name, tenant, sha256.Sum256(material), &fingerprint)
+	return Identity{StoreKey: k, Fingerprint: fp, stored: stored}, nil
 }
 
 // ParseStoreKey parses a store key as produced by [StoreKey.String].
@@ -234,6 +238,19 @@ type Identity struct {
 	// HoldCrashed claims the key under the takeover policy Hold (see
 	// Config.HoldCrashed).
 	HoldCrashed bool
+
+	// stored is Fingerprint's stored form, built with it (storedForm).
+	stored string
+}
+
+// storedForm is the fingerprint as the engine stores and compares it
+// (storedFingerprint): the one built with it when Fingerprint is still the
+// one built, else made now.
+func (id *Identity) storedForm() string {
+	if id.stored != "" && id.stored[len(fingerprintPrefix):] == id.Fingerprint {
+		return id.stored
+	}
+	return storedFingerprint(id.Fingerprint)
 }
 
 // Identity derives the store key and fingerprint of r (and carries its
@@ -281,6 +298,6 @@ func (r *Request) identity() (Identity, error) {
 		return Identity{}, err
 	}
 	// The key is the payload's digest: the fingerprint is the same hex.
-	k := makeKey(r.Operation, r.Tenant, fpSum)
-	return Identity{StoreKey: k, Fingerprint: k.Digest}, nil
+	k, fp, stored := makeIdentity(r.Operation, r.Tenant, fpSum, &fpSum)
+	return Identity{StoreKey: k, Fingerprint: fp, stored: stored}, nil
 }

@@ -92,9 +92,11 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 	if err != nil {
 		return Outcome{}, err
 	}
-	// One allocation holds the call's state; the engine runs its method.
-	r := &run{g: g, method: c.Method, statusOf: c.StatusOf, handler: handler}
-	res, err := idem.DoIdentity(ctx, g.eng, id, r.Run)
+	// One allocation holds the call's state, and is the context the
+	// operation runs under: runCall, a plain function, finds it there (a
+	// method value would be a second allocation).
+	r := &run{Context: ctx, g: g, method: c.Method, statusOf: c.StatusOf, handler: handler}
+	res, err := idem.DoIdentity(r, g.eng, id, runCall)
 	if r.buf != nil {
 		// The engine keeps a copy of the encoded response (JSONCodec,
 		// the engine's default): the buffer is free again.
@@ -119,16 +121,35 @@ func (g *Guard) Do(ctx context.Context, c Call, handler Handler) (Outcome, error
 // run is a covered call's handler, run by the engine, and what it
 // answered.
 type run struct {
-	g        *Guard
-	method   string
-	statusOf func(error) *spb.Status
-	handler  Handler
+	context.Context // the call's: r is the context the operation runs under
+	g               *Guard
+	method          string
+	statusOf        func(error) *spb.Status
+	handler         Handler
 
 	ran      bool
 	resp     proto.Message
 	herr     error
 	terminal *spb.Status
 	buf      *[]byte // the pooled buffer the response was encoded into, if any
+}
+
+// runKey is the context key under which a run finds itself.
+type runKey struct{}
+
+// Value implements context.Context: r under runKey, else the call's
+// context's values.
+func (r *run) Value(key any) any {
+	if key == (runKey{}) {
+		return r
+	}
+	return r.Context.Value(key)
+}
+
+// runCall is the operation of every call: it runs the run whose context
+// ctx derives from.
+func runCall(ctx context.Context) ([]byte, error) {
+	return ctx.Value(runKey{}).(*run).Run(ctx)
 }
 
 // Run runs the handler and encodes its response for the store.
