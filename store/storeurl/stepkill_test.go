@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/childproc"
@@ -176,7 +178,9 @@ var stepKillStores = []struct {
 }{
 	{"redis", func(t *testing.T) string {
 		addr := testenv.Reach(t, "Redis", "IDEM_REDIS_ADDR", "127.0.0.1:6379")
-		return fmt.Sprintf("redis://%s/0?prefix=stepkill-%x:", addr, rand.Uint64())
+		prefix := fmt.Sprintf("stepkill-%x:", rand.Uint64())
+		t.Cleanup(func() { deleteKeys(t, addr, prefix) })
+		return fmt.Sprintf("redis://%s/0?prefix=%s", addr, prefix)
 	}},
 	{"postgres", func(t *testing.T) string {
 		addr := testenv.Reach(t, "PostgreSQL", "IDEM_PG_ADDR", "127.0.0.1:5432")
@@ -189,6 +193,23 @@ var stepKillStores = []struct {
 		t.Cleanup(func() { dropTable(t, conn, table) })
 		return raw
 	}},
+}
+
+// deleteKeys deletes the Redis keys under prefix.
+func deleteKeys(t *testing.T, addr, prefix string) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	it := c.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for it.Next(ctx) {
+		if err := c.Del(ctx, it.Val()).Err(); err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
 }
 
 // TestStepsResumeAfterKill is the promise of docs/steps.md on the real
