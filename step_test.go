@@ -462,3 +462,39 @@ func TestStepsInABatch(t *testing.T) {
 		}
 	})
 }
+
+// Under Hold, an operation that fails with an ordinary error after a
+// finished step leaves its key for a person, as a crash would: its lease
+// is ended (not released, which would delete its steps), and a held key
+// past its lease is not taken over. The next call gets ErrHeld and runs
+// nothing; the step is still in the record for the operator to see.
+func TestOrdinaryErrorAfterAStepUnderHoldWaitsForAPerson(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		en := setup(t, idem.Config{Clock: store.SystemClock{}, HoldCrashed: true})
+		ctx := context.Background()
+		var fx sideEffects
+		_, err := idem.Do(ctx, en.eng, req("order-held"), func(ctx context.Context) (string, error) {
+			if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { fx.charge.Add(1); return "ch_1", nil }); err != nil {
+				return "", err
+			}
+			return "", errors.New("the ledger is down") // ordinary
+		})
+		if err == nil {
+			t.Fatal("the first run succeeded")
+		}
+		time.Sleep(time.Minute) // fake time: well past any lease
+		_, err = idem.Do(ctx, en.eng, req("order-held"), func(ctx context.Context) (string, error) {
+			return idem.Step(ctx, "charge", func(context.Context) (string, error) { fx.charge.Add(1); return "ch_2", nil })
+		})
+		if !errors.Is(err, idem.ErrHeld) {
+			t.Fatalf("the next call: %v, want ErrHeld", err)
+		}
+		if n := fx.charge.Load(); n != 1 {
+			t.Fatalf("the charge ran %d times, want once", n)
+		}
+		rec, _ := en.mem.Get(ctx, storeKeyOf(t, req("order-held")))
+		if rec == nil || rec.Status != store.StatusInProgress || !rec.Hold || len(rec.Steps) != 1 || rec.Steps[0].Name != "charge" {
+			t.Fatalf("the record: %+v, want IN_PROGRESS, held, with the charge", rec)
+		}
+	})
+}
