@@ -2,7 +2,8 @@
 -- batches of Completes (complete.lua) and of Extends (extend.lua) share; a
 -- record is laid out as layout.go says.
 --
--- held(k, t, now, from) reads the record at k for a write by the claim
+-- held(k, t, now, from, got) reads the record at k (or takes got, the
+-- record the caller already read whole) for a write by the claim
 -- t ('R' fence ':' len(owner) ':' owner) at now (ms) that expects the
 -- record in status from (a digit, as a number). When the record allows
 -- it, it returns the record v and, in v, the position q of the ';' after
@@ -11,8 +12,8 @@
 -- absent or expired; the record (a string) when it holds another claim or
 -- is in another status (the client decodes it); an error reply 'idem: ...'
 -- when it is damaged or the key holds another type.
-local function held(k, t, now, from)
-  local v = redis.pcall('GET', k)
+local function held(k, t, now, from, got)
+  local v = got or redis.pcall('GET', k)
   if not v then return false, 1 end
   if type(v) == 'table' then return false, redis.error_reply('idem: the key holds another type than a record') end
   if string.sub(v, 1, #t) ~= t then return false, v end

@@ -72,8 +72,60 @@ local function step(k, v, r, n, index, name, size, enc, limit)
   return 0
 end
 
+-- HEAD is how much of a record a step reads first (GETRANGE): a record
+-- that long or longer is likely to hold steps that need not pass through
+-- the script (see appended).
+local HEAD = 512
+
+-- appended records a step in place, without reading the record whole:
+-- from h, the record's first HEAD bytes, it checks the claim (t, at now,
+-- in status from) as held does, and that the record holds index steps of
+-- size total (layout.go) with the header count ';' size ';' wholly in h;
+-- and when the new header is as long as the old one, it overwrites the
+-- header (SETRANGE) and appends the step enc (APPEND). Moving a long
+-- record through the script costs the server far more than the two
+-- commands (docs/benchmarks.md). It returns 0 when it wrote, nil when the
+-- full path must decide (step): another claim, a retry, a refusal, a
+-- header that changes length, a damaged record, or a command the ACL
+-- refuses.
+local function appended(k, t, now, from, h, index, size, enc, limit)
+  if string.sub(h, 1, #t) ~= t then return nil end
+  local p = #t + 1
+  local q = string.find(h, ';', p + 1, true)
+  local e = q and tonumber(string.sub(h, p + 1, q - 1))
+  if not e or now >= e or string.byte(h, p) - 48 ~= from then return nil end
+  local r = string.find(h, ':', q + 1, true)
+  local n = r and tonumber(string.sub(h, q + 1, r - 1))
+  local c = n and string.find(h, ';', r + n + 1, true) -- completed_at ';'
+  local a = c and string.find(h, ';', c + 1, true)
+  local b = a and string.find(h, ';', a + 1, true)
+  local count = b and tonumber(string.sub(h, c + 1, a - 1))
+  local total = b and tonumber(string.sub(h, a + 1, b - 1))
+  if not (count and total) or index ~= count or (limit > 0 and total + size > limit) then return nil end
+  local head = (count + 1) .. ';' .. (total + size) .. ';'
+  if #head ~= b - c then return nil end
+  -- h[c + 1] is the header's first byte: offset c
+  if type(redis.pcall('SETRANGE', k, c, head)) == 'table' then return nil end
+  if type(redis.pcall('APPEND', k, enc)) == 'table' then
+    redis.call('SETRANGE', k, c, string.sub(h, c + 1, b)) -- as it was
+    return nil
+  end
+  return 0
+end
+
 local k, t, op = KEYS[1], ARGV[2], ARGV[1]
-local v, q, r, n = held(k, t, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local got -- the record, when a step read it whole
+if op == 'step' then
+  local h = redis.pcall('GETRANGE', k, 0, HEAD - 1)
+  if type(h) == 'string' and #h >= HEAD then
+    if appended(k, t, tonumber(ARGV[3]), tonumber(ARGV[4]), h, tonumber(ARGV[5]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])) then
+      return 0
+    end
+  elseif type(h) == 'string' and h ~= '' then
+    got = h
+  end
+end
+local v, q, r, n = held(k, t, tonumber(ARGV[3]), tonumber(ARGV[4]), got)
 if not v then return q end
 if op == 'settle' then
   return settle(k, t, v, q, r, n, ARGV[5], ARGV[6], ARGV[7])

@@ -23,7 +23,10 @@
 //     its own answer.
 //   - a step ([Store.RecordStep]) is one invocation of the fenced script,
 //     which checks the claim and the number of steps the record holds and
-//     appends the step to the record; a takeover by a claim with the
+//     appends the step to the record: on a record of 512 bytes or more in
+//     place (GETRANGE of its head, SETRANGE of the steps' header, APPEND
+//     of the step), so that the steps held do not pass through the
+//     script, else by rewriting it (SET); a takeover by a claim with the
 //     record's fingerprint copies the steps into the new claim in the claim
 //     script, and its answer carries them.
 //
@@ -811,7 +814,8 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 // step), which checks the claim as Complete's does, checks that the
 // record holds p.Index steps (or step p.Index under p.Step.Name: a
 // retry), checks the steps' size against MaxResultBytes, and appends
-// the step to the record's payload.
+// the step to the record's payload (in place on a long record:
+// fenced.lua's appended).
 func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
 	if err := p.Check(); err != nil {
 		return err
