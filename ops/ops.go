@@ -434,14 +434,21 @@ func Guard(st *idem.State) string {
 			num(store.Millis(t))
 		}
 	}
+	errRec := func(set bool, code, msg string, body []byte) {
+		if !set {
+			num(0)
+			return
+		}
+		num(1)
+		field([]byte(code))
+		field([]byte(msg))
+		field(body)
+	}
 	field(st.Result)
 	if e := st.Err; e != nil {
-		num(1)
-		field([]byte(e.Code))
-		field([]byte(e.Message))
-		field(e.Body)
+		errRec(true, e.Code, e.Message, e.Body)
 	} else {
-		num(0)
+		errRec(false, "", "", nil)
 	}
 	// Steps, when there are any: a record without them keeps the digest
 	// it had before steps were covered.
@@ -450,12 +457,9 @@ func Guard(st *idem.State) string {
 		num(s.At)
 		field(s.Result)
 		if e := s.Err; e != nil {
-			num(1)
-			field([]byte(e.Code))
-			field([]byte(e.Message))
-			field(e.Body)
+			errRec(true, e.Code, e.Message, e.Body)
 		} else {
-			num(0)
+			errRec(false, "", "", nil)
 		}
 	}
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))

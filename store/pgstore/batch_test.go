@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
 
 // TestBatchOneStatement: a batch claim, a batch extend and a batch
@@ -20,24 +17,7 @@ import (
 // engine's batches use them (store.BatchClaimer, store.BatchCompleter).
 func TestBatchOneStatement(t *testing.T) {
 	t.Parallel()
-	addr := hostPort(t)
-	table := newSchema(t, newPool(t, addr, 2))
-	cfg, err := pgxpool.ParseConfig(dsn(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cnt counter
-	cfg.ConnConfig.Tracer = &cnt
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := pgstore.New(pool, &pgstore.Config{Table: table, ReapInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, cnt, _, _ := countedStore(t)
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	claim := func(key, owner string) store.ClaimParams {

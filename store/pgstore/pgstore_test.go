@@ -201,25 +201,33 @@ func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQ
 }
 func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func TestOneStatementPerOperation(t *testing.T) {
+// countedStore is a store on a table of its own whose pool counts the
+// statements it sends; the pool and the table are returned too.
+func countedStore(t *testing.T) (*pgstore.Store, *counter, *pgxpool.Pool, string) {
+	t.Helper()
 	addr := hostPort(t)
 	table := newSchema(t, newPool(t, addr, 2))
 	cfg, err := pgxpool.ParseConfig(dsn(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cnt counter
-	cfg.ConnConfig.Tracer = &cnt
+	cnt := new(counter)
+	cfg.ConnConfig.Tracer = cnt
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	s, err := pgstore.New(pool, &pgstore.Config{Table: table, ReapInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, cnt, pool, table
+}
+
+func TestOneStatementPerOperation(t *testing.T) {
+	s, cnt, _, _ := countedStore(t)
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/store"
-	"github.com/seed-a1b882c0/idem/store/pgstore"
 )
 
 // TestOneStatementPerStep: a step is one UPDATE; a retried step (its
@@ -18,24 +15,7 @@ import (
 // takeover returns the steps in the claim's answer (INSERT, then the
 // upsert) and so does a batch's claim (one statement).
 func TestOneStatementPerStep(t *testing.T) {
-	addr := hostPort(t)
-	table := newSchema(t, newPool(t, addr, 2))
-	cfg, err := pgxpool.ParseConfig(dsn(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cnt counter
-	cfg.ConnConfig.Tracer = &cnt
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := pgstore.New(pool, &pgstore.Config{Table: table, ReapInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, cnt, pool, table := countedStore(t)
 	ctx := context.Background()
 	e, err := idem.New(s, &idem.Config{RenewInterval: -1})
 	if err != nil {
