@@ -47,7 +47,7 @@ func TestChildConsumer(t *testing.T) {
 	pa := pathNamed(t, os.Getenv("IDEMAMQP_CHILD_PATH"))
 	ch := channel(t, dial(t))
 	c, err := idemamqp.New(cc.Engine, &idemamqp.Config{Operation: consumetest.KillOperation},
-		func(ctx context.Context, d amqp.Delivery) error { cc.Handle(d.MessageId); return nil })
+		func(ctx context.Context, d amqp.Delivery) error { return cc.Handle(ctx, d.MessageId) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,7 @@ func TestKillChild(t *testing.T) {
 	}
 	p := pa.wrap(t, c.Engine, &idemnats.Config{Operation: consumetest.KillOperation, Key: orderKey, AckWait: killAckWait},
 		func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
-			c.Handle(m.Headers().Get("Order-Id"))
-			return struct{}{}, nil
+			return struct{}{}, c.Handle(ctx, m.Headers().Get("Order-Id"))
 		})
 	n := pa.killConfig().Orders
 	var msgs []jetstream.Msg
