@@ -12,6 +12,7 @@ import (
 	"github.com/seed-a1b882c0/idem/idemamqp"
 	"github.com/seed-a1b882c0/idem/idemtest/childproc"
 	"github.com/seed-a1b882c0/idem/idemtest/consumetest"
+	"github.com/seed-a1b882c0/idem/idemtest/testenv"
 )
 
 // blockingAck stands for a process that dies after the engine recorded
@@ -37,21 +38,34 @@ func (p path) killConfig() consumetest.KillConfig {
 }
 
 // TestChildConsumer is the consumer process consumetest.KillMidHandler
-// runs and kills: it collects the path's (IDEMAMQP_CHILD_PATH) deliveries
-// from IDEMAMQP_CHILD_QUEUE, handles them on the path, and never acks them.
+// and consumetest.ZombieHandler run: it collects the path's
+// (IDEMAMQP_CHILD_PATH) deliveries (one, for ZombieHandler) from
+// IDEMAMQP_CHILD_QUEUE, handles them on the path, never acks them, and
+// says how it settled them. Its connection heartbeats every childHeartbeat,
+// so that RabbitMQ closes it, and requeues its delivery, soon after the
+// process is stopped.
 func TestChildConsumer(t *testing.T) {
 	cc := consumetest.KillChild(t, sharedStore)
 	if cc == nil {
-		t.Skip("the child consumer of TestSIGKILL")
+		t.Skip("the child consumer of TestSIGKILL and TestZombieHandler")
 	}
 	pa := pathNamed(t, os.Getenv("IDEMAMQP_CHILD_PATH"))
-	ch := channel(t, dial(t))
+	conn, err := amqp.DialConfig("amqp://guest:guest@"+testenv.Reach(t, "RabbitMQ", "IDEM_AMQP_ADDR", "127.0.0.1:5672")+"/",
+		amqp.Config{Heartbeat: childHeartbeat, Locale: "en_US"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch := channel(t, conn)
 	c, err := idemamqp.New(cc.Engine, &idemamqp.Config{Operation: consumetest.KillOperation},
-		func(ctx context.Context, d amqp.Delivery) error { cc.Handle(d.MessageId); return nil })
+		func(ctx context.Context, d amqp.Delivery) error { return cc.Handle(ctx, d.MessageId) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := pa.killConfig().Orders
+	if cc.Stage == consumetest.StoppedInHandler {
+		n = 1
+	}
 	if err := ch.Qos(n, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +80,15 @@ func TestChildConsumer(t *testing.T) {
 			break
 		}
 	}
-	pa.handle(context.Background(), c, batch)
+	for i, st := range pa.handle(context.Background(), c, batch) {
+		cc.Settled(batch[i].MessageId, st.Verdict)
+	}
 	select {}
 }
+
+// childHeartbeat is the heartbeat interval of the child's connection
+// (amqp091 negotiates it in whole seconds).
+const childHeartbeat = time.Second
 
 // TestSIGKILL: consumetest's kill scenario on each path (Handle, or
 // HandleBatch with four deliveries): a consumer killed (SIGKILL) in its
@@ -91,7 +111,29 @@ func TestSIGKILL(t *testing.T) {
 	}
 }
 
-// amqpKillable is a consumetest.Killable: a work queue of its own.
+// TestZombieHandler: consumetest's zombie scenario on each path. A
+// consumer process stops (SIGSTOP) in order-0's handler; RabbitMQ closes
+// its connection when it misses its heartbeats and requeues the delivery
+// to another consumer (Run, or RunBatch on the batch path), which takes
+// the key over once the stopped one's lease has run out, runs it and
+// acks. The stopped consumer, continued, ends its handler: its effect is
+// refused downstream and its outcome write is refused (consume.Leave).
+func TestZombieHandler(t *testing.T) {
+	t.Parallel()
+	for _, pa := range paths {
+		t.Run(pa.name, func(t *testing.T) {
+			t.Parallel()
+			consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable {
+				conn := dial(t)
+				work, _ := queues(t, conn)
+				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
+			})
+		})
+	}
+}
+
+// amqpKillable is a consumetest.Killable and consumetest.Stoppable: a
+// work queue of its own.
 type amqpKillable struct {
 	conn *amqp.Connection
 	work string
@@ -110,10 +152,24 @@ func (k *amqpKillable) Child(t *testing.T, env ...string) *childproc.Child {
 // Drain consumes the redeliveries of all the path's deliveries (the child
 // acked none) until each is acknowledged.
 func (k *amqpKillable) Drain(t *testing.T, e *idem.Engine, _ consumetest.Stage, handle func(string)) {
-	n := k.pa.killConfig().Orders
+	k.drain(t, e, k.pa.killConfig().Orders, func(_ context.Context, d amqp.Delivery) error { handle(d.MessageId); return nil })
+}
+
+// Take consumes the stopped child's delivery, once requeued, until it is
+// acknowledged.
+func (k *amqpKillable) Take(t *testing.T, e *idem.Engine, handle func(context.Context, string) error) {
+	k.drain(t, e, 1, func(ctx context.Context, d amqp.Delivery) error { return handle(ctx, d.MessageId) })
+}
+
+// Zombied: the zombie's connection was closed, its delivery requeued
+// already; the broker tells no more.
+func (k *amqpKillable) Zombied(*testing.T) {}
+
+// drain consumes the work queue on the path with fn until n deliveries are
+// acknowledged.
+func (k *amqpKillable) drain(t *testing.T, e *idem.Engine, n int, fn func(context.Context, amqp.Delivery) error) {
 	cnt := newCounter()
-	c, err := idemamqp.New(e, &idemamqp.Config{Operation: consumetest.KillOperation, Backoff: 100 * time.Millisecond, Settled: cnt.settled},
-		func(ctx context.Context, d amqp.Delivery) error { handle(d.MessageId); return nil })
+	c, err := idemamqp.New(e, &idemamqp.Config{Operation: consumetest.KillOperation, Backoff: 100 * time.Millisecond, Settled: cnt.settled}, fn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,13 +37,14 @@ func (p path) killConfig() consumetest.KillConfig {
 	return consumetest.KillConfig{Orders: 1}
 }
 
-// TestKillChild is the consumer process consumetest.KillMidHandler runs
-// and kills: it takes the path's (IDEMNATS_KILL_PATH) messages from the
-// durable consumer "kill" of IDEMNATS_KILL_STREAM, and never acks them.
+// TestKillChild is the consumer process consumetest.KillMidHandler and
+// consumetest.ZombieHandler run: it takes the path's (IDEMNATS_KILL_PATH)
+// messages (one, for ZombieHandler) from the durable consumer "kill" of
+// IDEMNATS_KILL_STREAM, never acks them, and says how it settled them.
 func TestKillChild(t *testing.T) {
 	c := consumetest.KillChild(t, sharedStore)
 	if c == nil {
-		t.Skip("run by TestKillMidHandler")
+		t.Skip("run by TestKillMidHandler and TestZombieHandler")
 	}
 	pa := pathNamed(t, os.Getenv("IDEMNATS_KILL_PATH"))
 	nc, err := nats.Connect(os.Getenv("IDEMNATS_KILL_URL"))
@@ -57,17 +58,22 @@ func TestKillChild(t *testing.T) {
 	}
 	p := pa.wrap(t, c.Engine, &idemnats.Config{Operation: consumetest.KillOperation, Key: orderKey, AckWait: killAckWait},
 		func(ctx context.Context, m jetstream.Msg) (struct{}, error) {
-			c.Handle(m.Headers().Get("Order-Id"))
-			return struct{}{}, nil
+			return struct{}{}, c.Handle(ctx, m.Headers().Get("Order-Id"))
 		})
 	n := pa.killConfig().Orders
+	if c.Stage == consumetest.StoppedInHandler {
+		n = 1
+	}
 	var msgs []jetstream.Msg
 	for len(msgs) < n {
 		for _, m := range fetchN(t, cons, n-len(msgs), 5*time.Second) {
 			msgs = append(msgs, blockingAck{m, c})
 		}
 	}
-	p(context.Background(), msgs)
+	ds, errs := p(context.Background(), msgs)
+	for i, d := range ds {
+		c.Settled(msgs[i].Headers().Get("Order-Id"), verdictOf(d, errs[i]))
+	}
 	select {}
 }
 
@@ -90,8 +96,28 @@ func TestKillMidHandler(t *testing.T) {
 	}
 }
 
-// natsKillable is a consumetest.Killable: a stream of its own, consumed by
-// the durable consumer "kill".
+// TestZombieHandler: consumetest's zombie scenario on each path. A
+// consumer process stops (SIGSTOP) in order-0's handler; after AckWait the
+// message is redelivered to another consumer, which delays it while the
+// stopped one's lease lasts, then takes the key over, runs it and acks.
+// The stopped consumer, continued, ends its handler: its effect is refused
+// downstream, its outcome write is refused and it leaves the message
+// unacked (consume.Leave).
+func TestZombieHandler(t *testing.T) {
+	t.Parallel()
+	for _, pa := range paths {
+		t.Run(pa.name, func(t *testing.T) {
+			t.Parallel()
+			consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable {
+				js, s, subj := stream(t)
+				return &natsKillable{js: js, s: s, subj: subj, pa: pa}
+			})
+		})
+	}
+}
+
+// natsKillable is a consumetest.Killable and consumetest.Stoppable: a
+// stream of its own, consumed by the durable consumer "kill".
 type natsKillable struct {
 	js   jetstream.JetStream
 	s    jetstream.Stream
@@ -112,17 +138,32 @@ func (k *natsKillable) Child(t *testing.T, env ...string) *childproc.Child {
 // Drain fetches the redeliveries of all the path's messages (the child
 // acked none) and handles them until each is acked.
 func (k *natsKillable) Drain(t *testing.T, e *idem.Engine, _ consumetest.Stage, handle func(string)) {
+	k.drain(t, e, k.pa.killConfig().Orders, func(_ context.Context, m jetstream.Msg) error {
+		handle(m.Headers().Get("Order-Id"))
+		return nil
+	})
+}
+
+// Take fetches the redelivery of the stopped child's message and handles
+// it until it is acked.
+func (k *natsKillable) Take(t *testing.T, e *idem.Engine, handle func(context.Context, string) error) {
+	k.drain(t, e, 1, func(ctx context.Context, m jetstream.Msg) error { return handle(ctx, m.Headers().Get("Order-Id")) })
+}
+
+// Zombied: the zombie left its delivery unacked, which only AckWait tells
+// (it comes again, to be replayed).
+func (k *natsKillable) Zombied(*testing.T) {}
+
+// drain fetches from the durable consumer "kill" and processes on the path
+// with fn until n messages are acked.
+func (k *natsKillable) drain(t *testing.T, e *idem.Engine, n int, fn func(context.Context, jetstream.Msg) error) {
 	ctx := context.Background()
 	cons, err := k.s.Consumer(ctx, "kill")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := k.pa.wrap(t, e, &idemnats.Config{Operation: consumetest.KillOperation, Key: orderKey, AckWait: killAckWait},
-		func(_ context.Context, m jetstream.Msg) (struct{}, error) {
-			handle(m.Headers().Get("Order-Id"))
-			return struct{}{}, nil
-		})
-	n := k.pa.killConfig().Orders
+		func(ctx context.Context, m jetstream.Msg) (struct{}, error) { return struct{}{}, fn(ctx, m) })
 	acked := map[string]bool{}
 	deadline := time.Now().Add(15 * time.Second)
 	for len(acked) < n {

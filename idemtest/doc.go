@@ -22,8 +22,9 @@
 //   - [github.com/seed-a1b882c0/idem/idemtest/consoletest]: seeds a store
 //     with the records the operator console's tests read, and drives the
 //     console over HTTP.
-//   - [github.com/seed-a1b882c0/idem/idemtest/consumetest]: the verdict
-//     table every message consumer runs.
+//   - [github.com/seed-a1b882c0/idem/idemtest/consumetest]: the consumer
+//     conformance suite: the verdict table every message consumer runs,
+//     and the find, batch, kill and zombie scenarios.
 //   - [github.com/seed-a1b882c0/idem/idemtest/childproc]: runs a test of
 //     the test binary as a process of its own, to kill or stop it.
 //

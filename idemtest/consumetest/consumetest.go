@@ -18,7 +18,11 @@
 // sent. [KillMidHandler] is the kill scenario: a consumer process
 // (a child re-run of the test binary, [KillChild]) SIGKILLed in a handler
 // or in an ack, and a consumer that gets what it left running again only
-// what was cut off; idemnats and idemamqp run it.
+// what was cut off. [ZombieHandler] is the zombie scenario: a consumer
+// process stopped in its handler past its lease, its message and key
+// taken over by another, its effect and outcome write then refused.
+// idemnats, idemamqp, idemkafka and idemwatermill run both (docs/consumers.md
+// lists what each adapter runs).
 // Test-only.
 package consumetest
 

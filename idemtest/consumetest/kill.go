@@ -1,8 +1,10 @@
 package consumetest
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -12,10 +14,12 @@ import (
 	"time"
 
 	"github.com/seed-a1b882c0/idem"
+	"github.com/seed-a1b882c0/idem/consume"
 	"github.com/seed-a1b882c0/idem/idemtest/childproc"
 )
 
-// Stage is where [KillMidHandler] kills the child consumer.
+// Stage is where [KillMidHandler] kills the child consumer, or where
+// [ZombieHandler] stops it.
 type Stage string
 
 const (
@@ -26,6 +30,10 @@ const (
 	// KilledInAck: after every outcome was recorded, with an
 	// acknowledgement (or offset commit) under way and never done.
 	KilledInAck Stage = "ack"
+	// StoppedInHandler: in the handler of the scenario's one message,
+	// stopped (SIGSTOP) and continued; the handler then makes its effect
+	// downstream and returns ([ZombieHandler]).
+	StoppedInHandler Stage = "stopped"
 )
 
 // KillOperation is the operation name of the kill scenario's consumers;
@@ -41,6 +49,7 @@ const (
 	envKillStage  = "CONSUMETEST_KILL_STAGE"
 	envKillPrefix = "CONSUMETEST_KILL_PREFIX"
 	envKillBlock  = "CONSUMETEST_KILL_BLOCK"
+	envEffects    = "CONSUMETEST_EFFECTS"
 )
 
 // KillConfig says how an adapter's child consumer takes its messages.
@@ -96,6 +105,17 @@ func KillMidHandler(t *testing.T, open OpenStore, c KillConfig, newKillable func
 
 func orderKey(i int) string { return "order-" + strconv.Itoa(i) }
 
+// childBounds is the longest a scenario waits for a line of its child.
+const childBounds = time.Minute
+
+// watch kills ch should it not be stopped within childBounds, so that a
+// line of the child that never comes fails the scenario (the child's
+// output ends) instead of hanging it.
+func watch(ch *childproc.Child) (stop func()) {
+	tm := time.AfterFunc(childBounds, func() { _ = ch.Cmd.Process.Kill() })
+	return func() { tm.Stop() }
+}
+
 func killMidHandler(t *testing.T, open OpenStore, c KillConfig, k Killable, stage Stage) {
 	ctx := context.Background()
 	for i := range c.Orders {
@@ -114,6 +134,7 @@ func killMidHandler(t *testing.T, open OpenStore, c KillConfig, k Killable, stag
 	}
 	ch := k.Child(t, envKillStage+"="+string(stage), envKillPrefix+"="+prefix, envKillBlock+"="+orderKey(c.BlockAt))
 	began, acking := map[string]bool{}, 0
+	stop := watch(ch)
 	ch.Scan(t, func(line string) bool {
 		if key, ok := strings.CutPrefix(line, "RAN "); ok {
 			began[key] = true
@@ -123,6 +144,7 @@ func killMidHandler(t *testing.T, open OpenStore, c KillConfig, k Killable, stag
 		}
 		return len(began) == ran && (stage == KilledInHandler || acking > 0)
 	})
+	stop()
 	// Kill once the finished handlers' outcomes are recorded (every one's,
 	// when killed in an ack).
 	for i := range ran {
@@ -167,25 +189,29 @@ func killMidHandler(t *testing.T, open OpenStore, c KillConfig, k Killable, stag
 	}
 }
 
-// ChildConsumer is the consumer process of [KillMidHandler], as the
-// adapter's child test runs it.
+// ChildConsumer is the consumer process of [KillMidHandler] and
+// [ZombieHandler], as the adapter's child test runs it.
 type ChildConsumer struct {
-	// Stage is where the process is to be killed.
+	// Stage is where the process is to be killed (stopped).
 	Stage Stage
 	// Engine is its engine, over the store the scenario shares (Lease
 	// KillLease, owner "child"); the consumer runs operation
 	// KillOperation with it.
 	Engine *idem.Engine
 
-	block string
-	out   sync.Mutex
+	block   string
+	effects string
+	stdin   *bufio.Reader
+	out     sync.Mutex
 }
 
-// KillChild is the child's side of [KillMidHandler]: the adapter's child
-// test calls it first, and skips when it returns nil (run as an ordinary
-// test); otherwise it consumes its queue with c.Engine, calling c.Handle
-// as each handler begins and c.Acking where an acknowledgement (commit)
-// the scenario kills it in begins, and never returns.
+// KillChild is the child's side of [KillMidHandler] and [ZombieHandler]:
+// the adapter's child test calls it first, and skips when it returns nil
+// (run as an ordinary test); otherwise it consumes its queue with
+// c.Engine, calling c.Handle as its handler, c.Settled (where the adapter
+// reports settlements) as each message is settled, and c.Acking where an
+// acknowledgement (commit) the scenario kills it in begins; it is killed
+// before it returns.
 func KillChild(t *testing.T, open OpenStore) *ChildConsumer {
 	stage := os.Getenv(envKillStage)
 	if stage == "" {
@@ -196,7 +222,8 @@ func KillChild(t *testing.T, open OpenStore) *ChildConsumer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &ChildConsumer{Stage: Stage(stage), Engine: e, block: os.Getenv(envKillBlock)}
+	return &ChildConsumer{Stage: Stage(stage), Engine: e, block: os.Getenv(envKillBlock),
+		effects: os.Getenv(envEffects), stdin: bufio.NewReader(os.Stdin)}
 }
 
 func (c *ChildConsumer) say(s string) {
@@ -205,14 +232,32 @@ func (c *ChildConsumer) say(s string) {
 	fmt.Println(s)
 }
 
-// Handle is the child's handler of the message keyed key: it says so and,
-// in KilledInHandler, never returns from the handler of the blocked
-// message.
-func (c *ChildConsumer) Handle(key string) {
+// Handle is the child's handler of the message keyed key, ctx the
+// handler's context (carrying its claim): it says so and, in
+// KilledInHandler, never returns from the handler of the blocked message;
+// in StoppedInHandler, the handler of the blocked message waits for a
+// line on the standard input (the process is stopped and continued
+// meanwhile), then makes the message's effect downstream and returns.
+func (c *ChildConsumer) Handle(ctx context.Context, key string) error {
 	c.say("RAN " + key)
-	if c.Stage == KilledInHandler && key == c.block {
-		select {} // killed here
+	if key != c.block {
+		return nil
 	}
+	switch c.Stage {
+	case KilledInHandler:
+		select {} // killed here
+	case StoppedInHandler:
+		if _, err := c.stdin.ReadString('\n'); err != nil && err != io.EOF {
+			return err
+		}
+		return effect(ctx, c.effects, "child")
+	}
+	return nil
+}
+
+// Settled says that the message keyed key was settled by v.
+func (c *ChildConsumer) Settled(key string, v consume.Verdict) {
+	c.say("SETTLED " + key + " " + v.Action.String())
 }
 
 // Acking says that an acknowledgement (commit) of key begins, and never
