@@ -37,9 +37,10 @@ func (p path) killConfig() consumetest.KillConfig {
 	return consumetest.KillConfig{Orders: 1}
 }
 
-// TestChildConsumer is the consumer process consumetest.KillMidHandler
-// and consumetest.ZombieHandler run: it collects the path's
-// (IDEMAMQP_CHILD_PATH) deliveries (one, for ZombieHandler) from
+// TestChildConsumer is the consumer process consumetest.KillMidHandler,
+// consumetest.ZombieHandler and consumetest.KillBetweenSteps run: it
+// collects the path's (IDEMAMQP_CHILD_PATH) deliveries (one, for
+// ZombieHandler and KillBetweenSteps) from
 // IDEMAMQP_CHILD_QUEUE, handles them on the path, never acks them, and
 // says how it settled them. Its connection heartbeats every childHeartbeat,
 // so that RabbitMQ closes it, and requeues its delivery, soon after the
@@ -47,7 +48,7 @@ func (p path) killConfig() consumetest.KillConfig {
 func TestChildConsumer(t *testing.T) {
 	cc := consumetest.KillChild(t, sharedStore)
 	if cc == nil {
-		t.Skip("the child consumer of TestSIGKILL and TestZombieHandler")
+		t.Skip("the child consumer of TestSIGKILL, TestZombieHandler and TestKillBetweenSteps")
 	}
 	pa := pathNamed(t, os.Getenv("IDEMAMQP_CHILD_PATH"))
 	conn, err := amqp.DialConfig("amqp://guest:guest@"+testenv.Reach(t, "RabbitMQ", "IDEM_AMQP_ADDR", "127.0.0.1:5672")+"/",
@@ -63,7 +64,7 @@ func TestChildConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := pa.killConfig().Orders
-	if cc.Stage == consumetest.StoppedInHandler {
+	if cc.Single() {
 		n = 1
 	}
 	if err := ch.Qos(n, 0, false); err != nil {
@@ -124,6 +125,27 @@ func TestZombieHandler(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable {
+				conn := dial(t)
+				work, _ := queues(t, conn)
+				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
+			})
+		})
+	}
+}
+
+// TestKillBetweenSteps: consumetest's steps scenario on each path (on the
+// batch path, a batch of one, run by DoBatch). A consumer process is
+// SIGKILLed between the second and third steps of its handler; RabbitMQ
+// requeues its delivery when its connection drops, to another consumer
+// (Run, or RunBatch on the batch path), which delays it while the dead
+// one's lease lasts, then takes the key over, resumes after the two
+// recorded steps (running only the third) and acks.
+func TestKillBetweenSteps(t *testing.T) {
+	t.Parallel()
+	for _, pa := range paths {
+		t.Run(pa.name, func(t *testing.T) {
+			t.Parallel()
+			consumetest.KillBetweenSteps(t, sharedStore, func(t *testing.T) consumetest.Resumable {
 				conn := dial(t)
 				work, _ := queues(t, conn)
 				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}

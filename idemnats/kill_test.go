@@ -37,14 +37,15 @@ func (p path) killConfig() consumetest.KillConfig {
 	return consumetest.KillConfig{Orders: 1}
 }
 
-// TestKillChild is the consumer process consumetest.KillMidHandler and
-// consumetest.ZombieHandler run: it takes the path's (IDEMNATS_KILL_PATH)
-// messages (one, for ZombieHandler) from the durable consumer "kill" of
+// TestKillChild is the consumer process consumetest.KillMidHandler,
+// consumetest.ZombieHandler and consumetest.KillBetweenSteps run: it takes
+// the path's (IDEMNATS_KILL_PATH) messages (one, for ZombieHandler and
+// KillBetweenSteps) from the durable consumer "kill" of
 // IDEMNATS_KILL_STREAM, never acks them, and says how it settled them.
 func TestKillChild(t *testing.T) {
 	c := consumetest.KillChild(t, sharedStore)
 	if c == nil {
-		t.Skip("run by TestKillMidHandler and TestZombieHandler")
+		t.Skip("run by TestKillMidHandler, TestZombieHandler and TestKillBetweenSteps")
 	}
 	pa := pathNamed(t, os.Getenv("IDEMNATS_KILL_PATH"))
 	nc, err := nats.Connect(os.Getenv("IDEMNATS_KILL_URL"))
@@ -61,7 +62,7 @@ func TestKillChild(t *testing.T) {
 			return struct{}{}, c.Handle(ctx, m.Headers().Get("Order-Id"))
 		})
 	n := pa.killConfig().Orders
-	if c.Stage == consumetest.StoppedInHandler {
+	if c.Single() {
 		n = 1
 	}
 	var msgs []jetstream.Msg
@@ -109,6 +110,25 @@ func TestZombieHandler(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable {
+				js, s, subj := stream(t)
+				return &natsKillable{js: js, s: s, subj: subj, pa: pa}
+			})
+		})
+	}
+}
+
+// TestKillBetweenSteps: consumetest's steps scenario on each path (on the
+// batch path, a batch of one, run by DoBatch). A consumer process is
+// SIGKILLed between the second and third steps of its handler; after
+// AckWait the message is redelivered to another consumer, which delays it
+// while the dead one's lease lasts, then takes the key over, resumes after
+// the two recorded steps (running only the third) and acks.
+func TestKillBetweenSteps(t *testing.T) {
+	t.Parallel()
+	for _, pa := range paths {
+		t.Run(pa.name, func(t *testing.T) {
+			t.Parallel()
+			consumetest.KillBetweenSteps(t, sharedStore, func(t *testing.T) consumetest.Resumable {
 				js, s, subj := stream(t)
 				return &natsKillable{js: js, s: s, subj: subj, pa: pa}
 			})

@@ -34,6 +34,10 @@ const (
 	// stopped (SIGSTOP) and continued; the handler then makes its effect
 	// downstream and returns ([ZombieHandler]).
 	StoppedInHandler Stage = "stopped"
+	// KilledBetweenSteps: in the handler of the scenario's one message,
+	// once the second of its three steps returned, both recorded
+	// ([KillBetweenSteps]).
+	KilledBetweenSteps Stage = "steps"
 )
 
 // KillOperation is the operation name of the kill scenario's consumers;
@@ -232,12 +236,21 @@ func (c *ChildConsumer) say(s string) {
 	fmt.Println(s)
 }
 
+// Single reports whether the scenario publishes one message, which the
+// child takes alone ([ZombieHandler], [KillBetweenSteps]).
+func (c *ChildConsumer) Single() bool {
+	return c.Stage == StoppedInHandler || c.Stage == KilledBetweenSteps
+}
+
 // Handle is the child's handler of the message keyed key, ctx the
 // handler's context (carrying its claim): it says so and, in
 // KilledInHandler, never returns from the handler of the blocked message;
 // in StoppedInHandler, the handler of the blocked message waits for a
 // line on the standard input (the process is stopped and continued
-// meanwhile), then makes the message's effect downstream and returns.
+// meanwhile), then makes the message's effect downstream and returns; in
+// KilledBetweenSteps, the handler of the blocked message runs the
+// scenario's steps, says each one that returned, and never returns after
+// the second.
 func (c *ChildConsumer) Handle(ctx context.Context, key string) error {
 	c.say("RAN " + key)
 	if key != c.block {
@@ -251,6 +264,13 @@ func (c *ChildConsumer) Handle(ctx context.Context, key string) error {
 			return err
 		}
 		return effect(ctx, c.effects, "child")
+	case KilledBetweenSteps:
+		return placeOrder(ctx, c.effects, "child", func(name, _ string) {
+			c.say("STEPPED " + name)
+			if name == orderSteps[1] {
+				select {} // killed here
+			}
+		})
 	}
 	return nil
 }

@@ -16,24 +16,14 @@ import (
 
 	"github.com/seed-a1b882c0/idem"
 	"github.com/seed-a1b882c0/idem/consume"
-	"github.com/seed-a1b882c0/idem/idemtest/childproc"
 )
 
 // Stoppable is a consumer adapter on its real broker as [ZombieHandler]
 // runs it, on a queue (stream, topic) of the scenario's own.
 type Stoppable interface {
-	// Publish publishes a message keyed key with payload to the queue.
-	Publish(t *testing.T, key string, payload []byte)
-	// Child starts the consumer process, as [Killable]'s Child does.
-	Child(t *testing.T, env ...string) *childproc.Child
-	// Take consumes the queue with another consumer of the adapter over e
-	// (operation KillOperation), whose handler calls handle with its
-	// context and the message's key, until that consumer has settled the
-	// message the stopped child holds as done (the broker gives it to
-	// this consumer once the child's session, or its hold of the message,
-	// ends), and fails t if that does not come. The consumer may run on
-	// until t ends.
-	Take(t *testing.T, e *idem.Engine, handle func(ctx context.Context, key string) error)
+	// Publish, Child, and Take: the consumer that takes the stopped
+	// child's message over.
+	Resumable
 	// Zombied checks what the broker holds of the queue once the
 	// continued child settled its copy (Leave) and was killed, where the
 	// adapter can tell more than the store does (e.g. that nothing was
