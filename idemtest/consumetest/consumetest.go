@@ -21,8 +21,11 @@
 // what was cut off. [ZombieHandler] is the zombie scenario: a consumer
 // process stopped in its handler past its lease, its message and key
 // taken over by another, its effect and outcome write then refused.
-// idemnats, idemamqp, idemkafka and idemwatermill run both (docs/consumers.md
-// lists what each adapter runs).
+// idemnats, idemamqp, idemkafka and idemwatermill run both.
+// [KillBetweenSteps] is the steps scenario: a consumer process SIGKILLed
+// between two steps ([idem.Step]) of its handler, and the consumer that
+// gets the redelivery resuming after them; idemnats and idemamqp run it
+// (docs/consumers.md lists what each adapter runs).
 // Test-only.
 package consumetest
 
