@@ -78,6 +78,15 @@ func TestZombieHandler(t *testing.T) {
 	consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable { return newPartition(t) })
 }
 
+// TestKillBetweenSteps: consumetest's steps scenario. A consumer process
+// is SIGKILLed once its handler's second step of three has returned; the
+// group's next consumer gets the record again and resumes after the two
+// finished steps: each step's effect happened once.
+func TestKillBetweenSteps(t *testing.T) {
+	t.Parallel()
+	consumetest.KillBetweenSteps(t, sharedStore, func(t *testing.T) consumetest.Resumable { return newPartition(t) })
+}
+
 // partition is a consumetest.Killable and consumetest.Stoppable: a topic
 // of its own with one partition, consumed by the group "g-<topic>".
 type partition struct {

@@ -80,6 +80,20 @@ func TestKillMidHandler(t *testing.T) {
 	}
 }
 
+// TestKillBetweenSteps: consumetest's steps scenario on each broker. A
+// router process is SIGKILLed once its handler's second step of three has
+// returned; the message goes to another member of the group, whose router
+// resumes after the two finished steps: each step's effect happened once.
+func TestKillBetweenSteps(t *testing.T) {
+	t.Parallel()
+	for _, name := range brokerNames {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			consumetest.KillBetweenSteps(t, killStore, func(t *testing.T) consumetest.Resumable { return newGroupTopic(t, name) })
+		})
+	}
+}
+
 // TestZombieHandler: consumetest's zombie scenario on each broker. A
 // router process stops (SIGSTOP) in order-0's handler, before the order's
 // effect. The broker gives the message to another member of the group
