@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/seed-a1b882c0/idem/observe"
 	"github.com/seed-a1b882c0/idem/store"
@@ -262,8 +264,20 @@ func (e *TerminalError) Is(target error) bool {
 // when a successful result is over the size limit.
 const CodeResultTooLarge = "idem.result_too_large"
 
+// record is the error as stored. Code and Message are text in every store
+// (a PostgreSQL text column, a DynamoDB string), which refuses bytes that
+// are not UTF-8 (store.FailParams.Check): an error that wraps a binary
+// reply is stored with each such byte as U+FFFD rather than not at all.
 func (e *TerminalError) record() store.ErrorRecord {
-	return store.ErrorRecord{Code: e.Code, Message: e.Message, Body: e.Body}
+	return store.ErrorRecord{Code: validText(e.Code), Message: validText(e.Message), Body: e.Body}
+}
+
+// validText is s with every byte that is not UTF-8 replaced by U+FFFD.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 func terminalFromRecord(r *store.ErrorRecord) *TerminalError {

@@ -255,7 +255,7 @@ func boundedError(code, msg string, limit int) store.ErrorRecord {
 	if limit >= 0 && len(msg) > limit {
 		msg = strings.ToValidUTF8(msg[:limit], "")
 	}
-	return store.ErrorRecord{Code: code, Message: msg}
+	return store.ErrorRecord{Code: code, Message: validText(msg)}
 }
 
 // fail records a terminal error (FAILED), or returns the store's last

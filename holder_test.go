@@ -542,3 +542,25 @@ func TestEndsAtDeadlineLeaseIsNotRenewed(t *testing.T) {
 		}
 	})
 }
+
+// A terminal error whose code or message is not UTF-8 (an error that
+// wraps a binary reply) is stored with each such byte as U+FFFD: every
+// store keeps an error's text as text and refuses other bytes
+// (store.FailParams.Check), so storing it as it is would fail, and the key
+// would be run again after its lease. Its body stays bytes.
+func TestTerminalErrorWithBinaryTextIsStored(t *testing.T) {
+	en := setup(t, idem.Config{})
+	ctx := context.Background()
+	fn := func(context.Context) (string, error) {
+		return "", &idem.TerminalError{Code: "up\xffstream", Message: "reply \xfe\xff", Body: []byte{0xff, 0}}
+	}
+	_, err := idem.Do(ctx, en.eng, req("binary"), fn)
+	var te *idem.TerminalError
+	if !errors.As(err, &te) {
+		t.Fatalf("first call: %v, want its terminal error", err)
+	}
+	_, err = idem.Do(ctx, en.eng, req("binary"), fn)
+	if !errors.As(err, &te) || !te.Replayed || te.Code != "up\uFFFDstream" || te.Message != "reply \uFFFD" || string(te.Body) != "\xff\x00" {
+		t.Fatalf("replay: %#v, want the error with U+FFFD for the invalid bytes and the body as it was", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Store is the contract every backend implements: a handful of atomic,
@@ -71,7 +72,10 @@ type Store interface {
 
 	// Fail stores a terminal error and marks the record FAILED (clearing a
 	// stored result and the record's steps), under the same conditions and with the same errors
-	// as Complete.
+	// as Complete. An error whose Code or Message is not valid UTF-8 is
+	// refused first, with an error wrapping [ErrInvalidParams], and nothing
+	// changes ([FailParams.Check]): text columns and attributes refuse it,
+	// and every store refuses alike.
 	Fail(ctx context.Context, p FailParams) error
 
 	// Release deletes the record (its steps with it) so that a retry can run, only when it
@@ -245,19 +249,24 @@ type StepParams struct {
 
 // Check returns an error wrapping [ErrInvalidParams] when p cannot be
 // recorded: From names a status other than IN_PROGRESS, the step has no
-// name, Index is negative, or the step carries both a result and an
-// error. Stores call it before anything else, so that every store refuses
-// alike.
+// name or one that is not valid UTF-8, Index is negative, the step
+// carries both a result and an error, or its error's code or message is
+// not valid UTF-8. Stores call it before anything else, so that every
+// store refuses alike.
 func (p StepParams) Check() error {
 	switch {
 	case p.From.OrInProgress() != StatusInProgress:
 		return fmt.Errorf("%w: RecordStep of %q with From %s: steps are recorded under an IN_PROGRESS claim only; leave From zero", ErrInvalidParams, p.Key, p.From)
 	case p.Step.Name == "":
 		return fmt.Errorf("%w: RecordStep of %q: the step has no name", ErrInvalidParams, p.Key)
+	case !utf8.ValidString(p.Step.Name):
+		return fmt.Errorf("%w: RecordStep of %q: the step's name %q is not valid UTF-8", ErrInvalidParams, p.Key, p.Step.Name)
 	case p.Index < 0:
 		return fmt.Errorf("%w: RecordStep of %q: negative step index %d", ErrInvalidParams, p.Key, p.Index)
 	case p.Step.Result != nil && p.Step.Err != nil:
 		return fmt.Errorf("%w: RecordStep of %q: step %q carries a result and an error; a step has one or the other", ErrInvalidParams, p.Key, p.Step.Name)
+	case p.Step.Err != nil:
+		return p.Step.Err.check(p.Key, "RecordStep")
 	}
 	return nil
 }
@@ -332,6 +341,24 @@ type FailParams struct {
 	// ExpiresAt is the expiry of the failed record (ms).
 	ExpiresAt int64
 	Err       ErrorRecord
+}
+
+// Check returns an error wrapping [ErrInvalidParams] when p's error
+// cannot be stored as text: a Code or Message that is not valid UTF-8.
+// Stores call it before anything else.
+func (p FailParams) Check() error {
+	return p.Err.check(p.Key, "Fail")
+}
+
+// check refuses an error record whose text is not valid UTF-8.
+func (e *ErrorRecord) check(key, op string) error {
+	switch {
+	case !utf8.ValidString(e.Code):
+		return fmt.Errorf("%w: %s of %q: the error's code %q is not valid UTF-8", ErrInvalidParams, op, key, e.Code)
+	case !utf8.ValidString(e.Message):
+		return fmt.Errorf("%w: %s of %q: the error's message %q is not valid UTF-8", ErrInvalidParams, op, key, e.Message)
+	}
+	return nil
 }
 
 // ReleaseParams are the arguments of [Store.Release].

@@ -651,6 +651,9 @@ func (s *Store) completeUpdate(ctx context.Context, p store.CompleteParams) (str
 // spilled), which a settled item corrected by its claim (From) may hold,
 // and the item's steps, and puts the item in the open index under FAILED.
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}

@@ -217,6 +217,9 @@ func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := p.Check(); err != nil {
+		return err
+	}
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}

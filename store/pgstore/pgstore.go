@@ -237,6 +237,11 @@ func (s *Store) translate(op, key string, err error) error {
 	if errors.As(err, &pe) && pe.Code == "42P01" {
 		return &NoTableError{Op: op, Key: key, Table: s.cfg.Table, Err: err}
 	}
+	if errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05") {
+		// Text the server refuses (not UTF-8, a NUL byte): retrying the
+		// same write cannot succeed.
+		return fmt.Errorf("pgstore: %s %s: the server refuses the write's text: %w: %w", op, key, store.ErrInvalidParams, err)
+	}
 	if errors.As(err, &pe) && pe.Code == "53300" {
 		return fmt.Errorf("pgstore: %s %s: the server is out of connections for the store (raise max_connections or the role's CONNECTION LIMIT above the sum of every pool, or lower pool_max_conns): %w: %w",
 			op, key, store.ErrUnavailable, err)
@@ -628,6 +633,9 @@ func (s *Store) complete(ctx context.Context, db DB, p store.CompleteParams) err
 
 // Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}

@@ -790,6 +790,9 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Fail implements [store.Store].
 func (s *Store) Fail(ctx context.Context, p store.FailParams) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	if n := p.Err.Size(); n > s.cfg.MaxResultBytes {
 		return &store.TooLargeError{Key: p.Key, Size: n, Limit: s.cfg.MaxResultBytes}
 	}

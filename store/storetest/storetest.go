@@ -107,6 +107,7 @@ var Cases = []struct {
 	{"ClaimRetryBySameOwner", TestClaimRetryBySameOwner},
 	{"CompleteAndReplay", TestCompleteAndReplay},
 	{"FailAndReplay", TestFailAndReplay},
+	{"TextIsUTF8", TestTextIsUTF8},
 	{"Release", TestRelease},
 	{"NotFound", TestNotFound},
 	{"TakeoverOnlyAfterLease", TestTakeoverOnlyAfterLease},
@@ -333,6 +334,50 @@ func TestFailAndReplay(t *testing.T, _ Features, newStore NewStore) {
 		t.Fatal("claim of a FAILED key acquired it")
 	}
 	sameRecord(t, "replayed failure", res.Record, &want)
+}
+
+// TestTextIsUTF8: an error's code and message, and a step's name, are
+// text: a Fail or a step whose text is not valid UTF-8 is refused with
+// ErrInvalidParams, whatever the store could have kept, and nothing
+// changes (not stored with its bytes replaced, which would replay another
+// error than the one written). Its body is bytes: anything goes there.
+func TestTextIsUTF8(t *testing.T, _ Features, newStore NewStore) {
+	s := newStore(t)
+	ctx := context.Background()
+	key, now := newKey(t), base()
+	rec := claimAt(t, s, key, "owner-a", fp("a"), now).Record
+	ref := store.ClaimRef{Key: key, Fence: rec.Fence, Owner: rec.Owner, Now: now + 1}
+	for _, er := range []store.ErrorRecord{
+		{Code: "bad\xff", Message: "declined"},
+		{Code: "card_declined", Message: "reply: \xfe\xff\x00"},
+	} {
+		err := s.Fail(ctx, store.FailParams{ClaimRef: ref, ExpiresAt: now + expiry, Err: er})
+		if !errors.Is(err, store.ErrInvalidParams) {
+			t.Fatalf("Fail with code %q, message %q: %v, want ErrInvalidParams", er.Code, er.Message, err)
+		}
+		sameRecord(t, "record after a refused Fail", mustGet(t, s, key), rec)
+	}
+	binary := store.ErrorRecord{Code: "upstream", Message: "binary detail in the body", Body: []byte{0xff, 0xfe, 0, 1}}
+	if err := s.Fail(ctx, store.FailParams{ClaimRef: ref, ExpiresAt: now + 1 + expiry, Err: binary}); err != nil {
+		t.Fatalf("Fail with a binary body: %v", err)
+	}
+	want := *rec
+	want.Status, want.Err, want.CompletedAt, want.ExpiresAt = store.StatusFailed, &binary, now+1, now+1+expiry
+	sameRecord(t, "record after a Fail with a binary body", mustGet(t, s, key), &want)
+	st, ok := s.(store.Stepper)
+	if !ok {
+		return
+	}
+	srec := claimAt(t, s, newKey(t), "owner-a", fp("a"), now).Record
+	if err := recordStep(st, srec, 0, "charge\xff", []byte("1"), nil, now+1); !errors.Is(err, store.ErrInvalidParams) {
+		t.Fatalf("a step named with invalid UTF-8: %v, want ErrInvalidParams", err)
+	}
+	if err := recordStep(st, srec, 0, "charge", nil, &store.ErrorRecord{Code: "declined", Message: "\xff"}, now+1); !errors.Is(err, store.ErrInvalidParams) {
+		t.Fatalf("a step whose error message is invalid UTF-8: %v, want ErrInvalidParams", err)
+	}
+	if got := mustGet(t, s, srec.Key); len(got.Steps) != 0 {
+		t.Fatalf("a refused step landed: %v", stepNames(got.Steps))
+	}
 }
 
 // TestRelease: Release deletes the claim so that a retry acquires at once.

@@ -53,6 +53,7 @@ var broken = map[string]struct {
 	"fresh-claim-keeps-steps":    {func(m *memstore.Store) store.Store { return &freshClaimKeepsSteps{Store: m} }, "StepsGoWithRecord"},
 	"step-truncated-to-fit":      {func(m *memstore.Store) store.Store { return &stepTruncates{Store: m} }, "StepSizeLimit"},
 	"lists-hide-steps":           {func(m *memstore.Store) store.Store { return &listsHideSteps{Store: m} }, "StepsListing"},
+	"text-made-valid":            {func(m *memstore.Store) store.Store { return &textMadeValid{Store: m} }, "TextIsUTF8"},
 }
 
 // TestBrokenStoreHelper runs the suite against the store named by
@@ -490,4 +491,14 @@ func (s *listsHideSteps) List(ctx context.Context, p store.ListParams) (store.Li
 	}
 	res.Records = kept
 	return res, err
+}
+
+// textMadeValid stores an error's text with its invalid bytes replaced, as
+// a store that encodes records as JSON would: what replays is not what
+// was written.
+type textMadeValid struct{ *memstore.Store }
+
+func (s *textMadeValid) Fail(ctx context.Context, p store.FailParams) error {
+	p.Err.Code, p.Err.Message = strings.ToValidUTF8(p.Err.Code, "\uFFFD"), strings.ToValidUTF8(p.Err.Message, "\uFFFD")
+	return s.Store.Fail(ctx, p)
 }
