@@ -351,6 +351,9 @@ func TestStepSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	s := newStore(t)
 	st := stepper(t, s)
 	limit := f.MaxResultBytes
+	if f.MaxStepBytes != 0 {
+		limit = f.MaxStepBytes
+	}
 	if limit == 0 {
 		limit = 1 << 20
 	}
@@ -374,7 +377,7 @@ func TestStepSizeLimit(t *testing.T, f Features, newStore NewStore) {
 	if err := sameSteps(mustGet(t, s, rec.Key).Steps, want); err != nil {
 		t.Fatalf("steps filling the limit: %v", err)
 	}
-	if f.MaxResultBytes == 0 {
+	if f.MaxResultBytes == 0 && f.MaxStepBytes == 0 {
 		return
 	}
 	before := mustGet(t, s, rec.Key)

@@ -54,6 +54,10 @@ type Features struct {
 	// fail with idem.ErrTooLarge. Zero means the store has no limit of its
 	// own: the suite stores 1 MiB and skips the one-over case.
 	MaxResultBytes int
+	// MaxStepBytes, when not zero, is the limit of a record's steps where
+	// it differs from MaxResultBytes: a store that keeps large results
+	// elsewhere (DynamoDB with a Spiller) but its steps in the record.
+	MaxStepBytes int
 	// StormGoroutines is how many goroutines race for one key. Default 64.
 	StormGoroutines int
 	// StormRounds is how many keys they race for, one after another.
