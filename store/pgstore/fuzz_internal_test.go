@@ -3,6 +3,7 @@ package pgstore
 import (
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -21,8 +22,8 @@ func FuzzDecodeSteps(f *testing.F) {
 				t.Fatalf("decodeSteps(%q): %v, want a *store.CorruptError", col, err)
 			}
 		}
-		if name == "" {
-			return // no step has no name: RecordStep refuses it first
+		if name == "" || !utf8.ValidString(name) {
+			return // RecordStep refuses such a name first (store.StepParams.Check)
 		}
 		st := store.Step{Name: name, At: at, Result: result}
 		b, err := encodeStep(st)
