@@ -104,12 +104,17 @@ func TestSIGKILL(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.KillMidHandler(t, sharedStore, pa.killConfig(), func(t *testing.T) consumetest.Killable {
-				conn := dial(t)
-				work, _ := queues(t, conn)
-				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
+				return newAMQPKillable(t, pa)
 			})
 		})
 	}
+}
+
+// newAMQPKillable is a connection of its own to a work queue of its own.
+func newAMQPKillable(t *testing.T, pa path) *amqpKillable {
+	conn := dial(t)
+	work, _ := queues(t, conn)
+	return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
 }
 
 // TestZombieHandler: consumetest's zombie scenario on each path. A
@@ -125,9 +130,7 @@ func TestZombieHandler(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable {
-				conn := dial(t)
-				work, _ := queues(t, conn)
-				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
+				return newAMQPKillable(t, pa)
 			})
 		})
 	}
@@ -146,9 +149,7 @@ func TestKillBetweenSteps(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.KillBetweenSteps(t, sharedStore, func(t *testing.T) consumetest.Resumable {
-				conn := dial(t)
-				work, _ := queues(t, conn)
-				return &amqpKillable{conn: conn, work: work, pub: channel(t, conn), pa: pa}
+				return newAMQPKillable(t, pa)
 			})
 		})
 	}

@@ -90,8 +90,7 @@ func TestKillMidHandler(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.KillMidHandler(t, sharedStore, pa.killConfig(), func(t *testing.T) consumetest.Killable {
-				js, s, subj := stream(t)
-				return &natsKillable{js: js, s: s, subj: subj, pa: pa}
+				return newNatsKillable(t, pa)
 			})
 		})
 	}
@@ -110,8 +109,7 @@ func TestZombieHandler(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.ZombieHandler(t, sharedStore, func(t *testing.T) consumetest.Stoppable {
-				js, s, subj := stream(t)
-				return &natsKillable{js: js, s: s, subj: subj, pa: pa}
+				return newNatsKillable(t, pa)
 			})
 		})
 	}
@@ -129,11 +127,16 @@ func TestKillBetweenSteps(t *testing.T) {
 		t.Run(pa.name, func(t *testing.T) {
 			t.Parallel()
 			consumetest.KillBetweenSteps(t, sharedStore, func(t *testing.T) consumetest.Resumable {
-				js, s, subj := stream(t)
-				return &natsKillable{js: js, s: s, subj: subj, pa: pa}
+				return newNatsKillable(t, pa)
 			})
 		})
 	}
+}
+
+// newNatsKillable is a stream of its own for pa's consumer.
+func newNatsKillable(t *testing.T, pa path) *natsKillable {
+	js, s, subj := stream(t)
+	return &natsKillable{js: js, s: s, subj: subj, pa: pa}
 }
 
 // natsKillable is a consumetest.Killable and consumetest.Stoppable: a
