@@ -661,3 +661,45 @@ func TestHeldKeyIsShownAndSettled(t *testing.T) {
 		t.Fatalf("after the release: %v, ran %v", err, ran)
 	}
 }
+
+// The confirmation of an operator's write to a record with finished steps
+// says what becomes of them: settled (complete, fail), the steps not yet
+// run never run; released, the next call runs every step again.
+func TestConfirmSaysWhatBecomesOfTheSteps(t *testing.T) {
+	t.Parallel()
+	f, c := writable(t)
+	req := idem.Request{Operation: "checkout", Key: "order-steps"}
+	down := errors.New("ledger down")
+	_, err := idem.Do(context.Background(), f.app, req, func(ctx context.Context) (string, error) {
+		for _, name := range []string{"charge", "email"} {
+			if _, err := idem.Step(ctx, name, func(context.Context) (string, error) { return name + "-done", nil }); err != nil {
+				return "", err
+			}
+		}
+		return "", down // ordinary: the lease is ended, the steps kept
+	})
+	if !errors.Is(err, down) {
+		t.Fatalf("the operation: %v", err)
+	}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, page, _ := c.Get(rec(id.StoreKey))
+	for action, after := range map[string]string{
+		"release":  "none: the next call runs every step again, these too",
+		"complete": "none: the steps not yet run never run",
+	} {
+		form := consoletest.Hidden(page, "action", action)
+		if action == "complete" {
+			form.Set("result", `{"settled":"by hand"}`)
+		}
+		code, body, _ := c.Post("confirm", form)
+		if code != http.StatusOK || !strings.Contains(body, `<td data-field="steps">2: <code>charge</code>, <code>email</code></td>`) || !strings.Contains(body, after) {
+			t.Errorf("confirm %s: %d, want the two steps and %q:\n%s", action, code, after, body)
+		}
+	}
+	if st := f.state(id.StoreKey); st == nil || len(st.Steps) != 2 {
+		t.Fatalf("the confirmation pages wrote: %+v", st)
+	}
+}
