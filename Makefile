@@ -98,7 +98,7 @@ failover: ## the failover measurements of docs/failover.md (Redis Cluster, Senti
 bench-plots: ## draw docs/img/*.png from bench/results (bench/plot, gonum/plot)
 	cd bench && $(GO) run ./plot
 
-FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey .:FuzzParseToken store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemhttp:FuzzResponseCodec idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor idemsfn:FuzzExecutionName idemgrpc/idemrpc:FuzzParseKey
+FUZZ_TARGETS := .:FuzzCanonicalize .:FuzzParseStoreKey .:FuzzParseToken store:FuzzUnmarshalRecord idemhttp:FuzzParseHeader idemhttp:FuzzMiddleware idemhttp:FuzzResponseCodec idemlambda:FuzzWrapRaw idemlambda:FuzzHTTPAdapter store/dynamostore:FuzzDecodeCursor store/redisstore:FuzzDecodeValue store/redisstore:FuzzDecodeSteps store/pgstore:FuzzDecodeSteps idemsfn:FuzzExecutionName idemgrpc/idemrpc:FuzzParseKey
 
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	@set -e; for t in $(FUZZ_TARGETS); do d=$${t%%:*}; f=$${t##*:}; echo "== $$d $$f"; \
