@@ -254,8 +254,10 @@ func writeTable(w io.Writer, vs []view) error {
 		case v.Stuck:
 			status += " (stuck)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Key, status, orDash(v.Owner), ts(v.Created), ts(v.LeaseUntil),
-			time.Duration(v.AgeSeconds)*time.Second, orDash(v.Ref))
+		// The owner and the execution ref are text from the store (a ref
+		// is the caller's): control characters escaped, as show does.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", escapeControls(v.Key), status, escapeControls(orDash(v.Owner)), ts(v.Created), ts(v.LeaseUntil),
+			time.Duration(v.AgeSeconds)*time.Second, escapeControls(orDash(v.Ref)))
 	}
 	return tw.Flush()
 }

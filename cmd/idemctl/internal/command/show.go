@@ -72,8 +72,12 @@ var showCommand = command{
 			if len(v.Steps) > 0 {
 				rows = append(rows, [2]string{"steps", fmt.Sprintf("%d finished (a takeover resumes after them)", len(v.Steps))})
 			}
+			// Every value read from the store (a key's owner and ref, an
+			// error's text) is printed with its control characters escaped:
+			// a record cannot move the operator's cursor or clear the
+			// terminal.
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+				fmt.Fprintf(tw, "%s:\t%s\n", r[0], escapeControls(r[1]))
 			}
 			// One line a step: name, when recorded, outcome; its cells
 			// make columns of their own.

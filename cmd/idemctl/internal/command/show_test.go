@@ -247,3 +247,31 @@ func TestShowSteps(t *testing.T) {
 		check(t, &fixture{t: t, clock: clock, getenv: map[string]string{EnvStore: url}}, key, start)
 	})
 }
+
+// show prints every value read from the store with its control
+// characters escaped: a terminal error's message (text an operation chose,
+// perhaps from a remote reply) cannot drive the operator's terminal.
+func TestShowEscapesTheRecordsText(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	req := idem.Request{Operation: "checkout", Key: "order-escape"}
+	_, err := idem.Do(context.Background(), f.app, req, func(context.Context) (string, error) {
+		return "", idem.Terminal(errors.New("declined\x1b[2J\tnow\nfake: line"), "card\x07declined")
+	})
+	if !errors.Is(err, idem.ErrTerminal) {
+		t.Fatalf("the operation: %v", err)
+	}
+	id, err := req.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := f.must("show", id.StoreKey.String())
+	if strings.ContainsAny(out, "\x1b\x07") || strings.Contains(out, "\nfake: line") {
+		t.Fatalf("show printed the record's control characters:\n%q", out)
+	}
+	for _, want := range []string{`card\u0007declined`, `declined\u001b[2J\u0009now\u000afake: line`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %s:\n%s", want, out)
+		}
+	}
+}
