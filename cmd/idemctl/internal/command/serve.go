@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -134,21 +135,27 @@ func (c *ctl) serve(ctx context.Context, addr string, storeWait time.Duration, c
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		fmt.Fprintf(c.env.Stderr, "idemctl serve: warning: %s is not a loopback address; the console speaks plain HTTP, so put TLS in front of it\n", ln.Addr())
 	}
-	return serveUntilDone(ctx, srv, errc)
+	return serveUntilDone(ctx, srv, errc, c.env.Stderr)
 }
 
 // serveUntilDone waits until ctx is done or srv failed (errc), then shuts
-// srv down (nil: none), giving requests in flight 5s.
-func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error) error {
+// srv down (nil: none), giving requests in flight shutdownGrace; what is
+// still in flight then (a page waiting on a slow store, a browser's
+// request) is cut, and the command has stopped as asked: that is no
+// failure, and warn says how many were cut.
+func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error, warn io.Writer) error {
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
 	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 		defer cancel()
-		if serr := srv.Shutdown(sctx); serr != nil && err == nil {
+		if serr := srv.Shutdown(sctx); errors.Is(serr, context.DeadlineExceeded) {
+			_ = srv.Close()
+			fmt.Fprintf(warn, "idemctl: requests still in flight %v after the stop were cut\n", shutdownGrace)
+		} else if serr != nil && err == nil {
 			err = serr
 		}
 	}
@@ -157,6 +164,9 @@ func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error) er
 	}
 	return err
 }
+
+// shutdownGrace is how long a stopping server lets requests in flight end.
+var shutdownGrace = 5 * time.Second
 
 // redactURL hides a password in a store URL.
 func redactURL(s string) string {
