@@ -123,7 +123,16 @@ func (s *Store) pipelined(ctx context.Context, op string, keys []string, errs []
 		var conn *redis.Conn
 		pipe := g.pipe
 		if s.cfg.WaitReplicas > 0 && wrote != nil && g.conn != nil {
-			conn = g.conn()
+			c, err := g.conn()
+			if err != nil { // the node cannot be reached: each command's error
+				for _, i := range idx {
+					cmd := cmd(i, source)
+					cmd.SetErr(err)
+					answer(i, cmd, nil)
+				}
+				return nil
+			}
+			conn = c
 			defer conn.Close()
 			pipe = conn.Pipeline
 		}

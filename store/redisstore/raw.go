@@ -171,10 +171,10 @@ func (s *Store) connFor(ctx context.Context, key string) (*redis.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		return s.lend(ctx, node), nil
+		return s.lend(ctx, node)
 	}
 	if c, ok := s.c.(*redis.Client); ok { // a plain or a Sentinel failover client
-		return s.lend(ctx, c), nil
+		return s.lend(ctx, c)
 	}
 	return nil, nil
 }
@@ -183,18 +183,25 @@ func (s *Store) connFor(ctx context.Context, key string) (*redis.Conn, error) {
 // once c has set up a connection of its own: go-redis's Conn shares its
 // client's options but not their lock, and the first connection a client
 // sets up may write them (maintenance notifications turned off on a server
-// without them), which would race with a Conn setting up another.
-func (s *Store) lend(ctx context.Context, c *redis.Client) *redis.Conn {
+// without them), which would race with a Conn setting up another. Until
+// one Ping has succeeded no Conn is lent: the Ping's error is the caller's
+// (the node cannot be reached either way), not a Conn that would set up a
+// connection alongside another.
+func (s *Store) lend(ctx context.Context, c *redis.Client) (*redis.Conn, error) {
 	v, _ := s.lent.LoadOrStore(c, new(lender))
 	l := v.(*lender)
 	if !l.ready.Load() {
 		l.mu.Lock()
-		if !l.ready.Load() && c.Ping(ctx).Err() == nil { // an error shows on the call itself
+		if !l.ready.Load() {
+			if err := c.Ping(ctx).Err(); err != nil {
+				l.mu.Unlock()
+				return nil, err
+			}
 			l.ready.Store(true)
 		}
 		l.mu.Unlock()
 	}
-	return c.Conn()
+	return c.Conn(), nil
 }
 
 // lender is a client whose first connection is set up (see lend).

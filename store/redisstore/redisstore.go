@@ -99,6 +99,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/seed-a1b882c0/idem/store"
 )
@@ -286,6 +287,7 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, bad(err)
 		}
+		opt.MaintNotificationsConfig = noMaintNotifications()
 		return redis.NewClient(opt), nil
 	case "cluster":
 		reload, u, err := takeParam(u, "cluster_state_reload_interval")
@@ -302,6 +304,7 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 				return nil, bad(fmt.Errorf("cluster_state_reload_interval=%q: a positive duration such as 5s", reload))
 			}
 		}
+		opt.MaintNotificationsConfig = noMaintNotifications()
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
 		opt, err := redis.ParseFailoverURL(u)
@@ -314,6 +317,18 @@ func NewClient(raw string) (redis.UniversalClient, error) {
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, bad(fmt.Errorf("URL scheme %q: write redis://, rediss://, redis+cluster:// or redis+sentinel://", scheme))
+}
+
+// noMaintNotifications turns go-redis's maintenance notifications off
+// (a handoff protocol of Redis Enterprise and Redis Cloud, which Redis
+// Open Source does not speak). In its default mode, auto, a client tries
+// it on each new connection and, refused, turns it off by writing its
+// options; a connection lent for the caller's use alone (Conn: the WAIT
+// after a write, Config.WaitReplicas) shares those options but not their
+// lock, and the race detector sees the two race (go-redis v9.23). Off
+// from the start, nothing is written.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // takeParam removes the query parameter name from the URL raw and returns
@@ -604,7 +619,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ps []store.ClaimParams) ([]store
 type group struct {
 	idx  []int
 	pipe func() redis.Pipeliner
-	conn func() *redis.Conn // the node's connection, or nil (see connFor)
+	conn func() (*redis.Conn, error) // the node's connection, or nil (see connFor)
 }
 
 // groups splits a batch of writes to keys into the pipelines that send
@@ -622,7 +637,7 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 		}
 		g := group{idx: all, pipe: s.c.Pipeline}
 		if c, ok := s.c.(*redis.Client); ok && s.cfg.WaitReplicas > 0 {
-			g.conn = func() *redis.Conn { return s.lend(ctx, c) }
+			g.conn = func() (*redis.Conn, error) { return s.lend(ctx, c) }
 		}
 		return []group{g}
 	}
@@ -638,7 +653,7 @@ func (s *Store) groups(ctx context.Context, op string, keys []string, errs []err
 		if !ok {
 			j = len(out)
 			at[node] = j
-			out = append(out, group{pipe: node.Pipeline, conn: func() *redis.Conn { return s.lend(ctx, node) }})
+			out = append(out, group{pipe: node.Pipeline, conn: func() (*redis.Conn, error) { return s.lend(ctx, node) }})
 		}
 		out[j].idx = append(out[j].idx, i)
 	}
