@@ -249,40 +249,39 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) error {
 
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	if err := p.Check(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, err := s.held(p.ClaimRef)
-	if err != nil {
-		return err
-	}
-	store.ApplyExtend(r, p)
-	return nil
+	return s.change(ctx, p.Check(), p.ClaimRef, func(r *store.Record) error {
+		store.ApplyExtend(r, p)
+		return nil
+	})
 }
 
 // RecordStep implements [store.Stepper]: the step is appended to the
 // record under the store's lock, fenced as Complete is. MaxResultBytes
 // bounds the record's steps taken together.
 func (s *Store) RecordStep(ctx context.Context, p store.StepParams) error {
-	if err := p.Check(); err != nil {
+	return s.change(ctx, p.Check(), p.ClaimRef, func(r *store.Record) error {
+		_, err := store.ApplyStep(r, p, s.cfg.MaxResultBytes)
 		return err
+	})
+}
+
+// change applies apply, under the store's lock, to the IN_PROGRESS record
+// that holds ref, unless the write's parameters were refused (bad, from
+// their Check) or ctx is done.
+func (s *Store) change(ctx context.Context, bad error, ref store.ClaimRef, apply func(*store.Record) error) error {
+	if bad != nil {
+		return bad
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, err := s.held(p.ClaimRef)
+	r, err := s.held(ref)
 	if err != nil {
 		return err
 	}
-	_, err = store.ApplyStep(r, p, s.cfg.MaxResultBytes)
-	return err
+	return apply(r)
 }
 
 // Get implements [store.Store].
