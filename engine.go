@@ -77,9 +77,8 @@ func New(s store.Store, cfg *Config) (*Engine, error) {
 	}
 	e.renewals.init(e)
 	if bc, ok := s.(store.BatchCompleter); ok {
-		// An attempt as a holder's own (holder.writeAttempt), with the
-		// engine's lease: a third of WriteTimeout, at most half the lease.
-		e.completer = &completer{s: s, b: bc, attempt: min(max(c.WriteTimeout/3, time.Millisecond), max(c.Lease/2, time.Second))}
+		// An attempt as a holder's own, with the engine's lease.
+		e.completer = &completer{s: s, b: bc, attempt: writeAttempt(c.WriteTimeout, c.Lease)}
 	}
 	if c.CacheEntries > 0 {
 		e.cache = newLRU(c.CacheEntries, c.CacheBytes)

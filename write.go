@@ -113,9 +113,16 @@ func (h *holder) write(ctx context.Context, req writeReq) error {
 // connection that hangs rather than fails — is given up and tried again
 // on another while the lease still holds, instead of outlasting it.
 func (h *holder) writeAttempt() time.Duration {
-	d := max(h.e.cfg.WriteTimeout/3, time.Millisecond)
-	if h.lease > 0 {
-		d = min(d, max(h.lease/2, time.Second))
+	return writeAttempt(h.e.cfg.WriteTimeout, h.lease)
+}
+
+// writeAttempt is the bound of one attempt of an outcome write made under
+// a lease (0: none known): a third of writeTimeout, at most half the lease
+// but at least a second.
+func writeAttempt(writeTimeout, lease time.Duration) time.Duration {
+	d := max(writeTimeout/3, time.Millisecond)
+	if lease > 0 {
+		d = min(d, max(lease/2, time.Second))
 	}
 	return d
 }
