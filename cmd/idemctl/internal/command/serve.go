@@ -135,26 +135,26 @@ func (c *ctl) serve(ctx context.Context, addr string, storeWait time.Duration, c
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		fmt.Fprintf(c.env.Stderr, "idemctl serve: warning: %s is not a loopback address; the console speaks plain HTTP, so put TLS in front of it\n", ln.Addr())
 	}
-	return serveUntilDone(ctx, srv, errc, c.env.Stderr)
+	return serveUntilDone(ctx, srv, errc, c.env.Stderr, shutdownGrace)
 }
 
 // serveUntilDone waits until ctx is done or srv failed (errc), then shuts
-// srv down (nil: none), giving requests in flight shutdownGrace; what is
+// srv down (nil: none), giving requests in flight grace; what is
 // still in flight then (a page waiting on a slow store, a browser's
 // request) is cut, and the command has stopped as asked: that is no
 // failure, and warn says how many were cut.
-func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error, warn io.Writer) error {
+func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error, warn io.Writer, grace time.Duration) error {
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
 	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 		defer cancel()
 		if serr := srv.Shutdown(sctx); errors.Is(serr, context.DeadlineExceeded) {
 			_ = srv.Close()
-			fmt.Fprintf(warn, "idemctl: requests still in flight %v after the stop were cut\n", shutdownGrace)
+			fmt.Fprintf(warn, "idemctl: requests still in flight %v after the stop were cut\n", grace)
 		} else if serr != nil && err == nil {
 			err = serr
 		}
@@ -166,7 +166,7 @@ func serveUntilDone(ctx context.Context, srv *http.Server, errc <-chan error, wa
 }
 
 // shutdownGrace is how long a stopping server lets requests in flight end.
-var shutdownGrace = 5 * time.Second
+const shutdownGrace = 5 * time.Second
 
 // redactURL hides a password in a store URL.
 func redactURL(s string) string {

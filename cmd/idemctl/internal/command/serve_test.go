@@ -303,8 +303,6 @@ func TestServeSignInFlags(t *testing.T) {
 // was asked, not a failure (it used to end "context deadline exceeded",
 // exit 1).
 func TestStopCutsWhatOutlivesTheGrace(t *testing.T) {
-	defer func(g time.Duration) { shutdownGrace = g }(shutdownGrace)
-	shutdownGrace = 50 * time.Millisecond
 	release := make(chan struct{})
 	defer close(release)
 	entered := make(chan struct{})
@@ -330,7 +328,7 @@ func TestStopCutsWhatOutlivesTheGrace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var warn bytes.Buffer
-	if err := serveUntilDone(ctx, srv, errc, &warn); err != nil {
+	if err := serveUntilDone(ctx, srv, errc, &warn, 50*time.Millisecond); err != nil {
 		t.Fatalf("serveUntilDone: %v, want nil: the server stopped as asked", err)
 	}
 	if err := <-cut; err == nil {

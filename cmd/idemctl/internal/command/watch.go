@@ -124,5 +124,5 @@ func (c *ctl) watch(ctx context.Context, addr string, cfg *monitor.Config) error
 		return err
 	}
 	defer m.Close()
-	return serveUntilDone(ctx, srv, errc, c.env.Stderr)
+	return serveUntilDone(ctx, srv, errc, c.env.Stderr, shutdownGrace)
 }
