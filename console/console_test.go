@@ -173,28 +173,8 @@ func TestRecordShowsSteps(t *testing.T) {
 	f := setup(t, console.Config{})
 	c := consoletest.NewClient(t, f.srv.URL+"/")
 	start := f.clock.Now()
-	req := idem.Request{Operation: "checkout", Key: "order-7"}
-	down := errors.New("ledger down")
-	_, err := idem.Do(context.Background(), f.app, req, func(ctx context.Context) (string, error) {
-		if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil }); err != nil {
-			return "", err
-		}
-		f.clock.Advance(2 * time.Second)
-		if _, err := idem.Step(ctx, "email", func(context.Context) (bool, error) {
-			return false, idem.Terminal(errors.New("no <script>mailbox</script>"), "bounced")
-		}); !errors.Is(err, idem.ErrTerminal) {
-			return "", err
-		}
-		return "", down
-	})
-	if !errors.Is(err, down) {
-		t.Fatalf("the operation: %v, want %v", err, down)
-	}
-	id, err := req.Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, body, _ := c.Get(rec(id.StoreKey))
+	key := consoletest.LeftWithSteps(t, f.app, "order-7", func() { f.clock.Advance(2 * time.Second) }, "no <script>mailbox</script>")
+	code, body, _ := c.Get(rec(key))
 	if code != http.StatusOK || !strings.Contains(body, "Finished steps") || !strings.Contains(body, `<table class="steps">`) {
 		t.Fatalf("record page: %d, no step table:\n%s", code, body)
 	}
@@ -668,24 +648,8 @@ func TestHeldKeyIsShownAndSettled(t *testing.T) {
 func TestConfirmSaysWhatBecomesOfTheSteps(t *testing.T) {
 	t.Parallel()
 	f, c := writable(t)
-	req := idem.Request{Operation: "checkout", Key: "order-steps"}
-	down := errors.New("ledger down")
-	_, err := idem.Do(context.Background(), f.app, req, func(ctx context.Context) (string, error) {
-		for _, name := range []string{"charge", "email"} {
-			if _, err := idem.Step(ctx, name, func(context.Context) (string, error) { return name + "-done", nil }); err != nil {
-				return "", err
-			}
-		}
-		return "", down // ordinary: the lease is ended, the steps kept
-	})
-	if !errors.Is(err, down) {
-		t.Fatalf("the operation: %v", err)
-	}
-	id, err := req.Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, page, _ := c.Get(rec(id.StoreKey))
+	key := consoletest.LeftWithSteps(t, f.app, "order-steps", nil, "mailbox full")
+	_, page, _ := c.Get(rec(key))
 	for action, after := range map[string]string{
 		"release":  "none: the next call runs every step again, these too",
 		"complete": "none: the steps not yet run never run",
@@ -699,7 +663,7 @@ func TestConfirmSaysWhatBecomesOfTheSteps(t *testing.T) {
 			t.Errorf("confirm %s: %d, want the two steps and %q:\n%s", action, code, after, body)
 		}
 	}
-	if st := f.state(id.StoreKey); st == nil || len(st.Steps) != 2 {
+	if st := f.state(key); st == nil || len(st.Steps) != 2 {
 		t.Fatalf("the confirmation pages wrote: %+v", st)
 	}
 }

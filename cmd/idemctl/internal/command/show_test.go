@@ -19,6 +19,7 @@ import (
 	"github.com/seed-a1b882c0/idem/clientkey"
 	"github.com/seed-a1b882c0/idem/idemhttp"
 	"github.com/seed-a1b882c0/idem/idemtest/clocktest"
+	"github.com/seed-a1b882c0/idem/idemtest/consoletest"
 	"github.com/seed-a1b882c0/idem/store/storeurl"
 )
 
@@ -146,28 +147,7 @@ func TestShowSteps(t *testing.T) {
 	t.Parallel()
 	run := func(t *testing.T, clock *clocktest.Clock, app *idem.Engine) idem.StoreKey {
 		t.Helper()
-		req := idem.Request{Operation: "checkout", Key: "order-7"}
-		down := errors.New("ledger down")
-		_, err := idem.Do(context.Background(), app, req, func(ctx context.Context) (string, error) {
-			if _, err := idem.Step(ctx, "charge", func(context.Context) (string, error) { return "ch_1", nil }); err != nil {
-				return "", err
-			}
-			clock.Advance(1500 * time.Millisecond)
-			if _, err := idem.Step(ctx, "email", func(context.Context) (bool, error) {
-				return false, idem.Terminal(errors.New("no such mailbox\x1b[2J"), "bounced")
-			}); !errors.Is(err, idem.ErrTerminal) {
-				return "", err
-			}
-			return "", down
-		})
-		if !errors.Is(err, down) {
-			t.Fatalf("the operation: %v, want %v", err, down)
-		}
-		id, err := req.Identity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id.StoreKey
+		return consoletest.LeftWithSteps(t, app, "order-7", func() { clock.Advance(1500 * time.Millisecond) }, "no such mailbox\x1b[2J")
 	}
 	check := func(t *testing.T, f *fixture, key idem.StoreKey, start time.Time) {
 		t.Helper()
